@@ -1,0 +1,1 @@
+"""Opt-in plugins with heavy dependencies (imported as ``mqcore.contrib``), behind extras."""

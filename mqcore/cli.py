@@ -1,0 +1,43 @@
+"""The ``mqcore`` command. Subcommands live in their own modules and are added here."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+import mqcore
+from mqcore.errors import MQError
+from mqcore.kernel import Kernel
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(mqcore.__version__, prog_name="mqcore")
+def main() -> None:
+    """mqcore: an embeddable message-queue kernel modelled on Apache RocketMQ 4.x."""
+
+
+def kernel_or_exit() -> Kernel:
+    """A Kernel, or a clean CLI error when plugins cannot be loaded."""
+    try:
+        return Kernel()
+    except MQError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+def plugins() -> None:
+    """List registered stores, allocators, filters, offset stores and delay schedulers."""
+    kernel = kernel_or_exit()
+    table = Table(title="mqcore plugins")
+    for column in ("kind", "name", "plugin", "distribution"):
+        table.add_column(column)
+    for kind, regs in kernel.registrations().items():
+        for reg in regs:
+            table.add_row(kind, reg.name, reg.plugin, reg.distribution or "-")
+    Console().print(table)
+
+
+# Subcommands defined in mqcore.commands.* are attached below, one line each.

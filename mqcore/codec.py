@@ -1,0 +1,414 @@
+"""RocketMQ's commit-log record format (version 1, IPv4 hosts), big-endian.
+
+=====  =====  ==============================================================
+bytes  field  meaning
+=====  =====  ==============================================================
+4      i      total size of the record
+4      i      magic code (``MESSAGE_MAGIC_CODE``; ``BLANK_MAGIC_CODE`` ends a segment)
+4      i      body CRC32, masked to 31 bits
+4      i      queue id
+4      i      flag
+8      q      queue offset (logical, in the consume queue)
+8      q      physical offset (in the commit log)
+4      i      sys flag
+8      q      born timestamp (ms)
+8      4s+i   born host (IPv4, port)
+8      q      store timestamp (ms)
+8      4s+i   store host (IPv4, port)
+4      i      reconsume times
+8      q      prepared transaction offset
+4+n    i+     body length and body
+1+n    b+     topic length and topic (UTF-8)
+2+n    h+     properties length and ``name\\x01value\\x02`` pairs (UTF-8)
+=====  =====  ==============================================================
+
+Encoding is split in two so that a store can do the expensive part outside its write lock:
+:func:`prepare` turns messages into :class:`Prepared` parts (body CRC, topic and property
+bytes), and :func:`pack` stamps offsets and times into one buffer for a whole batch.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
+from mqcore.message import (
+    _HEADER,
+    HEADER_SIZE,
+    Message,
+    MessageExt,
+    parse_properties,
+)
+
+__all__ = [
+    "BLANK_MAGIC_CODE",
+    "HEADER_SIZE",
+    "MAX_PROPERTIES_SIZE",
+    "MAX_TOPIC_LENGTH",
+    "MESSAGE_MAGIC_CODE",
+    "Prepared",
+    "check_record",
+    "decode",
+    "decode_message_id",
+    "iter_records",
+    "make_message_id",
+    "pack",
+    "pack_blank",
+    "prepare",
+    "string_hash_code",
+    "tags_hash_code",
+]
+
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7 as a signed Java int
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194: the rest of the segment is empty
+MAX_TOPIC_LENGTH = 127  # the topic length is one signed byte in version-1 records
+MAX_PROPERTIES_SIZE = 32767  # the properties length is one signed short
+BLANK_SIZE = 8  # a blank marker is total size + magic code
+
+# Bits of sys_flag that change the record layout; mqcore writes IPv4 hosts only.
+BORNHOST_V6_FLAG = 0x1 << 4
+STOREHOSTADDRESS_V6_FLAG = 0x1 << 5
+_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+
+_INT = struct.Struct(">i")
+_MAGIC_AT = struct.Struct(">ii")  # total size, magic code
+_U8 = struct.Struct(">B")
+_U16 = struct.Struct(">H")
+_MSGID = struct.Struct(">4siq")
+
+# Offsets of fields inside the header, for patching and recovery.
+POS_QUEUE_OFFSET = 20
+POS_PHYSICAL_OFFSET = 28
+POS_STORE_TIMESTAMP = 56
+
+
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def string_hash_code(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    if text.isascii():
+        for ch in text.encode():
+            h = (31 * h + ch) & 0xFFFFFFFF
+    else:
+        data = text.encode("utf-16-be")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return _int32(h)
+
+
+def tags_hash_code(tags: str | None) -> int:
+    """The tags code a consume-queue unit holds for ``tags`` (0 when there is no tag)."""
+    return string_hash_code(tags) if tags else 0
+
+
+def host_bytes(host: str) -> tuple[bytes, int]:
+    """``"ip:port"`` -> (4 address bytes, port). A name is resolved; IPv6 is refused."""
+    addr, _, port = host.rpartition(":")
+    if not addr:
+        addr, port = host, "0"
+    try:
+        packed = socket.inet_aton(addr)
+    except OSError:
+        try:
+            packed = socket.inet_aton(socket.gethostbyname(addr))
+        except OSError as exc:
+            raise CodecError(f"host {host!r} is not an IPv4 address or resolvable name") from exc
+    return packed, int(port)
+
+
+def make_message_id(store_ip: bytes, store_port: int, commitlog_offset: int) -> str:
+    """RocketMQ's offset message id: 16 bytes (ip, port, offset) as upper-case hex."""
+    return _MSGID.pack(store_ip, store_port, commitlog_offset).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[str, int]:
+    """``msg_id`` -> (``"ip:port"`` of the store host, commit-log offset)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raw = b""
+    if len(raw) != _MSGID.size:
+        raise CodecError(f"message id {msg_id!r} is not 32 hex digits (store host + offset)")
+    ip, port, offset = _MSGID.unpack(raw)
+    return f"{ip[0]}.{ip[1]}.{ip[2]}.{ip[3]}:{port}", offset
+
+
+# --- encoding --------------------------------------------------------------------------
+
+
+class Prepared(NamedTuple):
+    """The parts of one record that do not depend on where it is stored."""
+
+    size: int  # total record size
+    body: bytes
+    trailer: bytes  # topic length, topic, properties length, properties
+    body_crc: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    tags_code: int
+    keys: str | None
+
+
+def _trailer(topic: str, properties: str) -> bytes:
+    tb = topic.encode()
+    if not tb or len(tb) > MAX_TOPIC_LENGTH:
+        raise CodecError(f"topic {topic!r} must be 1..{MAX_TOPIC_LENGTH} bytes in UTF-8")
+    pb = properties.encode()
+    if len(pb) > MAX_PROPERTIES_SIZE:
+        raise CodecError(
+            f"properties of a message to {topic!r} take {len(pb)} bytes; "
+            f"the limit is {MAX_PROPERTIES_SIZE}"
+        )
+    return b"".join((_U8.pack(len(tb)), tb, _U16.pack(len(pb)), pb))
+
+
+def prepare(
+    messages: Iterable[Message],
+    born_timestamp: int,
+    *,
+    topic: str | None = None,
+    reconsume_times: int = 0,
+    sys_flag: int = 0,
+) -> list[Prepared]:
+    """Compute CRCs and encode topic and properties for each message (no offsets yet).
+
+    ``topic`` overrides each message's own topic (a store writes under the topic it is
+    asked to, e.g. the schedule topic for delayed messages).
+    """
+    out: list[Prepared] = []
+    crc32 = zlib.crc32
+    trailer_cache: dict[tuple[str, str], bytes] = {}
+    for m in messages:
+        body = m.body
+        if not isinstance(body, bytes):
+            body = bytes(body)
+        props = m.properties
+        # Tags/keys/delay live in the property string; build it without an intermediate dict.
+        text = "".join(f"{k}\x01{v}\x02" for k, v in props.items()) if props else ""
+        tags = m.tags
+        if tags:
+            text += f"TAGS\x01{tags}\x02"
+        if m.keys:
+            text += f"KEYS\x01{m.keys}\x02"
+        if m.delay_level:
+            text += f"DELAY\x01{m.delay_level}\x02"
+        key = (topic or m.topic, text)
+        trailer = trailer_cache.get(key)
+        if trailer is None:
+            trailer = trailer_cache[key] = _trailer(key[0], text)
+        out.append(
+            Prepared(
+                HEADER_SIZE + len(body) + len(trailer),
+                body,
+                trailer,
+                crc32(body) & 0x7FFFFFFF,
+                m.flag,
+                sys_flag,
+                born_timestamp,
+                reconsume_times,
+                0,
+                string_hash_code(tags) if tags else 0,
+                m.keys,
+            )
+        )
+    return out
+
+
+def pack(
+    prepared: Sequence[Prepared],
+    *,
+    queue_id: int,
+    queue_offset: int,
+    commitlog_offset: int,
+    store_timestamp: int,
+    store_host: tuple[bytes, int],
+    born_host: tuple[bytes, int] | None = None,
+) -> bytes:
+    """Encode ``prepared`` as consecutive records starting at the given offsets (one buffer)."""
+    born_ip, born_port = born_host or store_host
+    store_ip, store_port = store_host
+    hpack = _HEADER.pack
+    parts: list[bytes] = []
+    append = parts.append
+    phys = commitlog_offset
+    qoff = queue_offset
+    for p in prepared:
+        append(
+            hpack(
+                p.size,
+                MESSAGE_MAGIC_CODE,
+                p.body_crc,
+                queue_id,
+                p.flag,
+                qoff,
+                phys,
+                p.sys_flag,
+                p.born_timestamp,
+                born_ip,
+                born_port,
+                store_timestamp,
+                store_ip,
+                store_port,
+                p.reconsume_times,
+                p.prepared_transaction_offset,
+                len(p.body),
+            )
+        )
+        append(p.body)
+        append(p.trailer)
+        phys += p.size
+        qoff += 1
+    return b"".join(parts)
+
+
+def pack_blank(size: int) -> bytes:
+    """The end-of-segment marker filling ``size`` (>= 8) bytes: total size + blank magic."""
+    return _MAGIC_AT.pack(size, BLANK_MAGIC_CODE) + bytes(size - BLANK_SIZE)
+
+
+def encode(
+    message: Message,
+    *,
+    queue_id: int = 0,
+    queue_offset: int = 0,
+    commitlog_offset: int = 0,
+    born_timestamp: int = 0,
+    store_timestamp: int = 0,
+    store_host: str = "127.0.0.1:10911",
+    born_host: str | None = None,
+    reconsume_times: int = 0,
+) -> bytes:
+    """Encode one message as a complete record (convenience; stores use prepare + pack)."""
+    return pack(
+        prepare([message], born_timestamp, reconsume_times=reconsume_times),
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commitlog_offset=commitlog_offset,
+        store_timestamp=store_timestamp,
+        store_host=host_bytes(store_host),
+        born_host=host_bytes(born_host) if born_host else None,
+    )
+
+
+# --- decoding --------------------------------------------------------------------------
+
+RECORD = 1
+BLANK = 2
+
+
+def check_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    end: int | None = None,
+    *,
+    base_offset: int = 0,
+    check_crc: bool = True,
+) -> tuple[int, int]:
+    """Validate the record at ``pos`` and return ``(kind, size)``; kind is RECORD or BLANK.
+
+    ``base_offset`` is added to ``pos`` in error messages (pass a segment's start offset so
+    errors name the commit-log offset). Raises :class:`TruncatedRecordError` when the record
+    runs past ``end`` and :class:`CorruptRecordError` on a bad magic code, size or CRC.
+    """
+    limit = len(buf) if end is None else end
+    where = base_offset + pos
+    if pos + BLANK_SIZE > limit:
+        raise TruncatedRecordError(
+            f"record header at offset {where} is truncated ({limit - pos} bytes left)",
+            offset=where,
+        )
+    size, magic = _MAGIC_AT.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if size < BLANK_SIZE or pos + size > limit:
+            raise CorruptRecordError(f"bad blank marker size {size} at offset {where}", offset=where)
+        return BLANK, size
+    if magic != MESSAGE_MAGIC_CODE:
+        raise CorruptRecordError(
+            f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at offset {where}", offset=where
+        )
+    if size < HEADER_SIZE + 3:
+        raise CorruptRecordError(f"impossible record size {size} at offset {where}", offset=where)
+    if pos + size > limit:
+        raise TruncatedRecordError(
+            f"record at offset {where} needs {size} bytes, only {limit - pos} present",
+            offset=where,
+        )
+    h = _HEADER.unpack_from(buf, pos)
+    if h[7] & _V6_FLAGS:
+        raise CorruptRecordError(
+            f"record at offset {where} uses IPv6 hosts, which mqcore does not read", offset=where
+        )
+    body_len = h[16]
+    tpos = pos + HEADER_SIZE + body_len
+    if body_len < 0 or tpos + 3 > pos + size:
+        raise CorruptRecordError(f"bad body length {body_len} at offset {where}", offset=where)
+    tlen = buf[tpos]
+    ppos = tpos + 1 + tlen
+    if ppos + 2 > pos + size:
+        raise CorruptRecordError(f"bad topic length {tlen} at offset {where}", offset=where)
+    plen = (buf[ppos] << 8) | buf[ppos + 1]
+    if ppos + 2 + plen != pos + size:
+        raise CorruptRecordError(
+            f"record at offset {where}: fields add up to {ppos + 2 + plen - pos} bytes, "
+            f"header says {size}",
+            offset=where,
+        )
+    if check_crc:
+        start = pos + HEADER_SIZE
+        crc = zlib.crc32(memoryview(buf)[start : start + body_len]) & 0x7FFFFFFF
+        if crc != h[2]:
+            raise CorruptRecordError(
+                f"body CRC mismatch at offset {where}: stored {h[2]}, computed {crc}",
+                offset=where,
+            )
+    return RECORD, size
+
+
+def decode(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check: bool = False
+) -> MessageExt:
+    """Decode the record at ``pos`` as a lazy :class:`MessageExt` (optionally validating it)."""
+    if check:
+        kind, _ = check_record(buf, pos)
+        if kind != RECORD:
+            raise CorruptRecordError(f"offset {pos} holds an end-of-segment marker", offset=pos)
+    elif len(buf) - pos < HEADER_SIZE:
+        raise TruncatedRecordError(f"record header at offset {pos} is truncated", offset=pos)
+    return MessageExt(buf, pos)
+
+
+def iter_records(
+    buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
+) -> Iterator[MessageExt]:
+    """Yield every record in ``buf[start:end]``, validated; stops at a blank marker."""
+    pos = start
+    limit = len(buf) if end is None else end
+    while pos < limit:
+        kind, size = check_record(buf, pos, limit)
+        if kind == BLANK:
+            return
+        yield MessageExt(buf, pos)
+        pos += size
+
+
+def record_properties(buf: bytes | bytearray | memoryview, pos: int) -> dict[str, str]:
+    """All properties of the record at ``pos`` (TAGS included) without touching the body."""
+    body_len = _INT.unpack_from(buf, pos + HEADER_SIZE - 4)[0]
+    tpos = pos + HEADER_SIZE + body_len
+    ppos = tpos + 1 + buf[tpos]
+    plen = (buf[ppos] << 8) | buf[ppos + 1]
+    return parse_properties(bytes(buf[ppos + 2 : ppos + 2 + plen]).decode())
+
+
+__all__ += ["BLANK", "RECORD", "encode", "host_bytes", "record_properties"]

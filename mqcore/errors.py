@@ -1,0 +1,145 @@
+"""Every error mqcore raises, under one base class :class:`MQError`.
+
+Messages say what was wrong, with the offending value, and what to do about it.
+Errors caused by bad caller input are also :class:`ValueError` (or :class:`LookupError`
+for unknown names) so that generic ``except`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "CodecError",
+    "CorruptRecordError",
+    "DiskFullError",
+    "DuplicateRegistrationError",
+    "FilterExpressionError",
+    "InvalidArgumentError",
+    "MQError",
+    "NotRegisteredError",
+    "PluginLoadError",
+    "StoreClosedError",
+    "StoreCorruptedError",
+    "StoreError",
+    "StoreLockedError",
+    "TruncatedRecordError",
+]
+
+
+class MQError(Exception):
+    """Base class of every error raised by mqcore."""
+
+
+class InvalidArgumentError(MQError, ValueError):
+    """A caller passed a value mqcore cannot accept (empty consumer id, negative count...)."""
+
+
+# --- plugins ---------------------------------------------------------------------------
+
+
+class PluginLoadError(MQError, ImportError):
+    """A plugin (entry point or named in config) could not be imported or registered.
+
+    ``plugin`` is the entry-point or module name, ``distribution`` the installed
+    distribution that declared it (``None`` for plugins named in config). The original
+    exception is kept as ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, plugin: str, distribution: str | None = None) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.distribution = distribution
+
+
+class NotRegisteredError(MQError, LookupError):
+    """No implementation is registered under the requested name; the message lists the names."""
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        listing = ", ".join(known) if known else "(none)"
+        super().__init__(f"unknown {kind} {name!r}; registered {kind}s: {listing}")
+        self.kind = kind
+        self.name = name
+        self.known = known
+
+
+class DuplicateRegistrationError(MQError):
+    """Two plugins registered the same name for the same kind."""
+
+
+# --- codec ---------------------------------------------------------------------------
+
+
+class CodecError(MQError, ValueError):
+    """A commit-log record could not be encoded or decoded.
+
+    ``offset`` is the position of the record (a commit-log offset where known, else the
+    position in the buffer being decoded).
+    """
+
+    def __init__(self, message: str, *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class CorruptRecordError(CodecError):
+    """A record has a bad magic code, an impossible size or a body CRC mismatch."""
+
+
+class TruncatedRecordError(CodecError):
+    """A record extends past the end of the available bytes (a torn write)."""
+
+
+# --- filters ---------------------------------------------------------------------------
+
+
+class FilterExpressionError(MQError, ValueError):
+    """A filter expression is invalid; raised when it is compiled, never when matching.
+
+    ``column`` is 1-based (``None`` when the error is not tied to a position).
+    """
+
+    def __init__(
+        self, message: str, *, expression: str | None = None, column: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.expression = expression
+        self.column = column
+
+
+# --- storage ---------------------------------------------------------------------------
+
+
+class StoreError(MQError):
+    """Base class of storage errors."""
+
+
+class StoreClosedError(StoreError):
+    """The store (or broker) was used after ``close()``."""
+
+
+class StoreCorruptedError(StoreError):
+    """A store file is damaged in a place recovery may not silently cut (names file and offset)."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class StoreLockedError(StoreError):
+    """Another live process holds the store directory's writer lock."""
+
+
+class DiskFullError(StoreError, OSError):
+    """The disk is full; nothing acknowledged was lost and the store stays readable."""
+
+
+# --- broker ----------------------------------------------------------------------------
+
+
+class BrokerError(MQError):
+    """An operation was refused by the broker; ``code`` is RocketMQ's response code."""
+
+    def __init__(self, message: str, *, code: int) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,186 @@
+"""Hook specifications: every extension point of mqcore. The docstrings are the hook reference.
+
+Plugins implement these with :data:`hookimpl`::
+
+    from mqcore import hookimpl
+
+    @hookimpl
+    def mqcore_register_allocators(register):
+        register("sticky", StickyStrategy)
+
+Registration hooks receive a ``register(name, factory)`` callback. Names are
+case-insensitive; registering a name that another plugin already registered for the same
+kind raises :class:`~mqcore.errors.DuplicateRegistrationError` naming both plugins.
+Lifecycle hooks are called once per *batch*, never once per message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pluggy
+
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
+
+PROJECT = "mqcore"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+Register = Callable[[str, Callable[..., Any]], None]
+
+# --------------------------------------------------------------------------------------
+# Registration hooks: called once when a Kernel is created.
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def mqcore_register_stores(register: Register) -> None:
+    """Register storage backends.
+
+    ``register(name, factory)``; ``factory(path, **options)`` returns an open store that
+    follows the store contract of :class:`mqcore.store.Store`.
+
+    :param register: the registration callback.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_register_allocators(register: Register) -> None:
+    """Register queue allocation strategies.
+
+    ``register(name, factory)``; ``factory(**options)`` returns an object with
+    ``allocate(consumer_group, current_cid, mq_all, cid_all) -> list[MessageQueue]``
+    (see :class:`mqcore.interfaces.AllocateStrategy`).
+
+    :param register: the registration callback.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_register_filters(register: Register) -> None:
+    """Register message filters by expression type (``TAG``, ``SQL92``...).
+
+    ``register(expression_type, factory)``; ``factory(expression)`` compiles the expression
+    and returns a :class:`mqcore.interfaces.MessageFilter`, raising
+    :class:`~mqcore.errors.FilterExpressionError` when it is invalid.
+
+    :param register: the registration callback.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_register_offset_stores(register: Register) -> None:
+    """Register consumer offset stores (``broker`` for clustering, ``local_file`` for
+    broadcasting...).
+
+    ``register(name, factory)``; ``factory(**options)`` returns a
+    :class:`mqcore.interfaces.OffsetStore`.
+
+    :param register: the registration callback.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_register_delay_schedulers(register: Register) -> None:
+    """Register delay schedulers (RocketMQ's 18 levels, a timer wheel...).
+
+    ``register(name, factory)``; ``factory(**options)`` returns a
+    :class:`mqcore.interfaces.DelayScheduler`.
+
+    :param register: the registration callback.
+
+    .. versionadded:: 0.1
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------
+
+
+@hookspec(historic=True)
+def mqcore_configure(config: Any) -> None:
+    """Called with the kernel's configuration once plugins are loaded.
+
+    Historic: a plugin registered later is called with the same configuration at once.
+
+    :param config: the :class:`mqcore.config.KernelConfig` of the kernel.
+
+    .. versionadded:: 0.1
+    """
+
+
+# --------------------------------------------------------------------------------------
+# Lifecycle hooks (tracing, metrics): one call per batch.
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def mqcore_send_before(producer_group: str, messages: Sequence[Any]) -> None:
+    """A producer is about to send ``messages`` (one batch).
+
+    :param producer_group: the producer's group.
+    :param messages: the :class:`~mqcore.Message` objects of the batch.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_send_after(producer_group: str, messages: Sequence[Any], results: Sequence[Any]) -> None:
+    """A producer has sent ``messages``; ``results`` are their :class:`~mqcore.SendResult`.
+
+    :param producer_group: the producer's group.
+    :param messages: the batch that was sent.
+    :param results: one result per message, in order.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_messages_stored(topic: str, queue_id: int, results: Sequence[Any]) -> None:
+    """A store has appended a batch to ``topic``/``queue_id``.
+
+    :param topic: the topic written.
+    :param queue_id: the queue written.
+    :param results: the :class:`~mqcore.store.PutResult` of each message.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_consume_before(consumer_group: str, message_queue: Any, messages: Sequence[Any]) -> None:
+    """A consumer is about to hand ``messages`` (one batch) to its listener.
+
+    :param consumer_group: the consumer's group.
+    :param message_queue: the :class:`~mqcore.MessageQueue` they came from.
+    :param messages: the :class:`~mqcore.MessageExt` objects of the batch.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_consume_after(
+    consumer_group: str, message_queue: Any, messages: Sequence[Any], status: Any
+) -> None:
+    """A consumer's listener has returned ``status`` for ``messages``.
+
+    :param consumer_group: the consumer's group.
+    :param message_queue: the queue the batch came from.
+    :param messages: the batch.
+    :param status: the listener's status (a ``Consume*Status``), or the exception it raised.
+
+    .. versionadded:: 0.1
+    """

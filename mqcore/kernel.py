@@ -1,0 +1,125 @@
+"""The Kernel: one plugin manager and one registry per kind, per instance.
+
+Several kernels can live in one process without seeing each other's plugins.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+import pluggy
+import structlog
+
+from mqcore.config import KernelConfig
+from mqcore.pluginmanager import create_plugin_manager, plugin_distribution
+from mqcore.registry import Registration, Registry
+
+__all__ = ["KINDS", "Kernel"]
+
+log = structlog.get_logger(__name__)
+
+#: kind -> the registration hook that fills its registry
+KINDS: dict[str, str] = {
+    "store": "mqcore_register_stores",
+    "allocator": "mqcore_register_allocators",
+    "filter": "mqcore_register_filters",
+    "offset_store": "mqcore_register_offset_stores",
+    "delay_scheduler": "mqcore_register_delay_schedulers",
+}
+
+_FILTER_CACHE_SIZE = 256
+
+
+class Kernel:
+    """Plugins and their registries; the factory for stores, allocators, filters and more.
+
+    >>> k = Kernel()                     # bundled plugins + entry points of group "mqcore"
+    >>> k.allocator("avg")               # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        config: KernelConfig | None = None,
+        *,
+        plugins: Iterable[Any] = (),
+        disabled_plugins: Iterable[str] = (),
+        autoload: bool | None = None,
+    ) -> None:
+        if config is None:
+            config = KernelConfig(
+                plugins=tuple(plugins), disabled_plugins=tuple(disabled_plugins), autoload=autoload
+            )
+        self.config = config
+        self.pm: pluggy.PluginManager = create_plugin_manager(
+            plugins=config.plugins,
+            disabled_plugins=config.disabled_plugins,
+            autoload=config.autoload,
+        )
+        self.registries: dict[str, Registry[Any]] = {kind: Registry(kind) for kind in KINDS}
+        for kind, hookname in KINDS.items():
+            self._collect(kind, getattr(self.pm.hook, hookname))
+        self.pm.hook.mqcore_configure.call_historic(kwargs={"config": config})
+        self._filters: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._filters_lock = threading.Lock()
+
+    def _collect(self, kind: str, hook: Any) -> None:
+        registry = self.registries[kind]
+        # Call each implementation on its own so every registration knows its plugin.
+        for impl in reversed(hook.get_hookimpls()):
+            dist = plugin_distribution(self.pm, impl.plugin)
+
+            def register(
+                name: str, factory: Any, _p: str = impl.plugin_name, _d: str | None = dist
+            ) -> None:
+                registry.register(name, factory, plugin=_p, distribution=_d)
+
+            impl.function(register=register)
+
+    # -- lookups --------------------------------------------------------------------------
+
+    @property
+    def hook(self) -> Any:
+        """The plugin manager's hook caller (lifecycle hooks: ``k.hook.mqcore_send_after(...)``)."""
+        return self.pm.hook
+
+    def allocator(self, name: str, **options: Any) -> Any:
+        """A new allocation strategy ``name`` built with ``options``."""
+        return self.registries["allocator"].create(name, **options)
+
+    def filter(self, expression_type: str, expression: str | None) -> Any:
+        """A compiled filter; compiled filters are cached per (type, expression)."""
+        key = (str(expression_type).upper(), expression or "")
+        with self._filters_lock:
+            found = self._filters.get(key)
+            if found is not None:
+                self._filters.move_to_end(key)
+                return found
+        compiled = self.registries["filter"].create(expression_type, expression)
+        with self._filters_lock:
+            self._filters[key] = compiled
+            while len(self._filters) > _FILTER_CACHE_SIZE:
+                self._filters.popitem(last=False)
+        return compiled
+
+    def open_store(self, name: str, path: Any, **options: Any) -> Any:
+        """Open (or create) a store of backend ``name`` at ``path``."""
+        return self.registries["store"].create(name, path, **options)
+
+    def offset_store(self, name: str, **options: Any) -> Any:
+        """A new consumer offset store ``name``."""
+        return self.registries["offset_store"].create(name, **options)
+
+    def delay_scheduler(self, name: str, **options: Any) -> Any:
+        """A new delay scheduler ``name``."""
+        return self.registries["delay_scheduler"].create(name, **options)
+
+    def registrations(self) -> dict[str, list[Registration[Any]]]:
+        """Everything registered, per kind, sorted by name."""
+        return {kind: list(reg) for kind, reg in self.registries.items()}
+
+    def names(self, kind: str) -> list[str]:
+        """Names registered for ``kind`` (``store``, ``allocator``, ``filter``...)."""
+        return self.registries[kind].names()

@@ -1,0 +1,413 @@
+"""Message value types and the enums of RocketMQ's client API.
+
+:class:`Message` is what a producer sends; :class:`MessageExt` is what a consumer receives:
+a read-only view over one stored commit-log record (see :mod:`mqcore.codec`) that decodes
+fields only when they are read, so consuming a message never re-encodes it and never copies
+a body nobody looks at.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "PROPERTY_DELAY",
+    "PROPERTY_KEYS",
+    "PROPERTY_TAGS",
+    "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
+    "Message",
+    "MessageExt",
+    "MessageModel",
+    "MessageQueue",
+    "PullResult",
+    "PullStatus",
+    "SendResult",
+    "SendStatus",
+    "format_properties",
+    "parse_properties",
+]
+
+# Property names RocketMQ reserves (MessageConst); the codec stores tags, keys and the delay
+# level as properties, exactly as RocketMQ does, so records stay readable by its tools.
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_DELAY = "DELAY"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+KEY_SEPARATOR = " "
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+_FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY})
+
+
+def format_properties(properties: Mapping[str, str]) -> str:
+    """Encode properties as RocketMQ does: ``name\\x01value\\x02`` for each pair."""
+    if not properties:
+        return ""
+    return "".join(f"{k}\x01{v}\x02" for k, v in properties.items())
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Decode a RocketMQ property string (the inverse of :func:`format_properties`).
+
+    Pairs without a name/value separator are skipped, as RocketMQ's decoder skips them.
+    """
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            out[name] = value
+    return out
+
+
+# --- enums (RocketMQ member names) -------------------------------------------------------
+
+
+class SendStatus(enum.Enum):
+    """Outcome of a successful send (errors raise instead)."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+class PullStatus(enum.Enum):
+    """Outcome of a pull."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+class MessageModel(enum.Enum):
+    """How a consumer group shares a topic."""
+
+    BROADCASTING = "BROADCASTING"
+    CLUSTERING = "CLUSTERING"
+
+
+class ConsumeFromWhere(enum.Enum):
+    """Where a group with no committed offset starts."""
+
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+class ConsumeConcurrentlyStatus(enum.Enum):
+    """What a concurrent listener returns."""
+
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class ConsumeOrderlyStatus(enum.Enum):
+    """What an orderly listener returns."""
+
+    SUCCESS = "SUCCESS"
+    ROLLBACK = "ROLLBACK"
+    COMMIT = "COMMIT"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+# --- values ------------------------------------------------------------------------------
+
+
+@attrs.frozen(order=True)
+class MessageQueue:
+    """One queue of a topic on one broker; ordered by (topic, broker_name, queue_id) as RocketMQ."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return (
+            f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, "
+            f"queueId={self.queue_id}]"
+        )
+
+
+def _to_props(value: Mapping[str, str] | None) -> dict[str, str]:
+    return dict(value) if value else {}
+
+
+@attrs.frozen(hash=False)
+class Message:
+    """A message to send.
+
+    ``tags`` is one tag (used for TAG filtering), ``keys`` one or more space-separated keys
+    (indexed for lookup), ``properties`` user properties (strings), ``delay_level`` one of
+    RocketMQ's 18 levels (0 = no delay).
+    """
+
+    topic: str
+    body: bytes = b""
+    tags: str | None = None
+    keys: str | None = None
+    properties: dict[str, str] = attrs.field(factory=dict, converter=_to_props)
+    flag: int = 0
+    delay_level: int = 0
+
+    def all_properties(self) -> dict[str, str]:
+        """Properties as stored: user properties plus TAGS, KEYS and DELAY when set."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = self.keys
+        if self.delay_level:
+            props[PROPERTY_DELAY] = str(self.delay_level)
+        return props
+
+    @property
+    def key_list(self) -> list[str]:
+        """The keys, split on spaces (RocketMQ's key separator)."""
+        return self.keys.split() if self.keys else []
+
+
+@attrs.frozen
+class SendResult:
+    """Result of a send: status, message id, the queue chosen and the message's offset in it."""
+
+    send_status: SendStatus
+    msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    offset_msg_id: str | None = None
+
+
+@attrs.frozen
+class PullResult:
+    """Result of a pull (RocketMQ's field names, snake case)."""
+
+    pull_status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    msg_found_list: list[MessageExt] = attrs.field(factory=list)
+
+    @property
+    def status(self) -> PullStatus:
+        """Alias of :attr:`pull_status`."""
+        return self.pull_status
+
+    @property
+    def messages(self) -> list[MessageExt]:
+        """Alias of :attr:`msg_found_list`."""
+        return self.msg_found_list
+
+
+# --- MessageExt: a lazy view over one record ---------------------------------------------
+
+# RocketMQ's fixed record header (see mqcore.codec for the full layout); duplicated here as a
+# struct only so that message.py does not import codec (codec imports message).
+_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+HEADER_SIZE = _HEADER.size  # 88: everything up to and including the body length
+
+
+class MessageExt:
+    """A stored message: a read-only view over one encoded commit-log record.
+
+    The fixed header is unpacked once; body, topic and properties are decoded when first
+    read. Build one with :func:`mqcore.codec.decode` (or ``MessageExt(record_bytes)``).
+    """
+
+    __slots__ = ("_buf", "_h", "_meta")
+
+    def __init__(self, record: bytes | bytearray | memoryview, pos: int = 0) -> None:
+        self._buf = record
+        self._h: tuple[Any, ...] = (pos, *_HEADER.unpack_from(record, pos))
+        self._meta: tuple[str, dict[str, str]] | None = None
+
+    # header fields --------------------------------------------------------------------
+    @property
+    def store_size(self) -> int:
+        """Total size of the record in bytes."""
+        return int(self._h[1])
+
+    @property
+    def body_crc(self) -> int:
+        """CRC32 of the body (masked to 31 bits, as RocketMQ)."""
+        return int(self._h[3])
+
+    @property
+    def queue_id(self) -> int:
+        """Queue the message is stored in."""
+        return int(self._h[4])
+
+    @property
+    def flag(self) -> int:
+        """The producer's flag field."""
+        return int(self._h[5])
+
+    @property
+    def queue_offset(self) -> int:
+        """Logical offset of the message in its queue."""
+        return int(self._h[6])
+
+    @property
+    def commitlog_offset(self) -> int:
+        """Physical offset of the record in the commit log."""
+        return int(self._h[7])
+
+    @property
+    def sys_flag(self) -> int:
+        """RocketMQ's system flag (compression, transaction type...)."""
+        return int(self._h[8])
+
+    @property
+    def born_timestamp(self) -> int:
+        """When the producer created the message (ms since the epoch)."""
+        return int(self._h[9])
+
+    @property
+    def born_host(self) -> str:
+        """``ip:port`` of the producer."""
+        return _host(self._h[10], self._h[11])
+
+    @property
+    def store_timestamp(self) -> int:
+        """When the broker stored the message (ms since the epoch)."""
+        return int(self._h[12])
+
+    @property
+    def store_host(self) -> str:
+        """``ip:port`` of the broker that stored the message."""
+        return _host(self._h[13], self._h[14])
+
+    @property
+    def reconsume_times(self) -> int:
+        """How many times the message has been sent back for retry."""
+        return int(self._h[15])
+
+    @property
+    def prepared_transaction_offset(self) -> int:
+        """Commit-log offset of the prepared half message (transactions), else 0."""
+        return int(self._h[16])
+
+    @property
+    def msg_id(self) -> str:
+        """RocketMQ's message id: store host (ip, port) and commit-log offset, upper-case hex."""
+        return f"{self._h[13].hex().upper()}{self._h[14]:08X}{self._h[7]:016X}"
+
+    # variable part --------------------------------------------------------------------
+    @property
+    def body(self) -> bytes:
+        """The message body (copied out of the record on each read)."""
+        start = self._h[0] + HEADER_SIZE
+        return bytes(self._buf[start : start + self._h[17]])
+
+    @property
+    def body_view(self) -> memoryview:
+        """The body as a memoryview into the record, without a copy."""
+        start = self._h[0] + HEADER_SIZE
+        return memoryview(self._buf)[start : start + self._h[17]]
+
+    def _decode_meta(self) -> tuple[str, dict[str, str]]:
+        meta = self._meta
+        if meta is None:
+            buf = self._buf
+            pos = self._h[0] + HEADER_SIZE + self._h[17]
+            tlen = buf[pos]
+            topic = bytes(buf[pos + 1 : pos + 1 + tlen]).decode()
+            pos += 1 + tlen
+            plen = (buf[pos] << 8) | buf[pos + 1]
+            props = parse_properties(bytes(buf[pos + 2 : pos + 2 + plen]).decode())
+            meta = self._meta = (topic, props)
+        return meta
+
+    @property
+    def topic(self) -> str:
+        """Topic the message was stored under."""
+        return self._decode_meta()[0]
+
+    def all_properties(self) -> dict[str, str]:
+        """Every stored property, including TAGS, KEYS and DELAY (a copy)."""
+        return dict(self._decode_meta()[1])
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Properties other than TAGS, KEYS and DELAY (those are fields of their own)."""
+        return {k: v for k, v in self._decode_meta()[1].items() if k not in _FIELD_PROPERTIES}
+
+    @property
+    def tags(self) -> str | None:
+        """The message tag, if any."""
+        return self._decode_meta()[1].get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        """Space-separated keys, if any."""
+        return self._decode_meta()[1].get(PROPERTY_KEYS)
+
+    @property
+    def key_list(self) -> list[str]:
+        """The keys, split on spaces."""
+        keys = self.keys
+        return keys.split() if keys else []
+
+    @property
+    def delay_level(self) -> int:
+        """The delay level the producer asked for (0 = none)."""
+        value = self._decode_meta()[1].get(PROPERTY_DELAY)
+        return int(value) if value else 0
+
+    def get_property(self, name: str) -> str | None:
+        """One stored property by name (TAGS and KEYS included), or ``None``."""
+        return self._decode_meta()[1].get(name)
+
+    # the record -----------------------------------------------------------------------
+    @property
+    def record(self) -> memoryview:
+        """The encoded record this message was decoded from (no copy)."""
+        pos = self._h[0]
+        return memoryview(self._buf)[pos : pos + self._h[1]]
+
+    def to_message(self) -> Message:
+        """A plain :class:`Message` with the same topic, body, tags, keys and properties."""
+        return Message(
+            topic=self.topic,
+            body=self.body,
+            tags=self.tags,
+            keys=self.keys,
+            properties=self.properties,
+            flag=self.flag,
+            delay_level=self.delay_level,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MessageExt):
+            return NotImplemented
+        return bytes(self.record) == bytes(other.record)
+
+    def __hash__(self) -> int:
+        return hash((self.commitlog_offset, self.store_size, self.body_crc))
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+            f"queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, tags={self.tags!r}, "
+            f"keys={self.keys!r}, body_size={self._h[17]})"
+        )
+
+
+def _host(ip: bytes, port: int) -> str:
+    return f"{ip[0]}.{ip[1]}.{ip[2]}.{ip[3]}:{port}"

@@ -1,0 +1,191 @@
+"""The store contract: what every storage backend (hook ``mqcore_register_stores``) provides.
+
+A store is opened with ``Kernel().open_store(name, path, **options)`` and used as a context
+manager. Common options every backend accepts:
+
+- ``flush_mode``: :class:`FlushMode` (or its name); ``put`` returns only once it is met.
+- ``read_only``: open without writing; see newer data after :meth:`Store.refresh`.
+- ``store_host``: ``"ip:port"`` written into records and message ids.
+
+The contract test suite in ``tests/contract/`` runs against every registered store.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import attrs
+
+from mqcore.interfaces import MessageFilter
+from mqcore.message import Message, MessageExt
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "FlushMode",
+    "GetResult",
+    "GetStatus",
+    "PutResult",
+    "RawGetResult",
+    "Store",
+]
+
+DEFAULT_MAX_BYTES = 256 * 1024  # RocketMQ's maxTransferBytesOnMessageInMemory
+
+
+class FlushMode(enum.Enum):
+    """When ``put`` returns: after a background flush is *scheduled*, or after fsync."""
+
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+    @classmethod
+    def parse(cls, value: FlushMode | str) -> FlushMode:
+        """Accept a member, its name, or ``async``/``sync``."""
+        if isinstance(value, FlushMode):
+            return value
+        text = str(value).strip().upper()
+        if text in ("ASYNC", "SYNC"):
+            text += "_FLUSH"
+        try:
+            return cls[text]
+        except KeyError:
+            raise ValueError(
+                f"unknown flush mode {value!r}; use ASYNC_FLUSH or SYNC_FLUSH"
+            ) from None
+
+
+class GetStatus(enum.Enum):
+    """Outcome of :meth:`Store.get` (RocketMQ's GetMessageStatus)."""
+
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"  # offset == max offset: nothing new yet
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"  # messages were scanned, none passed the filter
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"  # the queue has never held a message
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # below min offset (retention deleted it)
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # kept for RocketMQ parity; == NO_NEW_MSG case
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # beyond max offset
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"  # the consume-queue unit points at deleted data
+
+
+class PutResult(NamedTuple):
+    """Where one message was stored."""
+
+    msg_id: str
+    queue_offset: int
+    commitlog_offset: int
+    store_timestamp: int
+    size: int
+
+
+@attrs.frozen
+class GetResult:
+    """Messages read from one queue, and where to continue."""
+
+    status: GetStatus
+    messages: list[MessageExt]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@attrs.frozen
+class RawGetResult:
+    """Like :class:`GetResult`, with the encoded records instead of decoded messages.
+
+    ``records`` are memoryviews of the stored bytes; they stay valid while the store is
+    open (copy them to keep them longer).
+    """
+
+    status: GetStatus
+    records: list[memoryview]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The operations every storage backend implements."""
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+    ) -> list[PutResult]:
+        """Append a batch to one queue (one encode, one write); honours the flush mode."""
+        ...
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> GetResult:
+        """Up to ``max_count`` messages from ``offset`` that pass ``message_filter``."""
+        ...
+
+    def get_raw(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> RawGetResult:
+        """Like :meth:`get`, returning encoded records (never re-encoded)."""
+        ...
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest offset still stored in the queue."""
+        ...
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Offset the next message of the queue will get (one past the last)."""
+        ...
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset whose store timestamp is >= ``timestamp_ms`` (max offset if none)."""
+        ...
+
+    def lookup(self, topic: str, key: str, max_count: int = 32) -> list[MessageExt]:
+        """Messages of ``topic`` carrying ``key`` (oldest first)."""
+        ...
+
+    def message_at(self, commitlog_offset: int) -> MessageExt | None:
+        """The message whose record starts at ``commitlog_offset``, or ``None``."""
+        ...
+
+    def topics(self) -> list[str]:
+        """Topics with at least one queue in the store."""
+        ...
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of ``topic`` present in the store."""
+        ...
+
+    def flush(self) -> None:
+        """Make everything appended so far durable."""
+        ...
+
+    def refresh(self) -> None:
+        """Read-only stores: pick up what the writer appended since opening."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release files; a clean close leaves no abort marker."""
+        ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -1,0 +1,1 @@
+"""Bundled plugins of mqcore (imported as ``mqcore.plugins``); see ``BUNDLED_PLUGINS``."""
