@@ -32,7 +32,11 @@ log = structlog.get_logger(__name__)
 ENTRY_POINT_GROUP = "mqcore"
 
 #: Modules registered in every kernel, in this order (names are the part after the last dot).
-BUNDLED_PLUGINS: tuple[str, ...] = ()
+BUNDLED_PLUGINS: tuple[str, ...] = (
+    "mqcore.plugins.allocate",
+    "mqcore.plugins.allocate_consistent_hash",
+    "mqcore.plugins.allocate_nearby",
+)
 
 ENV_DISABLE_AUTOLOAD = "MQCORE_DISABLE_PLUGIN_AUTOLOAD"
 ENV_DISABLED_PLUGINS = "MQCORE_DISABLED_PLUGINS"
