@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
 __all__ = ["KernelConfig"]
+
+
+def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(items)
 
 
 @attrs.frozen(kw_only=True)
@@ -22,7 +27,7 @@ class KernelConfig:
     :param options: free-form settings handed to plugins through ``mqcore_configure``.
     """
 
-    plugins: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
-    disabled_plugins: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    plugins: tuple[Any, ...] = attrs.field(default=(), converter=_tuple)
+    disabled_plugins: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     autoload: bool | None = None
     options: dict[str, Any] = attrs.field(factory=dict)

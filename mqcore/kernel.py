@@ -67,8 +67,9 @@ class Kernel:
 
     def _collect(self, kind: str, hook: Any) -> None:
         registry = self.registries[kind]
-        # Call each implementation on its own so every registration knows its plugin.
-        for impl in reversed(hook.get_hookimpls()):
+        # Call each implementation on its own, in registration order (bundled first), so
+        # every registration knows its plugin.
+        for impl in hook.get_hookimpls():
             dist = plugin_distribution(self.pm, impl.plugin)
 
             def register(

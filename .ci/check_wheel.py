@@ -1,0 +1,20 @@
+"""Check that the built wheel ships only the ``mqcore`` package (plus its dist-info)."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+wheels = sorted(Path(sys.argv[1]).glob("mqcore-*.whl"))
+if len(wheels) != 1:
+    sys.exit(f"expected one mqcore wheel in {sys.argv[1]}, found {wheels}")
+names = zipfile.ZipFile(wheels[0]).namelist()
+tops = {n.split("/", 1)[0] for n in names}
+stray = {t for t in tops if t != "mqcore" and not t.endswith((".dist-info", ".data"))}
+if stray:
+    sys.exit(f"wheel {wheels[0].name} has unexpected top-level entries: {sorted(stray)}")
+for required in ("mqcore/py.typed", "mqcore/plugins/__init__.py", "mqcore/contrib/__init__.py"):
+    if required not in names:
+        sys.exit(f"wheel {wheels[0].name} is missing {required}")
+print(f"{wheels[0].name}: {len(names)} files, top level {sorted(tops)}")

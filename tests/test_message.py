@@ -1,0 +1,39 @@
+"""Message value types."""
+
+from __future__ import annotations
+
+import pytest
+
+from mqcore import Message, MessageQueue, PullResult, PullStatus
+
+
+def test_message_queue_str_is_rocketmqs() -> None:
+    mq = MessageQueue("T", "broker-a", 0)
+    assert str(mq) == "MessageQueue [topic=T, brokerName=broker-a, queueId=0]"
+
+
+def test_message_queue_is_frozen_hashable_and_ordered_like_rocketmq() -> None:
+    a, b, c = MessageQueue("T", "b1", 2), MessageQueue("T", "b1", 10), MessageQueue("S", "b9", 0)
+    assert sorted([b, a, c]) == [c, a, b]
+    assert len({a, MessageQueue("T", "b1", 2)}) == 1
+    with pytest.raises(AttributeError):
+        a.queue_id = 3  # type: ignore[misc]
+
+
+def test_all_properties_adds_tags_keys_delay() -> None:
+    m = Message(topic="T", body=b"x", tags="A", keys="k1 k2", properties={"p": "1"}, delay_level=3)
+    assert m.all_properties() == {"p": "1", "TAGS": "A", "KEYS": "k1 k2", "DELAY": "3"}
+    assert m.key_list == ["k1", "k2"]
+    assert Message(topic="T").all_properties() == {}
+
+
+def test_properties_are_copied() -> None:
+    props = {"a": "1"}
+    m = Message(topic="T", properties=props)
+    props["a"] = "2"
+    assert m.properties == {"a": "1"}
+
+
+def test_pull_result_aliases() -> None:
+    r = PullResult(PullStatus.NO_NEW_MSG, 5, 0, 5)
+    assert r.status is PullStatus.NO_NEW_MSG and r.messages == []
