@@ -41,3 +41,6 @@ def plugins() -> None:
 
 
 # Subcommands defined in mqcore.commands.* are attached below, one line each.
+from mqcore.commands.bench import bench  # noqa: E402
+
+main.add_command(bench)
