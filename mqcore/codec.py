@@ -173,6 +173,35 @@ def _trailer(topic: str, properties: str) -> bytes:
     return b"".join((_U8.pack(len(tb)), tb, _U16.pack(len(pb)), pb))
 
 
+# Trailers (topic + property bytes) and tags codes repeat across batches: keep the last few
+# thousand so that a steady stream of similar messages skips re-encoding them. Plain dicts are
+# safe to share between threads under the GIL; they are cleared, not evicted, when full.
+_TRAILER_CACHE: dict[tuple[str, str], bytes] = {}
+_TAGS_CODE_CACHE: dict[str, int] = {}
+_CACHE_LIMIT = 4096
+
+
+def _cached_trailer(topic: str, text: str) -> bytes:
+    key = (topic, text)
+    trailer = _TRAILER_CACHE.get(key)
+    if trailer is None:
+        trailer = _trailer(topic, text)
+        if len(_TRAILER_CACHE) >= _CACHE_LIMIT:
+            _TRAILER_CACHE.clear()
+        _TRAILER_CACHE[key] = trailer
+    return trailer
+
+
+def _cached_tags_code(tags: str) -> int:
+    code = _TAGS_CODE_CACHE.get(tags)
+    if code is None:
+        code = string_hash_code(tags)
+        if len(_TAGS_CODE_CACHE) >= _CACHE_LIMIT:
+            _TAGS_CODE_CACHE.clear()
+        _TAGS_CODE_CACHE[tags] = code
+    return code
+
+
 def prepare(
     messages: Iterable[Message],
     born_timestamp: int,
@@ -187,39 +216,55 @@ def prepare(
     asked to, e.g. the schedule topic for delayed messages).
     """
     out: list[Prepared] = []
+    append = out.append
     crc32 = zlib.crc32
-    trailer_cache: dict[tuple[str, str], bytes] = {}
+    new = tuple.__new__
+    prepared_cls = Prepared
+    header_size = HEADER_SIZE
+    trailers = _TRAILER_CACHE
+    codes = _TAGS_CODE_CACHE
+    # This loop is the producer's hot path: locals only, no NamedTuple __new__ (a Python-level
+    # function), caches for the property trailer and the Java hash of the tag.
     for m in messages:
         body = m.body
-        if not isinstance(body, bytes):
+        if body.__class__ is not bytes and not isinstance(body, bytes):
             body = bytes(body)
         props = m.properties
         # Tags/keys/delay live in the property string; build it without an intermediate dict.
-        text = "".join(f"{k}\x01{v}\x02" for k, v in props.items()) if props else ""
+        text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
         tags = m.tags
         if tags:
             text += f"TAGS\x01{tags}\x02"
-        if m.keys:
-            text += f"KEYS\x01{m.keys}\x02"
+            code = codes.get(tags)
+            if code is None:
+                code = _cached_tags_code(tags)
+        else:
+            code = 0
+        keys = m.keys
+        if keys:
+            text += f"KEYS\x01{keys}\x02"
         if m.delay_level:
             text += f"DELAY\x01{m.delay_level}\x02"
-        key = (topic or m.topic, text)
-        trailer = trailer_cache.get(key)
+        t = topic or m.topic
+        trailer = trailers.get((t, text))
         if trailer is None:
-            trailer = trailer_cache[key] = _trailer(key[0], text)
-        out.append(
-            Prepared(
-                HEADER_SIZE + len(body) + len(trailer),
-                body,
-                trailer,
-                crc32(body) & 0x7FFFFFFF,
-                m.flag,
-                sys_flag,
-                born_timestamp,
-                reconsume_times,
-                0,
-                string_hash_code(tags) if tags else 0,
-                m.keys,
+            trailer = _cached_trailer(t, text)
+        append(
+            new(
+                prepared_cls,
+                (
+                    header_size + len(body) + len(trailer),
+                    body,
+                    trailer,
+                    crc32(body) & 0x7FFFFFFF,
+                    m.flag,
+                    sys_flag,
+                    born_timestamp,
+                    reconsume_times,
+                    0,
+                    code,
+                    keys,
+                ),
             )
         )
     return out
@@ -241,33 +286,35 @@ def pack(
     hpack = _HEADER.pack
     parts: list[bytes] = []
     append = parts.append
+    magic = MESSAGE_MAGIC_CODE
     phys = commitlog_offset
     qoff = queue_offset
-    for p in prepared:
+    # Unpacking the tuple beats NamedTuple attribute access in this per-message loop.
+    for size, body, trailer, crc, flag, sflag, born, recon, ptx, _code, _keys in prepared:
         append(
             hpack(
-                p.size,
-                MESSAGE_MAGIC_CODE,
-                p.body_crc,
+                size,
+                magic,
+                crc,
                 queue_id,
-                p.flag,
+                flag,
                 qoff,
                 phys,
-                p.sys_flag,
-                p.born_timestamp,
+                sflag,
+                born,
                 born_ip,
                 born_port,
                 store_timestamp,
                 store_ip,
                 store_port,
-                p.reconsume_times,
-                p.prepared_transaction_offset,
-                len(p.body),
+                recon,
+                ptx,
+                len(body),
             )
         )
-        append(p.body)
-        append(p.trailer)
-        phys += p.size
+        append(body)
+        append(trailer)
+        phys += size
         qoff += 1
     return b"".join(parts)
 
@@ -331,7 +378,9 @@ def check_record(
     size, magic = _MAGIC_AT.unpack_from(buf, pos)
     if magic == BLANK_MAGIC_CODE:
         if size < BLANK_SIZE or pos + size > limit:
-            raise CorruptRecordError(f"bad blank marker size {size} at offset {where}", offset=where)
+            raise CorruptRecordError(
+                f"bad blank marker size {size} at offset {where}", offset=where
+            )
         return BLANK, size
     if magic != MESSAGE_MAGIC_CODE:
         raise CorruptRecordError(
@@ -375,9 +424,7 @@ def check_record(
     return RECORD, size
 
 
-def decode(
-    buf: bytes | bytearray | memoryview, pos: int = 0, *, check: bool = False
-) -> MessageExt:
+def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, check: bool = False) -> MessageExt:
     """Decode the record at ``pos`` as a lazy :class:`MessageExt` (optionally validating it)."""
     if check:
         kind, _ = check_record(buf, pos)

@@ -221,6 +221,7 @@ class PullResult:
 # struct only so that message.py does not import codec (codec imports message).
 _HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
 HEADER_SIZE = _HEADER.size  # 88: everything up to and including the body length
+_BODY_LEN = struct.Struct(">i")
 
 
 class MessageExt:
@@ -230,12 +231,24 @@ class MessageExt:
     read. Build one with :func:`mqcore.codec.decode` (or ``MessageExt(record_bytes)``).
     """
 
-    __slots__ = ("_buf", "_h", "_meta")
+    __slots__ = ("_buf", "_hdr", "_meta", "_pos")
 
     def __init__(self, record: bytes | bytearray | memoryview, pos: int = 0) -> None:
+        if len(record) - pos < HEADER_SIZE or pos < 0:
+            _HEADER.unpack_from(record, pos)  # raises struct.error, as an eager unpack would
         self._buf = record
-        self._h: tuple[Any, ...] = (pos, *_HEADER.unpack_from(record, pos))
+        self._pos = pos
+        # The header is unpacked on first access: a consumer that only reads the body (or
+        # hands the record on) never pays for it.
+        self._hdr: tuple[Any, ...] | None = None
         self._meta: tuple[str, dict[str, str]] | None = None
+
+    @property
+    def _h(self) -> tuple[Any, ...]:
+        h = self._hdr
+        if h is None:
+            h = self._hdr = (self._pos, *_HEADER.unpack_from(self._buf, self._pos))
+        return h
 
     # header fields --------------------------------------------------------------------
     @property
@@ -312,8 +325,15 @@ class MessageExt:
     @property
     def body(self) -> bytes:
         """The message body (copied out of the record on each read)."""
-        start = self._h[0] + HEADER_SIZE
-        return bytes(self._buf[start : start + self._h[17]])
+        h = self._hdr
+        if h is None:
+            # Only the body length is needed: skip unpacking the whole header.
+            start = self._pos + HEADER_SIZE
+            size = _BODY_LEN.unpack_from(self._buf, start - 4)[0]
+        else:
+            start = h[0] + HEADER_SIZE
+            size = h[17]
+        return bytes(self._buf[start : start + size])
 
     @property
     def body_view(self) -> memoryview:
