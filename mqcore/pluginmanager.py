@@ -36,6 +36,7 @@ BUNDLED_PLUGINS: tuple[str, ...] = (
     "mqcore.plugins.allocate",
     "mqcore.plugins.allocate_consistent_hash",
     "mqcore.plugins.allocate_nearby",
+    "mqcore.plugins.store_lmdb",
 )
 
 ENV_DISABLE_AUTOLOAD = "MQCORE_DISABLE_PLUGIN_AUTOLOAD"

@@ -1,0 +1,164 @@
+"""The LMDB environment of one store: opening, automatic map growth, background sync.
+
+LMDB maps its file at a fixed size and refuses to grow past it (``MDB_MAP_FULL``). mqcore
+users never see that: a write transaction that runs out of map is aborted, the map is
+doubled and the transaction is replayed. A reader process whose map is smaller than the
+file the writer grew adopts the new size when it begins its next transaction.
+
+Flush modes map onto LMDB's own durability switches: SYNC_FLUSH commits with an fsync;
+ASYNC_FLUSH commits without one (``sync=False, metasync=False``) and a background thread
+syncs every ``flush_interval_ms``. A killed *process* loses nothing either way, because a
+committed transaction is already in the operating system's page cache; the interval only
+bounds what a machine crash can lose.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+import structlog
+
+from mqcore.errors import DiskFullError, StoreError
+from mqcore.plugins.store_lmdb import layout
+
+__all__ = ["Environment"]
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+_MAX_DBS = 8
+
+
+class Environment:
+    """One LMDB environment and its four sub-databases (see :mod:`.layout`)."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        read_only: bool,
+        sync: bool,
+        map_size: int,
+        max_readers: int,
+    ) -> None:
+        self.path = path
+        self.read_only = read_only
+        if read_only and not (path / "data.mdb").exists():
+            raise StoreError(
+                f"no LMDB store at {str(path)!r} (data.mdb is missing); open it once without "
+                f"read_only=True to create it"
+            )
+        try:
+            self.env = lmdb.open(
+                str(path),
+                map_size=map_size,
+                max_dbs=_MAX_DBS,
+                max_readers=max_readers,
+                readonly=read_only,
+                create=not read_only,
+                sync=sync,
+                metasync=sync,
+                lock=True,
+            )
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open LMDB store at {str(path)!r}: {exc}") from exc
+        self.log = self._open_db(layout.LOG_DB)
+        self.cq = self._open_db(layout.CQ_DB)
+        self.keyindex = self._open_db(layout.KEYINDEX_DB, dupsort=True)
+        self.meta = self._open_db(layout.META_DB)
+
+    def _open_db(self, name: bytes, *, dupsort: bool = False) -> Any:
+        try:
+            return self.env.open_db(name, create=not self.read_only, dupsort=dupsort)
+        except lmdb.NotFoundError as exc:
+            raise StoreError(
+                f"LMDB store at {str(self.path)!r} has no sub-database {name.decode()!r}; "
+                f"it was not created by mqcore or never finished opening"
+            ) from exc
+        except lmdb.MapFullError:
+            self.grow()
+            return self._open_db(name, dupsort=dupsort)
+
+    @property
+    def map_size(self) -> int:
+        """The current map size in bytes."""
+        return int(self.env.info()["map_size"])
+
+    def grow(self) -> None:
+        """Double the map. The caller must hold no transaction of this environment."""
+        old = self.map_size
+        self.env.set_mapsize(old * 2)
+        log.info("lmdb_map_grown", path=str(self.path), old_size=old, new_size=old * 2)
+
+    def begin(self) -> Any:
+        """A read transaction on the newest committed snapshot (adopting a grown map)."""
+        try:
+            return self.env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            # The writer (another process) grew the file beyond our map: adopt its size.
+            self.env.set_mapsize(0)
+            return self.env.begin(buffers=False)
+
+    def write(self, work: Callable[[Any], T]) -> T:
+        """Run ``work(txn)`` in one write transaction, growing the map until it fits."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    return work(txn)
+            except lmdb.MapFullError:
+                # The transaction was aborted by the context manager; replay it on a bigger map.
+                self.grow()
+            except lmdb.DiskError as exc:
+                raise DiskFullError(
+                    errno.ENOSPC,
+                    f"disk full while writing the LMDB store at {str(self.path)!r}; the last "
+                    f"batch was not stored, everything acknowledged before it is intact; free "
+                    f"space and retry",
+                ) from exc
+            except lmdb.Error as exc:
+                if getattr(exc, "code", 0) == errno.ENOSPC:
+                    raise DiskFullError(
+                        errno.ENOSPC,
+                        f"disk full while writing the LMDB store at {str(self.path)!r}; free "
+                        f"space and retry",
+                    ) from exc
+                raise StoreError(f"LMDB write to {str(self.path)!r} failed: {exc}") from exc
+
+    def sync(self) -> None:
+        """fsync everything committed so far."""
+        self.env.sync(True)
+
+    def close(self) -> None:
+        """Close the environment (transactions must be finished)."""
+        self.env.close()
+
+
+class Syncer:
+    """A background thread that syncs the environment every ``interval_ms`` (ASYNC_FLUSH)."""
+
+    def __init__(self, env: Environment, interval_ms: int) -> None:
+        self._env = env
+        self._interval = interval_ms / 1000.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"mqcore-lmdb-sync-{env.path.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._env.sync()
+            except lmdb.Error as exc:  # never kill the thread: the next round retries
+                log.warning("lmdb_sync_failed", path=str(self._env.path), error=str(exc))
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it (bounded)."""
+        self._stop.set()
+        self._thread.join(timeout=10.0)

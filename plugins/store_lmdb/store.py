@@ -1,0 +1,522 @@
+"""LmdbStore: the store contract (:class:`mqcore.store.Store`) on one LMDB environment.
+
+A ``put`` encodes its batch once with :func:`mqcore.codec.prepare` and :func:`~mqcore.codec.pack`
+(records are byte-identical to the mmap store's) and writes it in one write transaction:
+the records (appended to the commit log), one consume-queue unit per record, the key index
+and, for a new queue, its meta entry. LMDB commits a transaction atomically, so a killed
+writer leaves either the whole batch or none of it: there is no torn tail to cut.
+
+A writable store takes the directory's writer lock (:class:`mqcore.lockfile.StoreLock`).
+A ``read_only`` store reads one snapshot (a long-lived read transaction), a consistent
+prefix of what the writer committed, until :meth:`LmdbStore.refresh` starts a new one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from mqcore import codec
+from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreError
+from mqcore.interfaces import MessageFilter
+from mqcore.lockfile import StoreLock
+from mqcore.message import Message, MessageExt
+from mqcore.plugins.store_lmdb import layout
+from mqcore.plugins.store_lmdb.environment import Environment, Syncer
+from mqcore.store import DEFAULT_MAX_BYTES, FlushMode, GetResult, GetStatus, PutResult, RawGetResult
+
+__all__ = ["OPTIONS", "LmdbStore"]
+
+log = structlog.get_logger(__name__)
+
+#: Options accepted by :class:`LmdbStore`, with their defaults.
+OPTIONS: dict[str, Any] = {
+    "flush_mode": FlushMode.ASYNC_FLUSH,
+    "read_only": False,
+    "store_host": "127.0.0.1:10911",
+    "map_size": 64 * 1024 * 1024,
+    "flush_interval_ms": 500,
+    "max_readers": 126,
+}
+
+# Units a get may scan without finding a match before it returns NO_MATCHED_MSG; RocketMQ
+# bounds a filtered pull the same way (16000 bytes of consume queue = 800 units).
+_MAX_SCAN = 800
+
+_OFFSET = layout.OFFSET
+_UNIT_UNPACK = layout.CQ_UNIT.unpack
+_UNIT_PACK = layout.CQ_UNIT.pack
+_TIMESTAMP = struct.Struct(">q")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LmdbStore:
+    """The store contract on LMDB; open it with ``Kernel().open_store("lmdb", path, ...)``."""
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown option(s) {', '.join(map(repr, unknown))} for the lmdb store; "
+                f"valid options: {', '.join(sorted(OPTIONS))}"
+            )
+        opts = {**OPTIONS, **options}
+        self.path = Path(path)
+        try:
+            self.flush_mode = FlushMode.parse(opts["flush_mode"])
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        self.read_only = bool(opts["read_only"])
+        self.store_host = str(opts["store_host"])
+        self._host = codec.host_bytes(self.store_host)
+        # A message id is the store host in hex then the offset: build the host part once.
+        self._id_prefix = codec.make_message_id(*self._host, 0)[:-16]
+        map_size = _positive_int("map_size", opts["map_size"])
+        interval = _positive_int("flush_interval_ms", opts["flush_interval_ms"])
+        max_readers = _positive_int("max_readers", opts["max_readers"])
+
+        self._lock = threading.RLock()
+        self._closed = False
+        self._writer_lock: StoreLock | None = None
+        self._syncer: Syncer | None = None
+        self._snapshot: Any = None
+        self._queue_next: dict[bytes, int] = {}  # queue prefix -> next queue offset (writer)
+        self._born_hosts: dict[str, tuple[bytes, int]] = {}
+        if not self.read_only:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._writer_lock = StoreLock(self.path).acquire()
+        try:
+            self._env = Environment(
+                self.path,
+                read_only=self.read_only,
+                sync=self.flush_mode is FlushMode.SYNC_FLUSH,
+                map_size=map_size,
+                max_readers=max_readers,
+            )
+        except BaseException:
+            if self._writer_lock is not None:
+                self._writer_lock.release()
+            raise
+        if self.read_only:
+            self._snapshot = self._env.begin()
+            self._next_cl = 0
+            self._last_ts = 0
+        else:
+            self._next_cl, self._last_ts = self._env.write(self._recover)
+            if self.flush_mode is FlushMode.ASYNC_FLUSH:
+                self._syncer = Syncer(self._env, interval)
+        log.debug(
+            "lmdb_store_opened",
+            path=str(self.path),
+            read_only=self.read_only,
+            flush_mode=self.flush_mode.name,
+            commitlog_offset=self._next_cl,
+        )
+
+    def _recover(self, txn: Any) -> tuple[int, int]:
+        """Check the format version and find where the commit log ends."""
+        version = txn.get(layout.VERSION_KEY, db=self._env.meta)
+        if version is None:
+            txn.put(layout.VERSION_KEY, layout.FORMAT_VERSION, db=self._env.meta)
+        elif version != layout.FORMAT_VERSION:
+            raise StoreError(
+                f"LMDB store at {str(self.path)!r} has format version {version!r}; this "
+                f"mqcore reads version {layout.FORMAT_VERSION!r}"
+            )
+        cur = txn.cursor(db=self._env.log)
+        if not cur.last():
+            return 0, 0
+        record = cur.value()
+        end = _OFFSET.unpack(cur.key())[0] + len(record)
+        return end, _TIMESTAMP.unpack_from(record, codec.POS_STORE_TIMESTAMP)[0]
+
+    # -- writing ------------------------------------------------------------------------
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+    ) -> list[PutResult]:
+        """Append a batch to one queue in one write transaction; honours the flush mode."""
+        if self.read_only:
+            raise StoreError(f"store {str(self.path)!r} was opened read_only; it cannot put")
+        prefix = layout.queue_prefix(topic, queue_id)
+        if not messages:
+            return []
+        now = _now_ms()
+        prepared = codec.prepare(
+            messages,
+            now if born_timestamp is None else born_timestamp,
+            topic=topic,
+            reconsume_times=reconsume_times,
+        )
+        born = None
+        if born_host:
+            born = self._born_hosts.get(born_host)
+            if born is None:
+                born = self._born_hosts[born_host] = codec.host_bytes(born_host)
+        tprefix = prefix[:-4]
+        with self._lock:
+            self._check_open()
+            next_q = self._queue_next.get(prefix)
+            new_queue = False
+            if next_q is None:
+                next_q = self._load_queue_next(prefix)
+                new_queue = next_q == 0
+            start_cl = self._next_cl
+            # Store timestamps never go backwards, so offset_for_timestamp can bisect a queue.
+            ts = max(now, self._last_ts)
+            buf = memoryview(
+                codec.pack(
+                    prepared,
+                    queue_id=queue_id,
+                    queue_offset=next_q,
+                    commitlog_offset=start_cl,
+                    store_timestamp=ts,
+                    store_host=self._host,
+                    born_host=born,
+                )
+            )
+            log_items = []
+            cq_items = []
+            key_items = []
+            results = []
+            id_prefix = self._id_prefix
+            pos = 0
+            off = start_cl
+            q = next_q
+            for p in prepared:
+                size = p.size
+                key = _OFFSET.pack(off)
+                log_items.append((key, buf[pos : pos + size]))
+                cq_items.append((prefix + _OFFSET.pack(q), _UNIT_PACK(off, size, p.tags_code)))
+                if p.keys:
+                    for k in p.keys.split():
+                        key_items.append((layout.index_key(tprefix, k), key))
+                results.append(PutResult(f"{id_prefix}{off:016X}", q, off, ts, size))
+                pos += size
+                off += size
+                q += 1
+
+            env = self._env
+
+            def work(txn: Any) -> None:
+                txn.cursor(db=env.log).putmulti(log_items, append=True)
+                txn.cursor(db=env.cq).putmulti(cq_items)
+                if key_items:
+                    txn.cursor(db=env.keyindex).putmulti(key_items, dupdata=True)
+                if new_queue:
+                    txn.put(layout.QUEUE_META + prefix, b"", db=env.meta)
+
+            env.write(work)
+            self._next_cl = off
+            self._queue_next[prefix] = q
+            self._last_ts = ts
+        return results
+
+    def _load_queue_next(self, prefix: bytes) -> int:
+        with self._env.begin() as txn:
+            return self._queue_bounds(txn, prefix)[1]
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"LMDB store {str(self.path)!r} is closed")
+
+    def _txn(self) -> Any:
+        """A read transaction: the snapshot (read-only stores) or a fresh one (writers)."""
+        return self._snapshot if self.read_only else self._env.begin()
+
+    def _end_txn(self, txn: Any) -> None:
+        if not self.read_only:
+            txn.abort()
+
+    def _queue_bounds(self, txn: Any, prefix: bytes) -> tuple[int, int]:
+        """(min offset, max offset) of a queue; (0, 0) when it has no unit."""
+        cur = txn.cursor(db=self._env.cq)
+        plen = len(prefix)
+        if not cur.set_range(prefix):
+            return 0, 0
+        key = cur.key()
+        if key[:plen] != prefix:
+            return 0, 0
+        low = _OFFSET.unpack_from(key, plen)[0]
+        # The unit just before the next queue's first key is this queue's last.
+        after = prefix[:-4] + layout.QUEUE_ID.pack(layout.QUEUE_ID.unpack(prefix[-4:])[0] + 1)
+        if cur.set_range(after):
+            cur.prev()
+        else:
+            cur.last()
+        key = cur.key()
+        return low, _OFFSET.unpack_from(key, plen)[0] + 1
+
+    def _read(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        message_filter: MessageFilter | None,
+    ) -> tuple[GetStatus, list[bytes], int, int, int]:
+        prefix = layout.queue_prefix(topic, queue_id)
+        records: list[bytes] = []
+        with self._lock:
+            self._check_open()
+            txn = self._txn()
+            try:
+                low, high = self._queue_bounds(txn, prefix)
+                if high == 0:
+                    return GetStatus.NO_MESSAGE_IN_QUEUE, records, 0, low, high
+                if offset < low:
+                    return GetStatus.OFFSET_TOO_SMALL, records, low, low, high
+                if offset == high:
+                    return GetStatus.NO_NEW_MSG, records, offset, low, high
+                if offset > high:
+                    nxt = low if low == 0 else high
+                    return GetStatus.OFFSET_OVERFLOW_BADLY, records, nxt, low, high
+                cq = txn.cursor(db=self._env.cq)
+                cq.set_key(prefix + _OFFSET.pack(offset))
+                log_cur = txn.cursor(db=self._env.log)
+                scan_limit = min(high - offset, max(_MAX_SCAN, max_count))
+                tags_ok = message_filter.matches_tags_code if message_filter else None
+                props_ok = (
+                    message_filter.matches_properties
+                    if message_filter is not None and message_filter.uses_properties
+                    else None
+                )
+                total = 0
+                scanned = 0
+                expect = -1  # commit-log offset the log cursor's next record starts at
+                append = records.append
+                for value in cq.iternext(keys=False, values=True):
+                    cl, size, code = _UNIT_UNPACK(value)
+                    if records and (len(records) >= max_count or total + size > max_bytes):
+                        break
+                    scanned += 1
+                    if tags_ok is not None and not tags_ok(code):
+                        if scanned >= scan_limit:
+                            break
+                        continue
+                    # Records of one batch are adjacent in the log: step instead of seeking.
+                    if (cl == expect and log_cur.next()) or log_cur.set_key(_OFFSET.pack(cl)):
+                        record = log_cur.value()
+                    else:
+                        record = None
+                    expect = cl + size
+                    if record is not None and (
+                        props_ok is None or props_ok(codec.record_properties(record, 0))
+                    ):
+                        append(record)
+                        total += size
+                    if scanned >= scan_limit:
+                        break
+            finally:
+                self._end_txn(txn)
+        status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MSG
+        return status, records, offset + scanned, low, high
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> GetResult:
+        """Up to ``max_count`` messages from ``offset`` that pass ``message_filter``."""
+        status, records, nxt, low, high = self._read(
+            topic, queue_id, offset, max_count, max_bytes, message_filter
+        )
+        return GetResult(status, [MessageExt(r) for r in records], nxt, low, high)
+
+    def get_raw(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> RawGetResult:
+        """Like :meth:`get`, returning the encoded records as memoryviews (copied out of LMDB)."""
+        status, records, nxt, low, high = self._read(
+            topic, queue_id, offset, max_count, max_bytes, message_filter
+        )
+        return RawGetResult(status, [memoryview(r) for r in records], nxt, low, high)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest offset stored in the queue (0 for an empty queue)."""
+        return self._bounds(topic, queue_id)[0]
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Offset the next message of the queue will get."""
+        return self._bounds(topic, queue_id)[1]
+
+    def _bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        prefix = layout.queue_prefix(topic, queue_id)
+        with self._lock:
+            self._check_open()
+            txn = self._txn()
+            try:
+                return self._queue_bounds(txn, prefix)
+            finally:
+                self._end_txn(txn)
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset whose store timestamp is >= ``timestamp_ms`` (max offset if none)."""
+        prefix = layout.queue_prefix(topic, queue_id)
+        with self._lock:
+            self._check_open()
+            txn = self._txn()
+            try:
+                lo, hi = self._queue_bounds(txn, prefix)
+                cq_db, log_db = self._env.cq, self._env.log
+                # Store timestamps are non-decreasing along a queue: bisect on them.
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    unit = txn.get(prefix + _OFFSET.pack(mid), db=cq_db)
+                    record = txn.get(_OFFSET.pack(_UNIT_UNPACK(unit)[0]), db=log_db)
+                    ts = _TIMESTAMP.unpack_from(record, codec.POS_STORE_TIMESTAMP)[0]
+                    if ts < timestamp_ms:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                return lo
+            finally:
+                self._end_txn(txn)
+
+    def lookup(self, topic: str, key: str, max_count: int = 32) -> list[MessageExt]:
+        """Messages of ``topic`` carrying ``key`` (oldest first)."""
+        tprefix = layout.topic_prefix(topic)
+        out: list[MessageExt] = []
+        with self._lock:
+            self._check_open()
+            txn = self._txn()
+            try:
+                cur = txn.cursor(db=self._env.keyindex)
+                if not cur.set_key(layout.index_key(tprefix, key)):
+                    return out
+                log_db = self._env.log
+                for value in cur.iternext_dup():
+                    record = txn.get(value, db=log_db)
+                    if record is None:
+                        continue
+                    msg = MessageExt(record)
+                    # The index may hold a digest of a long key: confirm on the record.
+                    if key in msg.key_list:
+                        out.append(msg)
+                        if len(out) >= max_count:
+                            break
+            finally:
+                self._end_txn(txn)
+        return out
+
+    def message_at(self, commitlog_offset: int) -> MessageExt | None:
+        """The message whose record starts at ``commitlog_offset``, or ``None``."""
+        if commitlog_offset < 0:
+            return None
+        with self._lock:
+            self._check_open()
+            txn = self._txn()
+            try:
+                record = txn.get(_OFFSET.pack(commitlog_offset), db=self._env.log)
+            finally:
+                self._end_txn(txn)
+        return None if record is None else MessageExt(record)
+
+    def _queues(self, start: bytes) -> list[tuple[str, int]]:
+        out = []
+        with self._lock:
+            self._check_open()
+            txn = self._txn()
+            try:
+                cur = txn.cursor(db=self._env.meta)
+                if cur.set_range(start):
+                    for key in cur.iternext(keys=True, values=False):
+                        if not key.startswith(start):
+                            break
+                        out.append(layout.split_queue_meta_key(key))
+            finally:
+                self._end_txn(txn)
+        return out
+
+    def topics(self) -> list[str]:
+        """Topics with at least one queue in the store (sorted)."""
+        return sorted({topic for topic, _ in self._queues(layout.QUEUE_META)})
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of ``topic`` present in the store (sorted)."""
+        start = layout.QUEUE_META + layout.topic_prefix(topic)
+        return sorted(qid for _, qid in self._queues(start))
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything committed so far (a no-op for a read-only store)."""
+        with self._lock:
+            self._check_open()
+            if not self.read_only:
+                self._env.sync()
+
+    def refresh(self) -> None:
+        """Read-only stores: start a new snapshot that includes the writer's newer commits."""
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                self._snapshot.abort()
+                self._snapshot = None
+                self._snapshot = self._env.begin()
+
+    def close(self) -> None:
+        """Stop the background sync, sync, close the environment and release the lock."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._syncer is not None:
+                    self._syncer.stop()
+                if self._snapshot is not None:
+                    self._snapshot.abort()
+                    self._snapshot = None
+                if not self.read_only:
+                    self._env.sync()
+                self._env.close()
+            finally:
+                if self._writer_lock is not None:
+                    self._writer_lock.release()
+        log.debug("lmdb_store_closed", path=str(self.path))
+
+    def __enter__(self) -> LmdbStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read_only" if self.read_only else self.flush_mode.name
+        return f"LmdbStore({str(self.path)!r}, {mode})"
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgumentError(f"option {name}={value!r} must be a positive integer")
+    return value
