@@ -63,6 +63,7 @@ class BenchConfig:
     flush: str = "async"
     threads: int = 1
     pull_batch: int = 32  # RocketMQ's pullBatchSize
+    consume: bool = True  # read everything back after producing
     raw: bool = True  # also consume through get_raw
     data_dir: str | None = None
     store_options: dict[str, Any] = attrs.field(factory=dict)
@@ -440,8 +441,10 @@ def run_bench(
             elif counter is not None:
                 fsyncs = counter.count
         phases = {"produce": prod}
-        readers: list[tuple[str, Callable[..., Phase]]] = [("consume", consume)]
-        if config.raw:
+        readers: list[tuple[str, Callable[..., Phase]]] = []
+        if config.consume:
+            readers.append(("consume", consume))
+        if config.consume and config.raw:
             readers.append(("consume_raw", consume_raw))
         for name, reader in readers:
             parts = [
