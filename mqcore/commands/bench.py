@@ -91,6 +91,8 @@ def _print_table(result: BenchResult, show_rss: bool) -> None:
         console.print(f"puts/s: {data['puts_per_s']:,.0f}")
     if "fsyncs_per_s" in data:
         console.print(f"fsyncs: {data['fsyncs']:,}  fsyncs/s: {data['fsyncs_per_s']:,.0f}")
+    elif c.flush == "sync":
+        console.print("fsyncs/s: not measurable (the store syncs outside Python and counts none)")
     if show_rss:
         console.print(f"peak RSS: {result.peak_rss_mib:,.1f} MiB")
 
