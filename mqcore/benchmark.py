@@ -35,6 +35,7 @@ __all__ = [
     "BenchResult",
     "FsyncCounter",
     "Phase",
+    "RssSampler",
     "consume",
     "consume_raw",
     "message_pool",
@@ -65,6 +66,7 @@ class BenchConfig:
     pull_batch: int = 32  # RocketMQ's pullBatchSize
     consume: bool = True  # read everything back after producing
     raw: bool = True  # also consume through get_raw
+    rss: bool = False  # sample anonymous and file-backed RSS while running (Linux)
     data_dir: str | None = None
     store_options: dict[str, Any] = attrs.field(factory=dict)
 
@@ -97,6 +99,7 @@ class BenchResult:
     phases: dict[str, Phase]
     peak_rss_mib: float
     fsyncs: int | None = None
+    rss_peaks: dict[str, float] = attrs.field(factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The flat JSON object ``mqcore bench --json`` prints."""
@@ -126,6 +129,8 @@ class BenchResult:
             out["fsyncs"] = self.fsyncs
             out["fsyncs_per_s"] = round(self.fsyncs / produce_phase.seconds, 1)
         out["peak_rss_mib"] = round(self.peak_rss_mib, 1)
+        for name, value in self.rss_peaks.items():
+            out[f"peak_{name}_mib"] = round(value, 1)
         return out
 
 
@@ -343,6 +348,52 @@ def consume_raw(
     return Phase(phase, got, got * size, time.perf_counter() - t0)
 
 
+class RssSampler:
+    """Samples this process's resident memory from ``/proc/self/status`` in a thread.
+
+    ``ru_maxrss`` counts every resident page, file-backed ones included: pages of a mapped
+    store file that the kernel may drop at any time. The sampler tells the two apart:
+    peaks of ``rss_anon`` (heap: what the process really holds) and ``rss_file``.
+    """
+
+    FIELDS = {"RssAnon:": "rss_anon", "RssFile:": "rss_file"}
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        """Read the current values once and keep the peaks (no-op where /proc is missing)."""
+        try:
+            with open("/proc/self/status") as f:
+                lines = f.readlines()
+        except OSError:
+            return
+        for line in lines:
+            name = self.FIELDS.get(line.split(maxsplit=1)[0]) if line.strip() else None
+            if name is not None:
+                mib = int(line.split()[1]) / 1024  # the kernel reports kB
+                self.peaks[name] = max(self.peaks.get(name, 0.0), mib)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.sample()
+
+
 class FsyncCounter:
     """Counts ``os.fsync``/``os.fdatasync`` and ``mmap.mmap.flush`` calls while active.
 
@@ -419,6 +470,7 @@ def run_bench(
     count_fsyncs = flush_mode is FlushMode.SYNC_FLUSH
     with contextlib.ExitStack() as stack:
         counter = stack.enter_context(FsyncCounter()) if count_fsyncs else None
+        sampler = stack.enter_context(RssSampler()) if config.rss else None
         kernel = kernel or Kernel()
         if config.data_dir is None:
             path = Path(tempfile.mkdtemp(prefix="mqcore-bench-"))
@@ -478,4 +530,5 @@ def run_bench(
                 raise StoreError(
                     f"{name} read {phases[name].messages} messages, {prod.messages} were put"
                 )
-    return BenchResult(config, phases, peak_rss_mib(), fsyncs)
+    peaks = dict(sampler.peaks) if sampler is not None else {}
+    return BenchResult(config, phases, peak_rss_mib(), fsyncs, peaks)

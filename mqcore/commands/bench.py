@@ -94,7 +94,10 @@ def _print_table(result: BenchResult, show_rss: bool) -> None:
     elif c.flush == "sync":
         console.print("fsyncs/s: not measurable (the store syncs outside Python and counts none)")
     if show_rss:
-        console.print(f"peak RSS: {result.peak_rss_mib:,.1f} MiB")
+        parts = [f"peak RSS: {result.peak_rss_mib:,.1f} MiB"]
+        for name, value in result.rss_peaks.items():
+            parts.append(f"peak {name.replace('_', ' ')}: {value:,.1f} MiB")
+        console.print("  ".join(parts))
 
 
 @click.command()
@@ -156,7 +159,9 @@ def _print_table(result: BenchResult, show_rss: bool) -> None:
     default=None,
     help="Keep the store here instead of a temporary directory.",
 )
-@click.option("--rss", is_flag=True, help="Report the peak resident set size.")
+@click.option(
+    "--rss", is_flag=True, help="Report peak resident set size, and its anonymous/file parts."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object, no progress bar.")
 def bench(
     store_name: str,
@@ -182,6 +187,7 @@ def bench(
         pull_batch=pull_batch,
         raw=raw,
         data_dir=data_dir,
+        rss=rss,
     )
     try:
         if as_json:

@@ -156,6 +156,14 @@ def test_threads_in_sync_mode_report_puts_and_fsyncs(tmp_path: Path) -> None:
     assert (tmp_path / "kept" / "marker").exists()  # --data-dir is kept
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_rss_mode_reports_anonymous_and_file_peaks() -> None:
+    config = BenchConfig(store="bench_memory", messages=2000, size=512, rss=True)
+    data = run_bench(config, kernel=memory_kernel()).as_dict()
+    assert 1 < data["peak_rss_anon_mib"] <= data["peak_rss_mib"]
+    assert data["peak_rss_file_mib"] > 0  # the interpreter's own mapped files
+
+
 def test_temporary_directory_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[Path] = []
     real = MemoryStore.__init__
