@@ -1,0 +1,517 @@
+"""RocketMQ's IndexFile and IndexService: find commit-log offsets by ``topic#key``.
+
+Layout of one file in ``<root>/index/`` (RocketMQ's, big-endian), named by its creation time
+as ``yyyyMMddHHmmssSSS`` (UTC; names strictly increase):
+
+- a 40-byte header: begin timestamp 8, end timestamp 8, begin phy offset 8, end phy offset 8,
+  used hash slot count 4, index count 4 (starts at 1: entry 0 is never used);
+- ``max_hash_slots`` slots of 4 bytes: the number of the newest entry whose key hashes there;
+- ``max_index_count`` entries of 20 bytes: key hash 4, phy offset 8, time diff 4 (seconds
+  since the begin timestamp), previous entry in the same slot 4 (0 ends the chain).
+
+Key hash = ``abs(String.hashCode("topic#key"))`` (0 for ``Integer.MIN_VALUE``); slot = hash
+% slot count. A file takes ``max_index_count - 1`` entries, then a new file starts.
+
+API used by the store:
+
+- ``IndexService(root, max_hash_slots=5_000_000, max_index_count=20_000_000,
+  read_only=False)``; on open, entries written after the last header update (a killed
+  writer) are removed and their slots repaired.
+- ``put_keys(batch)``: ``batch`` is an iterable of ``(topic, keys, commitlog_offset,
+  store_timestamp)``, ``keys`` a sequence of key strings (empty ones are skipped). Records at
+  or below ``end_phy_offset`` are skipped (already indexed), so re-dispatching is harmless.
+  Records must come in commit-log order.
+- ``query(topic, key, max_count, begin_ts=0, end_ts=None) -> list[int]``: commit-log offsets,
+  **newest first**, no duplicates. Hashes collide: the store must re-check topic and keys.
+  Times are compared at the index's one-second resolution (as RocketMQ).
+- ``end_phy_offset`` / ``end_timestamp``: the last indexed record (-1 / 0 when none).
+- ``truncate(max_commitlog_offset)``: removes entries at/after a cut commit-log tail (recovery;
+  then re-put the records past the cut). ``delete_expired(min_commitlog_offset) -> int``:
+  deletes old files whose entries all point below (the newest file is kept).
+- ``refresh()`` (read-only openers), ``flush()``, ``close()``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import mmap
+import os
+import struct
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import attrs
+import structlog
+
+from mqcore.codec import string_hash_code
+from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
+
+__all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IndexService", "index_key_hash"]
+
+log = structlog.get_logger(__name__)
+
+HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, slot count, count
+HEADER_SIZE = HEADER.size  # 40
+ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), previous entry
+ENTRY_SIZE = ENTRY.size  # 20
+_SLOT = struct.Struct(">i")
+_SLOT_SIZE = _SLOT.size
+_INT_MAX = 0x7FFFFFFF
+
+
+def index_key_hash(topic: str, key: str) -> int:
+    """RocketMQ's indexKeyHashMethod over ``topic#key``: a non-negative 31-bit int."""
+    h = string_hash_code(f"{topic}#{key}")
+    return 0 if h == -(1 << 31) else abs(h)
+
+
+def _name_for(ms: int) -> str:
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    return stamp.strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
+
+
+def _ms_of(name: str) -> int:
+    stamp = dt.datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=dt.timezone.utc)
+    return int(stamp.timestamp()) * 1000 + int(name[14:])
+
+
+@attrs.define
+class _File:
+    """One index file's header, mirrored in memory (the writer's copy is authoritative)."""
+
+    path: Path
+    begin_ts: int = 0
+    end_ts: int = 0
+    begin_phy: int = 0
+    end_phy: int = 0
+    slot_count: int = 0
+    count: int = 1  # published: entries below it are complete
+
+    def header(self) -> bytes:
+        return HEADER.pack(
+            self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count
+        )
+
+    def load(self, raw: bytes) -> None:
+        fields = HEADER.unpack(raw)
+        self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, count = fields
+        self.count = max(1, count)
+
+    def time_matched(self, begin: int, end: int) -> bool:
+        """RocketMQ's isTimeMatched: the file's time range meets [begin, end]."""
+        return (
+            (begin < self.begin_ts and end > self.end_ts)
+            or self.begin_ts <= begin <= self.end_ts
+            or self.begin_ts <= end <= self.end_ts
+        )
+
+
+class IndexService:
+    """The key index over every index file; see the module docstring for the API."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        max_hash_slots: int = 5_000_000,
+        max_index_count: int = 20_000_000,
+        read_only: bool = False,
+        max_mapped_files: int = 2,
+    ) -> None:
+        if max_hash_slots < 1 or max_index_count < 2:
+            raise InvalidArgumentError(
+                f"need max_hash_slots >= 1 and max_index_count >= 2, got {max_hash_slots} "
+                f"and {max_index_count}"
+            )
+        self.directory = Path(root) / "index"
+        self.max_hash_slots = max_hash_slots
+        self.max_index_count = max_index_count
+        self.read_only = read_only
+        self.max_mapped_files = max(1, max_mapped_files)
+        self._entries_at = HEADER_SIZE + max_hash_slots * _SLOT_SIZE
+        self.file_size = self._entries_at + max_index_count * ENTRY_SIZE
+        self._files: list[_File] = []
+        self._maps: OrderedDict[Path, mmap.mmap] = OrderedDict()  # LRU, the last file excluded
+        self._tail: tuple[Path, mmap.mmap] | None = None
+        self._dirty: set[Path] = set()
+        self._lock = threading.Lock()  # guards _files, _maps, _tail, _dirty
+        self._closed = False
+        if not read_only:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    # --- files --------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        files = []
+        names = sorted(os.listdir(self.directory)) if self.directory.is_dir() else []
+        for name in names:
+            path = self.directory / name
+            if name.endswith(".tmp") and not self.read_only:
+                path.unlink()  # a file creation interrupted before its rename
+                continue
+            if len(name) != 17 or not name.isdigit():
+                continue
+            size = path.stat().st_size
+            if size != self.file_size:
+                raise StoreCorruptedError(
+                    f"index file {path} has {size} bytes, expected {self.file_size} "
+                    f"({self.max_hash_slots} slots, {self.max_index_count} entries); open "
+                    "with the sizes it was written with, or delete it to rebuild the index",
+                    path=str(path),
+                )
+            meta = _File(path)
+            with open(path, "rb") as fh:
+                meta.load(fh.read(HEADER_SIZE))
+            files.append(meta)
+        with self._lock:
+            self._files = files
+            self._maps.clear()
+            self._tail = None
+        if files and not self.read_only:
+            last = files[-1]
+            self._remove_entries(last, last.count, self._written_end(last))
+
+    def _open_map(self, path: Path) -> mmap.mmap | None:
+        try:
+            fd = os.open(path, os.O_RDONLY if self.read_only else os.O_RDWR)
+        except FileNotFoundError:
+            return None  # deleted by retention while a query looked it up
+        try:
+            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
+            return mmap.mmap(fd, self.file_size, access=access)
+        finally:
+            os.close(fd)
+
+    def _map(self, meta: _File) -> mmap.mmap | None:
+        with self._lock:
+            if self._tail is not None and self._tail[0] == meta.path:
+                return self._tail[1]
+            mm = self._maps.get(meta.path)
+            if mm is not None:
+                self._maps.move_to_end(meta.path)
+                return mm
+        mm = self._open_map(meta.path)
+        if mm is None:
+            return None
+        with self._lock:
+            if self._files and meta is self._files[-1] and not self.read_only:
+                self._tail = (meta.path, mm)  # the writer's file stays mapped
+            else:
+                self._maps[meta.path] = mm
+                while len(self._maps) > self.max_mapped_files:
+                    self._maps.popitem(last=False)  # unmapped once no view is alive
+        return mm
+
+    def _new_file(self) -> _File:
+        """Start a file after the last one (RocketMQ's getAndCreateLastIndexFile)."""
+        ms = int(time.time() * 1000)
+        if self._files:
+            ms = max(ms, _ms_of(self._files[-1].path.name) + 1)
+        path = self.directory / _name_for(ms)
+        meta = _File(path)
+        if self._files:
+            prev = self._files[-1]
+            meta.begin_phy = meta.end_phy = prev.end_phy
+            meta.begin_ts = meta.end_ts = prev.end_ts
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.truncate(self.file_size)
+            fh.write(meta.header())
+        os.replace(tmp, path)
+        with self._lock:
+            if self._tail is not None:
+                self._maps[self._tail[0]] = self._tail[1]
+                self._tail = None
+                while len(self._maps) > self.max_mapped_files:
+                    self._maps.popitem(last=False)
+            self._files.append(meta)
+        log.debug("index_file_created", path=str(path))
+        return meta
+
+    def _delete_file(self, meta: _File) -> None:
+        with self._lock:
+            self._files.remove(meta)
+            self._maps.pop(meta.path, None)
+            if self._tail is not None and self._tail[0] == meta.path:
+                self._tail = None
+            self._dirty.discard(meta.path)
+        try:
+            meta.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"index service on {self.directory} is closed")
+        if self.read_only:
+            raise InvalidArgumentError(
+                f"index on {self.directory} is open read-only; open it without "
+                "read_only=True to change it"
+            )
+
+    # --- tail repair --------------------------------------------------------------------
+
+    def _written_end(self, meta: _File) -> int:
+        """First entry number at/after ``count`` that is all zero (unpublished entries end)."""
+        mm = self._map(meta)
+        assert mm is not None
+        end = meta.count
+        zero = bytes(ENTRY_SIZE)
+        while end < self.max_index_count:
+            pos = self._entries_at + end * ENTRY_SIZE
+            if mm[pos : pos + ENTRY_SIZE] == zero:
+                break
+            end += 1
+        return end
+
+    def _remove_entries(self, meta: _File, keep: int, end: int) -> None:
+        """Remove entries [keep, end) of ``meta``: unlink them from their slots, zero them."""
+        if end <= keep and meta.count <= keep:
+            return
+        mm = self._map(meta)
+        assert mm is not None
+        for i in range(end - 1, keep - 1, -1):
+            key_hash, _, _, prev = ENTRY.unpack_from(mm, self._entries_at + i * ENTRY_SIZE)
+            slot_pos = HEADER_SIZE + (key_hash % self.max_hash_slots) * _SLOT_SIZE
+            if _SLOT.unpack_from(mm, slot_pos)[0] == i:
+                # Entries are removed newest first, so the slot head is always the newest.
+                restored = prev if 0 < prev < i else 0
+                _SLOT.pack_into(mm, slot_pos, restored)
+                if restored == 0 and i < meta.count:  # unpublished ones were never counted
+                    meta.slot_count = max(0, meta.slot_count - 1)
+        start = self._entries_at + keep * ENTRY_SIZE
+        mm[start : self._entries_at + end * ENTRY_SIZE] = bytes((end - keep) * ENTRY_SIZE)
+        meta.count = keep
+        if keep > 1:
+            _, phy, diff, _ = ENTRY.unpack_from(mm, self._entries_at + (keep - 1) * ENTRY_SIZE)
+            meta.end_phy = phy
+            # Only seconds survive: end where the last entry's second ends.
+            meta.end_ts = meta.begin_ts + diff * 1000 + 999
+        else:
+            meta.end_phy, meta.end_ts = meta.begin_phy, meta.begin_ts
+        mm[:HEADER_SIZE] = meta.header()
+        with self._lock:
+            self._dirty.add(meta.path)
+        log.info("index_entries_removed", path=str(meta.path), kept=keep, removed=end - keep)
+
+    # --- writing ------------------------------------------------------------------------
+
+    @property
+    def end_phy_offset(self) -> int:
+        """Commit-log offset of the last indexed record; -1 when nothing was indexed."""
+        for meta in reversed(self._files):
+            if meta.count > 1 or meta is not self._files[0]:
+                return meta.end_phy
+        return -1
+
+    @property
+    def end_timestamp(self) -> int:
+        """Store timestamp of the last indexed record (ms); 0 when nothing was indexed."""
+        return self._files[-1].end_ts if self.end_phy_offset >= 0 else 0
+
+    def put_keys(self, batch: Iterable[tuple[str, Sequence[str], int, int]]) -> int:
+        """Index ``(topic, keys, commitlog_offset, store_timestamp)`` records; returns entries.
+
+        Records at or below :attr:`end_phy_offset` are skipped (already indexed). The header
+        (and so what queries see) is updated once at the end of the batch.
+        """
+        self._check_writable()
+        last_phy = self.end_phy_offset
+        meta = self._files[-1] if self._files else self._new_file()
+        mm = self._map(meta)
+        assert mm is not None
+        slots, entries_at, limit = self.max_hash_slots, self._entries_at, self.max_index_count
+        count = meta.count
+        added = 0
+        unpack_slot, pack_slot, pack_entry = _SLOT.unpack_from, _SLOT.pack_into, ENTRY.pack_into
+        for topic, keys, phy, store_ts in batch:
+            if phy <= last_phy:
+                continue
+            last_phy = phy
+            for key in keys:
+                if not key:
+                    continue
+                if count >= limit:
+                    meta.count = count
+                    mm[:HEADER_SIZE] = meta.header()
+                    with self._lock:
+                        self._dirty.add(meta.path)
+                    meta = self._new_file()
+                    mm = self._map(meta)
+                    assert mm is not None
+                    count = meta.count
+                if count == 1:
+                    meta.begin_phy, meta.begin_ts = phy, store_ts
+                key_hash = index_key_hash(topic, key)
+                slot_pos = HEADER_SIZE + (key_hash % slots) * _SLOT_SIZE
+                prev = unpack_slot(mm, slot_pos)[0]
+                if prev <= 0 or prev >= count:
+                    prev = 0
+                    meta.slot_count += 1
+                diff = (store_ts - meta.begin_ts) // 1000 if meta.begin_ts > 0 else 0
+                diff = min(max(diff, 0), _INT_MAX)
+                # The entry (with its link) is complete before the slot points at it.
+                pack_entry(mm, entries_at + count * ENTRY_SIZE, key_hash, phy, diff, prev)
+                pack_slot(mm, slot_pos, count)
+                count += 1
+                added += 1
+                meta.end_phy, meta.end_ts = phy, store_ts
+        if added:
+            meta.count = count  # publish
+            mm[:HEADER_SIZE] = meta.header()
+            with self._lock:
+                self._dirty.add(meta.path)
+        return added
+
+    # --- reading ------------------------------------------------------------------------
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        max_count: int,
+        begin_ts: int = 0,
+        end_ts: int | None = None,
+    ) -> list[int]:
+        """Commit-log offsets of records indexed under ``topic#key``, newest first.
+
+        Candidates only: different keys may share a hash, so check each record's topic and
+        keys. ``begin_ts``/``end_ts`` bound the store time (ms, inclusive, one-second
+        resolution); files outside the range are not read.
+        """
+        if self._closed:
+            raise StoreClosedError(f"index service on {self.directory} is closed")
+        end = (1 << 63) - 1 if end_ts is None else end_ts
+        key_hash = index_key_hash(topic, key)
+        slot_pos = HEADER_SIZE + (key_hash % self.max_hash_slots) * _SLOT_SIZE
+        found: list[int] = []
+        seen: set[int] = set()
+        for meta in reversed(list(self._files)):
+            if len(found) >= max_count:
+                break
+            count = meta.count
+            if count > 1 and meta.time_matched(begin_ts, end):
+                self._select(meta, count, key_hash, slot_pos, begin_ts, end, max_count, found, seen)
+            if meta.begin_ts < begin_ts:
+                break  # older files only hold older entries
+        return found
+
+    def _select(
+        self,
+        meta: _File,
+        count: int,
+        key_hash: int,
+        slot_pos: int,
+        begin: int,
+        end: int,
+        max_count: int,
+        found: list[int],
+        seen: set[int],
+    ) -> None:
+        mm = self._map(meta)
+        if mm is None:
+            return
+        unpack_entry, entries_at, begin_file = ENTRY.unpack_from, self._entries_at, meta.begin_ts
+        at = _SLOT.unpack_from(mm, slot_pos)[0]
+        if at >= self.max_index_count:
+            return
+        while at > 0 and len(found) < max_count:
+            hash_read, phy, diff, prev = unpack_entry(mm, entries_at + at * ENTRY_SIZE)
+            if at < count:  # entries at/after count are being written: only follow them
+                if diff < 0:
+                    break
+                stamp = begin_file + diff * 1000
+                if hash_read == key_hash and begin <= stamp <= end and phy not in seen:
+                    seen.add(phy)
+                    found.append(phy)
+                if stamp < begin:
+                    break
+            if prev >= at:
+                break  # links always point back; anything else is damage
+            at = prev
+
+    # --- maintenance --------------------------------------------------------------------
+
+    def truncate(self, max_commitlog_offset: int) -> None:
+        """Remove every entry pointing at or past ``max_commitlog_offset`` (a cut tail)."""
+        self._check_writable()
+        while self._files:
+            meta = self._files[-1]
+            if meta.count > 1 and meta.begin_phy >= max_commitlog_offset:
+                if len(self._files) > 1:
+                    self._delete_file(meta)
+                    continue
+                self._remove_entries(meta, 1, meta.count)
+                break
+            if meta.count <= 1 or meta.end_phy < max_commitlog_offset:
+                break
+            mm = self._map(meta)
+            assert mm is not None
+            lo, hi = 1, meta.count  # phy offsets increase with the entry number
+            while lo < hi:
+                mid = (lo + hi) // 2
+                phy = ENTRY.unpack_from(mm, self._entries_at + mid * ENTRY_SIZE)[1]
+                if phy < max_commitlog_offset:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            self._remove_entries(meta, lo, meta.count)
+            break
+
+    def delete_expired(self, min_commitlog_offset: int) -> int:
+        """Delete the oldest files whose entries all point below ``min_commitlog_offset``.
+
+        RocketMQ's deleteExpiredFile: the newest file is always kept. Returns files deleted.
+        """
+        self._check_writable()
+        deleted = 0
+        for meta in list(self._files[:-1]):
+            if meta.end_phy >= min_commitlog_offset:
+                break
+            self._delete_file(meta)
+            deleted += 1
+        if deleted:
+            log.info("index_files_deleted", count=deleted, directory=str(self.directory))
+        return deleted
+
+    def refresh(self) -> None:
+        """Read-only openers: see files and entries another process added since."""
+        if self._closed:
+            raise StoreClosedError(f"index service on {self.directory} is closed")
+        self._load()
+
+    def flush(self) -> None:
+        """msync every file written since the last flush."""
+        if self._closed or self.read_only:
+            return
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+        for meta in list(self._files):
+            if meta.path in dirty:
+                mm = self._map(meta)
+                if mm is not None:
+                    mm.flush()
+
+    def close(self) -> None:
+        """Flush and unmap; safe to call twice."""
+        if self._closed:
+            return
+        self.flush()
+        self._closed = True
+        with self._lock:
+            maps = list(self._maps.values())
+            if self._tail is not None:
+                maps.append(self._tail[1])
+            self._maps.clear()
+            self._tail = None
+        for mm in maps:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a view is still alive; the map goes with its last reference
+
+    def __repr__(self) -> str:
+        return f"IndexService({str(self.directory)!r}, files={len(self._files)})"
