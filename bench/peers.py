@@ -7,7 +7,7 @@ everyone alike. Every run is kept and printed; the median of ``--runs`` is compa
 
     python bench/peers.py                       # 100,000 x 1 KiB, median of 3
     python bench/peers.py --json > results.json
-    python bench/peers.py --plot docs/benchmarks.png
+    python bench/peers.py --plot docs/benchmarks.png --save results.json --markdown
 
 Peers: SQLite in WAL mode (``synchronous=NORMAL``: no fsync per commit, like async flush)
 with one row or 1000 rows per transaction, consumed by ``SELECT`` of id ranges of 1000; raw
@@ -396,6 +396,39 @@ def print_tables(report: dict[str, Any]) -> None:
         )
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The two tables of :func:`print_tables` in Markdown, for docs/benchmarks.md."""
+    out = [
+        "| system | phase | messages | median msgs/s | median MB/s | runs (msgs/s) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for name, phases in report["results"].items():
+        count = report["messages_per_system"][name]
+        for phase, values in phases.items():
+            med = report["medians"][name][phase]
+            runs = ", ".join(f"{v:,.0f}" for v in values)
+            mb = med * report["size"] / 1e6
+            out.append(f"| {name} | {phase} | {count:,} | {med:,.0f} | {mb:,.1f} | {runs} |")
+    out += [
+        "",
+        "| mqcore figure | against | mqcore msgs/s | peer msgs/s | target | reached | result |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for row in report["ratios"]:
+        if row["reached"] is None:
+            cells = ["n/a", "n/a", f"{row['target']:.2f}x", "n/a", "not measured"]
+        else:
+            cells = [
+                f"{row['mqcore_msgs_per_s']:,.0f}",
+                f"{row['peer_msgs_per_s']:,.0f}",
+                f"{row['target']:.2f}x",
+                f"{row['reached']:.2f}x",
+                "pass" if row["pass"] else "**fail**",
+            ]
+        out.append(f"| {row['figure']} | {row['against']} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse options, run everything, print tables or JSON, optionally plot."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -411,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="run systems whose name contains this")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", metavar="PNG", help="save a bar chart of the medians")
+    parser.add_argument("--save", metavar="JSON", help="also write the JSON report to a file")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
     args = parser.parse_args(argv)
 
     def log(line: str) -> None:
@@ -443,8 +478,12 @@ def main(argv: list[str] | None = None) -> int:
 
         plot_medians(report, args.plot)
         log(f"plot saved to {args.plot}")
+    if args.save:
+        Path(args.save).write_text(json.dumps(report, indent=2) + "\n")
     if args.json:
         print(json.dumps(report, indent=2))
+    elif args.markdown:
+        print(markdown(report))
     else:
         print_tables(report)
     return 0
