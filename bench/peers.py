@@ -285,6 +285,18 @@ TARGETS = [
 # --- running and reporting ---------------------------------------------------------------
 
 
+def _os_name() -> str:
+    # Distribution and kernel version (without the kernel's local build suffix).
+    name = platform.system()
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                name = line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return f"{name}, {platform.system()} {platform.release().split('-')[0]}"
+
+
 def machine() -> dict[str, Any]:
     """CPU model, cores, RAM, Python and OS of this machine."""
     cpu = platform.processor() or platform.machine()
@@ -307,7 +319,7 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "ram_gib": round(ram, 1),
         "python": platform.python_version(),
-        "os": platform.platform(terse=True),
+        "os": _os_name(),
         "sqlite": sqlite3.sqlite_version,
     }
 
