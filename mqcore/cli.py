@@ -44,3 +44,7 @@ def plugins() -> None:
 from mqcore.commands.bench import bench  # noqa: E402
 
 main.add_command(bench)
+
+from mqcore.commands.allocate import allocate  # noqa: E402
+
+main.add_command(allocate)
