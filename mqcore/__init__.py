@@ -5,6 +5,8 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from mqcore import errors
+from mqcore.broker import Broker
+from mqcore.client import Producer, PullConsumer
 from mqcore.errors import (
     FilterExpressionError,
     MQError,
@@ -33,6 +35,9 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0.0.0"
 
 __all__ = [
+    "Broker",
+    "Producer",
+    "PullConsumer",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",

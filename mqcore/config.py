@@ -31,3 +31,44 @@ class KernelConfig:
     disabled_plugins: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
     autoload: bool | None = None
     options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class BrokerConfig:
+    """Settings of an embedded :class:`~mqcore.broker.Broker` (RocketMQ's names, snake case).
+
+    :param broker_name: name clients see in :class:`~mqcore.MessageQueue` (``brokerName``).
+    :param broker_ip: address written into records as the store host (``brokerIP1``).
+    :param listen_port: port written with it (``listenPort``).
+    :param auto_create_topic_enable: create unknown topics on first send with
+        ``default_topic_queue_nums`` queues. RocketMQ defaults to true for development; mqcore
+        defaults to false so that a typo in a topic name is an error, not a new topic.
+    :param max_message_size: largest body accepted, bytes (``maxMessageSize``, 4 MiB).
+    :param suspend_max_time_ms: how long a pull with nothing new is held (long polling).
+    :param channel_expired_timeout_ms: a client silent this long is dropped (120 s).
+    :param flush_consumer_offset_interval_ms: how often consumer offsets are persisted (5 s).
+    :param rebalance_lock_max_live_time_ms: queue locks of orderly consumers expire (60 s).
+    :param max_reconsume_times: sends back beyond this go to the DLQ (16).
+    :param store_options: extra options for the store plugin.
+    """
+
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    broker_ip: str = "127.0.0.1"
+    listen_port: int = 10911
+    auto_create_topic_enable: bool = False
+    default_topic_queue_nums: int = 4
+    max_message_size: int = 4 * 1024 * 1024
+    suspend_max_time_ms: int = 15_000
+    channel_expired_timeout_ms: int = 120_000
+    client_scan_interval_ms: int = 10_000
+    flush_consumer_offset_interval_ms: int = 5_000
+    rebalance_lock_max_live_time_ms: int = 60_000
+    max_reconsume_times: int = 16
+    store_options: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def store_host(self) -> str:
+        """``ip:port`` written into records and message ids."""
+        return f"{self.broker_ip}:{self.listen_port}"

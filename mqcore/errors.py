@@ -8,11 +8,18 @@ for unknown names) so that generic ``except`` clauses keep working.
 from __future__ import annotations
 
 __all__ = [
+    "BrokerClosedError",
     "BrokerError",
+    "MQClientError",
+    "MessageIllegalError",
+    "NoPermissionError",
+    "SendTimeoutError",
+    "TopicNotExistError",
     "CodecError",
     "CorruptRecordError",
     "DiskFullError",
     "DuplicateRegistrationError",
+    "FilterEvaluationError",
     "FilterExpressionError",
     "InvalidArgumentError",
     "MQError",
@@ -106,6 +113,14 @@ class FilterExpressionError(MQError, ValueError):
         self.column = column
 
 
+class FilterEvaluationError(MQError):
+    """A compiled filter could not evaluate one message (a property that is not a number...).
+
+    ``matches()`` never raises it: as on a RocketMQ broker, such a message does not match.
+    Only the three-valued ``evaluate()`` of the SQL92 filter lets it through, for diagnosis.
+    """
+
+
 # --- storage ---------------------------------------------------------------------------
 
 
@@ -143,3 +158,31 @@ class BrokerError(MQError):
     def __init__(self, message: str, *, code: int) -> None:
         super().__init__(message)
         self.code = code
+
+
+class BrokerClosedError(BrokerError):
+    """The broker was used after ``close()`` (RocketMQ's SERVICE_NOT_AVAILABLE)."""
+
+
+class TopicNotExistError(BrokerError):
+    """The topic does not exist on the broker and auto-creation is off (TOPIC_NOT_EXIST)."""
+
+
+class MessageIllegalError(BrokerError, ValueError):
+    """The message is invalid: bad topic name, empty or oversized body (MESSAGE_ILLEGAL)."""
+
+
+class NoPermissionError(BrokerError):
+    """The topic or broker does not permit the operation (NO_PERMISSION)."""
+
+
+class MQClientError(MQError):
+    """A client-side failure (RocketMQ's MQClientException); ``code`` says which, if known."""
+
+    def __init__(self, message: str, *, code: int = -1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SendTimeoutError(MQClientError, TimeoutError):
+    """A send did not complete within its timeout."""

@@ -19,3 +19,20 @@ def no_thread_leaks() -> Iterator[None]:
         if t.is_alive():
             leaked.append(t.name)
     assert not leaked, f"threads left running: {leaked}"
+
+
+def _test_stores() -> list[str]:
+    """Store backends to run store-dependent tests on (``MQCORE_TEST_STORES`` narrows them)."""
+    import os
+
+    from mqcore import Kernel
+
+    registered = Kernel(autoload=False).names("store")
+    wanted = [s.strip() for s in os.environ.get("MQCORE_TEST_STORES", "").split(",") if s.strip()]
+    return [s for s in registered if not wanted or s in wanted]
+
+
+@pytest.fixture(params=_test_stores())
+def store_name(request: pytest.FixtureRequest) -> str:
+    """Each store backend under test, by name."""
+    return str(request.param)

@@ -1,0 +1,20 @@
+"""The embedded broker: topics, send, long-polling pull, groups, offsets, send-back, locks."""
+
+from __future__ import annotations
+
+from mqcore.broker.broker import OPERATIONS, Broker, PullResponse, TopicRoute
+from mqcore.broker.clients import ConsumerData, SubscriptionData
+from mqcore.broker.codes import RequestCode, ResponseCode
+from mqcore.broker.topics import TopicConfig
+
+__all__ = [
+    "OPERATIONS",
+    "Broker",
+    "ConsumerData",
+    "PullResponse",
+    "RequestCode",
+    "ResponseCode",
+    "SubscriptionData",
+    "TopicConfig",
+    "TopicRoute",
+]

@@ -1,0 +1,611 @@
+"""The embedded broker: topics, send, long-polling pull, groups, offsets, send-back, locks.
+
+Every public operation corresponds to one RocketMQ request code (see :data:`OPERATIONS`), so
+the remoting server is a thin layer that decodes a frame and calls the same method.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import structlog
+
+from mqcore.broker.clients import ChangeListener, ConsumerData, ConsumerManager
+from mqcore.broker.codes import RequestCode, ResponseCode
+from mqcore.broker.locks import RebalanceLockManager
+from mqcore.broker.longpoll import PullWaiters
+from mqcore.broker.offsets import ConsumerOffsetManager
+from mqcore.broker.topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_RW,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TopicConfig,
+    TopicManager,
+    validate_group,
+    validate_topic,
+)
+from mqcore.codec import decode_message_id
+from mqcore.config import BrokerConfig
+from mqcore.errors import BrokerClosedError, BrokerError, MessageIllegalError
+from mqcore.kernel import Kernel
+from mqcore.message import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    Message,
+    MessageExt,
+    MessageModel,
+    MessageQueue,
+)
+from mqcore.store import GetStatus, PutResult
+
+__all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
+
+log = structlog.get_logger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: request code -> name of the Broker method that serves it
+OPERATIONS: dict[RequestCode, str] = {}
+
+
+def operation(*codes: RequestCode) -> Callable[[F], F]:
+    """Mark a Broker method as the handler of RocketMQ request ``codes``."""
+
+    def mark(func: F) -> F:
+        for code in codes:
+            OPERATIONS[code] = func.__name__
+        return func
+
+    return mark
+
+
+@attrs.frozen
+class PullResponse:
+    """Result of a pull as the broker answers it (RocketMQ's response code and header)."""
+
+    code: ResponseCode
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = attrs.field(factory=list)
+    records: list[memoryview] = attrs.field(factory=list)
+    suggest_which_broker_id: int = 0
+
+
+@attrs.frozen
+class TopicRoute:
+    """Where a topic's queues live (one broker, for the embedded case)."""
+
+    topic: str
+    broker_name: str
+    broker_addr: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+    def write_queues(self) -> list[MessageQueue]:
+        """Queues producers send to."""
+        return [MessageQueue(self.topic, self.broker_name, i) for i in range(self.write_queue_nums)]
+
+    def read_queues(self) -> list[MessageQueue]:
+        """Queues consumers pull from."""
+        return [MessageQueue(self.topic, self.broker_name, i) for i in range(self.read_queue_nums)]
+
+
+# GetStatus -> response code, as RocketMQ's PullMessageProcessor maps GetMessageStatus.
+_PULL_CODES = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.NO_MATCHED_MSG: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.NO_NEW_MSG: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    """A RocketMQ-style broker running in-process on a store plugin.
+
+    >>> with Broker("data", store="mmap") as broker:        # doctest: +SKIP
+    ...     broker.create_topic("T", queue_nums=8)
+
+    :param data_dir: directory holding ``store/`` (messages) and ``config/`` (topics, offsets).
+    :param store: name of a registered store plugin (``mmap``, ``lmdb``...).
+    :param kernel: the :class:`~mqcore.Kernel` whose plugins to use (a new one by default).
+    :param config: settings; or pass :class:`~mqcore.config.BrokerConfig` fields as keywords.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        store: str = "mmap",
+        *,
+        kernel: Kernel | None = None,
+        config: BrokerConfig | None = None,
+        **options: Any,
+    ) -> None:
+        self.config = config or BrokerConfig(**options)
+        self.kernel = kernel or Kernel()
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        store_options = {"store_host": self.config.store_host, **self.config.store_options}
+        self.store = self.kernel.open_store(store, self.data_dir / "store", **store_options)
+        self.store_name = store
+        try:
+            self.topics = TopicManager(self.data_dir / "config" / "topics.json")
+            self.offsets = ConsumerOffsetManager(self.data_dir / "config" / "consumerOffset.json")
+            self.offsets.load()
+        except BaseException:
+            self.store.close()
+            raise
+        self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
+        self.locks = RebalanceLockManager(self.config.rebalance_lock_max_live_time_ms)
+        self.waiters = PullWaiters()
+        self._closed = False
+        self._stop = threading.Event()
+        self._housekeeper = threading.Thread(
+            target=self._housekeeping, name=f"mqcore-broker-{self.config.broker_name}", daemon=True
+        )
+        self._housekeeper.start()
+        log.info(
+            "broker_started", broker=self.config.broker_name, store=store, data_dir=str(data_dir)
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._closed
+
+    def close(self) -> None:
+        """Wake held pulls, persist offsets, stop background work and close the store."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self.waiters.close()
+        self._housekeeper.join(timeout=10)
+        try:
+            self.offsets.persist()
+        finally:
+            self.store.close()
+        log.info("broker_stopped", broker=self.config.broker_name)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosedError(
+                f"broker {self.config.broker_name} is closed",
+                code=ResponseCode.SERVICE_NOT_AVAILABLE,
+            )
+
+    def _housekeeping(self) -> None:
+        offsets_every = self.config.flush_consumer_offset_interval_ms / 1000
+        scan_every = self.config.client_scan_interval_ms / 1000
+        next_offsets = time.monotonic() + offsets_every
+        next_scan = time.monotonic() + scan_every
+        while not self._stop.wait(min(offsets_every, scan_every, 1.0)):
+            now = time.monotonic()
+            try:
+                if now >= next_offsets:
+                    next_offsets = now + offsets_every
+                    self.offsets.persist()
+                if now >= next_scan:
+                    next_scan = now + scan_every
+                    self.consumers.scan_expired()
+            except Exception:  # keep housekeeping alive; the next round retries
+                log.exception("broker_housekeeping_failed")
+
+    # -- topics ------------------------------------------------------------------------------
+
+    @operation(RequestCode.UPDATE_AND_CREATE_TOPIC)
+    def create_topic(
+        self,
+        name: str,
+        queue_nums: int | None = None,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int = PERM_RW,
+        order: bool = False,
+    ) -> TopicConfig:
+        """Create or update a topic (``queue_nums`` sets both read and write queue counts)."""
+        self._check_open()
+        n = queue_nums if queue_nums is not None else self.config.default_topic_queue_nums
+        cfg = TopicConfig(
+            topic_name=name,
+            read_queue_nums=read_queue_nums if read_queue_nums is not None else n,
+            write_queue_nums=write_queue_nums if write_queue_nums is not None else n,
+            perm=perm,
+            order=order,
+        )
+        return self.topics.put(cfg)
+
+    update_topic = create_topic
+
+    @operation(RequestCode.DELETE_TOPIC_IN_BROKER)
+    def delete_topic(self, name: str) -> bool:
+        """Remove a topic and its consumer offsets; stored messages age out with retention."""
+        self._check_open()
+        found = self.topics.delete(name)
+        self.offsets.remove_topic(name)
+        return found
+
+    @operation(RequestCode.GET_ALL_TOPIC_CONFIG)
+    def list_topics(self) -> list[TopicConfig]:
+        """Every topic's config."""
+        self._check_open()
+        return self.topics.all()
+
+    @operation(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+    def get_route_info_by_topic(self, topic: str) -> TopicRoute:
+        """Queues of ``topic`` (creating it first when auto-creation is on)."""
+        self._check_open()
+        cfg = self.topics.get(topic)
+        if cfg is None and self.config.auto_create_topic_enable:
+            validate_topic(topic)
+            cfg = self.topics.ensure(topic, self.config.default_topic_queue_nums)
+        if cfg is None:
+            cfg = self.topics.require(topic)  # raises TOPIC_NOT_EXIST
+        return TopicRoute(
+            topic=topic,
+            broker_name=self.config.broker_name,
+            broker_addr=self.config.store_host,
+            read_queue_nums=cfg.read_queue_nums,
+            write_queue_nums=cfg.write_queue_nums,
+            perm=cfg.perm,
+        )
+
+    # -- send --------------------------------------------------------------------------------
+
+    def _check_messages(self, topic: str, messages: Sequence[Message]) -> None:
+        if not messages:
+            raise MessageIllegalError("no message to send", code=ResponseCode.MESSAGE_ILLEGAL)
+        limit = self.config.max_message_size
+        for m in messages:
+            if m.topic != topic:
+                raise MessageIllegalError(
+                    f"a batch goes to one topic: {m.topic!r} differs from {topic!r}",
+                    code=ResponseCode.MESSAGE_ILLEGAL,
+                )
+            if len(m.body) > limit:
+                raise MessageIllegalError(
+                    f"the message body size {len(m.body)} is over the max value {limit}",
+                    code=ResponseCode.MESSAGE_ILLEGAL,
+                )
+
+    @operation(
+        RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE
+    )
+    def send_message(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        producer_group: str = "",
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+    ) -> list[PutResult]:
+        """Store a batch in one queue of ``topic``; returns where each message was stored."""
+        self._check_open()
+        validate_topic(topic)
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise MessageIllegalError(
+                f"Sending message to topic[{topic}] is forbidden.", code=ResponseCode.NO_PERMISSION
+            )
+        cfg = self.topics.get(topic)
+        if cfg is None and (
+            self.config.auto_create_topic_enable or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        ):
+            cfg = self.topics.ensure(
+                topic, 1 if topic.startswith("%") else self.config.default_topic_queue_nums
+            )
+        if cfg is None or not cfg.writable:
+            cfg = self.topics.require(topic, write=True)
+        if not 0 <= queue_id < cfg.write_queue_nums:
+            raise BrokerError(
+                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"writeQueueNums:[{cfg.write_queue_nums}]",
+                code=ResponseCode.SYSTEM_ERROR,
+            )
+        self._check_messages(topic, messages)
+        results: list[PutResult] = self.store.put(
+            topic,
+            queue_id,
+            messages,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+            reconsume_times=reconsume_times,
+        )
+        self.waiters.notify((topic, queue_id))
+        self.kernel.hook.mqcore_messages_stored(topic=topic, queue_id=queue_id, results=results)
+        return results
+
+    # -- pull --------------------------------------------------------------------------------
+
+    def _message_filter(self, sub_expression: str | None, expression_type: str) -> Any:
+        if expression_type.upper() == "TAG" and (sub_expression or "*").strip() in ("", "*"):
+            return None
+        return self.kernel.filter(expression_type, sub_expression)
+
+    def _get(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_msg_nums: int,
+        flt: Any,
+        raw: bool,
+    ) -> PullResponse:
+        if raw:
+            got: Any = self.store.get_raw(
+                topic, queue_id, queue_offset, max_count=max_msg_nums, message_filter=flt
+            )
+            items: dict[str, Any] = {"records": got.records}
+        else:
+            got = self.store.get(
+                topic, queue_id, queue_offset, max_count=max_msg_nums, message_filter=flt
+            )
+            items = {"messages": got.messages}
+        if got.status is GetStatus.NO_MESSAGE_IN_QUEUE:
+            code = (
+                ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+            )
+        else:
+            code = _PULL_CODES[got.status]
+        return PullResponse(code, got.next_offset, got.min_offset, got.max_offset, **items)
+
+    @operation(RequestCode.PULL_MESSAGE)
+    def pull_message(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_msg_nums: int = 32,
+        *,
+        sub_expression: str | None = "*",
+        expression_type: str = "TAG",
+        suspend_timeout_ms: int | None = None,
+        commit_offset: int | None = None,
+        client_host: str = "",
+        raw: bool = False,
+    ) -> PullResponse:
+        """Read up to ``max_msg_nums`` messages from one queue.
+
+        With ``suspend_timeout_ms``, a pull that finds nothing new is held until a message
+        arrives for the queue (it returns at once) or the timeout passes (long polling).
+        ``commit_offset`` also commits the group's offset, as RocketMQ's pull does.
+        """
+        self._check_open()
+        cfg = self.topics.require(topic, read=True)
+        if not 0 <= queue_id < cfg.read_queue_nums:
+            raise BrokerError(
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"readQueueNums:[{cfg.read_queue_nums}] consumer:[{client_host}]",
+                code=ResponseCode.SYSTEM_ERROR,
+            )
+        flt = self._message_filter(sub_expression, expression_type)
+        if commit_offset is not None and commit_offset >= 0:
+            self.offsets.commit_offset(client_host, consumer_group, topic, queue_id, commit_offset)
+        resp = self._get(topic, queue_id, queue_offset, max_msg_nums, flt, raw)
+        if resp.code is ResponseCode.PULL_NOT_FOUND and suspend_timeout_ms:
+            store = self.store
+            arrived = self.waiters.wait_for(
+                (topic, queue_id),
+                lambda: self._closed or store.max_offset(topic, queue_id) > queue_offset,
+                suspend_timeout_ms / 1000,
+            )
+            if arrived and not self._closed:
+                resp = self._get(topic, queue_id, queue_offset, max_msg_nums, flt, raw)
+        return resp
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    @operation(RequestCode.QUERY_CONSUMER_OFFSET)
+    def query_consumer_offset(self, consumer_group: str, topic: str, queue_id: int) -> int:
+        """The group's committed offset, or -1 (QUERY_NOT_FOUND).
+
+        As RocketMQ: with nothing committed and the queue's first message still stored
+        (min offset 0), the answer is 0, so a new group reads the queue from its start.
+        """
+        self._check_open()
+        offset = self.offsets.query_offset(consumer_group, topic, queue_id)
+        if offset >= 0:
+            return int(offset)
+        return 0 if self.store.min_offset(topic, queue_id) <= 0 else -1
+
+    @operation(RequestCode.UPDATE_CONSUMER_OFFSET)
+    def update_consumer_offset(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        commit_offset: int,
+        client_host: str = "",
+    ) -> None:
+        """Commit the group's next offset to consume in the queue."""
+        self._check_open()
+        self.offsets.commit_offset(client_host, consumer_group, topic, queue_id, commit_offset)
+
+    @operation(RequestCode.GET_MIN_OFFSET)
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest offset stored in the queue."""
+        self._check_open()
+        return int(self.store.min_offset(topic, queue_id))
+
+    @operation(RequestCode.GET_MAX_OFFSET, RequestCode.QUERY_BROKER_OFFSET)
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last offset of the queue."""
+        self._check_open()
+        return int(self.store.max_offset(topic, queue_id))
+
+    @operation(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """First offset stored at or after ``timestamp`` (ms)."""
+        self._check_open()
+        return int(self.store.offset_for_timestamp(topic, queue_id, timestamp))
+
+    @operation(RequestCode.GET_EARLIEST_MSG_STORETIME)
+    def get_earliest_msg_storetime(self, topic: str, queue_id: int) -> int:
+        """Store time of the oldest message of the queue, or -1 when it is empty."""
+        self._check_open()
+        got = self.store.get(topic, queue_id, self.store.min_offset(topic, queue_id), max_count=1)
+        return got.messages[0].store_timestamp if got.messages else -1
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @operation(RequestCode.QUERY_MESSAGE)
+    def query_message(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 32,
+        begin_timestamp: int = 0,
+        end_timestamp: int = 2**63 - 1,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` whose keys include ``key``, stored within the time range."""
+        self._check_open()
+        found = self.store.lookup(topic, key, max_num)
+        return [m for m in found if begin_timestamp <= m.store_timestamp <= end_timestamp]
+
+    @operation(RequestCode.VIEW_MESSAGE_BY_ID)
+    def view_message_by_id(self, msg_id: str) -> MessageExt:
+        """The message with RocketMQ message id ``msg_id`` (store host + commit-log offset)."""
+        self._check_open()
+        _, offset = decode_message_id(msg_id)
+        msg = self.store.message_at(offset)
+        if msg is None:
+            raise BrokerError(f"no message with id {msg_id}", code=ResponseCode.QUERY_NOT_FOUND)
+        return msg
+
+    # -- consumer groups ---------------------------------------------------------------------
+
+    @operation(RequestCode.HEART_BEAT)
+    def heartbeat(
+        self,
+        client_id: str,
+        consumer_data: Iterable[ConsumerData] = (),
+        producer_groups: Iterable[str] = (),
+        listener: ChangeListener | None = None,
+    ) -> None:
+        """Register (or refresh) a client and its subscriptions.
+
+        ``listener(group)`` is called when the membership of one of its groups changes
+        (RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED).
+        """
+        self._check_open()
+        for group in producer_groups:
+            validate_group(group)
+        for data in consumer_data:
+            validate_group(data.group_name)
+            if data.message_model is MessageModel.CLUSTERING:
+                # As RocketMQ: each clustering group gets its retry topic on first heartbeat.
+                self.topics.ensure(RETRY_GROUP_TOPIC_PREFIX + data.group_name, 1)
+            self.consumers.register(client_id, data, listener)
+
+    @operation(RequestCode.UNREGISTER_CLIENT)
+    def unregister_client(self, client_id: str, consumer_group: str | None = None) -> None:
+        """Remove a client from its group (it shut down)."""
+        self._check_open()
+        if consumer_group:
+            self.consumers.unregister(client_id, consumer_group)
+
+    @operation(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
+    def get_consumer_list_by_group(self, consumer_group: str) -> list[str]:
+        """Client ids of the group's live members, sorted."""
+        self._check_open()
+        return self.consumers.client_ids(consumer_group)
+
+    # -- retry -------------------------------------------------------------------------------
+
+    @operation(RequestCode.CONSUMER_SEND_MSG_BACK)
+    def consumer_send_msg_back(
+        self,
+        group: str,
+        offset: int,
+        delay_level: int = 0,
+        origin_msg_id: str | None = None,
+        origin_topic: str | None = None,
+        max_reconsume_times: int | None = None,
+    ) -> PutResult:
+        """Send a message a consumer failed to process back for a later retry.
+
+        It goes to ``%RETRY%<group>`` with delay level ``3 + reconsume_times`` (unless one is
+        given), or to ``%DLQ%<group>`` once it was retried ``max_reconsume_times`` times or
+        ``delay_level`` is negative. Timed delivery of the delay comes with the delay scheduler.
+        """
+        self._check_open()
+        validate_group(group)
+        msg = self.store.message_at(offset)
+        if msg is None:
+            raise BrokerError(
+                f"look message by offset failed, {offset}", code=ResponseCode.SYSTEM_ERROR
+            )
+        limit = (
+            self.config.max_reconsume_times if max_reconsume_times is None else max_reconsume_times
+        )
+        props = msg.properties
+        props.setdefault(PROPERTY_RETRY_TOPIC, origin_topic or msg.topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin_msg_id or msg.msg_id)
+        times = msg.reconsume_times
+        if times >= limit or delay_level < 0:
+            topic = DLQ_GROUP_TOPIC_PREFIX + group
+            delay_level = 0
+        else:
+            topic = RETRY_GROUP_TOPIC_PREFIX + group
+            delay_level = delay_level or 3 + times
+        self.topics.ensure(topic, 1)
+        retry = Message(
+            topic=topic,
+            body=msg.body,
+            tags=msg.tags,
+            keys=msg.keys,
+            properties=props,
+            flag=msg.flag,
+            delay_level=delay_level,
+        )
+        result = self.store.put(
+            topic, 0, [retry], born_timestamp=msg.born_timestamp, reconsume_times=times + 1
+        )[0]
+        self.waiters.notify((topic, 0))
+        log.info("message_sent_back", group=group, topic=topic, reconsume_times=times + 1)
+        return result
+
+    # -- orderly consumption -----------------------------------------------------------------
+
+    @operation(RequestCode.LOCK_BATCH_MQ)
+    def lock_batch_mq(
+        self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> set[MessageQueue]:
+        """Lock queues for ``client_id``; returns the ones it now holds."""
+        self._check_open()
+        return self.locks.try_lock_batch(consumer_group, mqs, client_id)
+
+    @operation(RequestCode.UNLOCK_BATCH_MQ)
+    def unlock_batch_mq(
+        self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> None:
+        """Release queue locks held by ``client_id``."""
+        self._check_open()
+        self.locks.unlock_batch(consumer_group, mqs, client_id)

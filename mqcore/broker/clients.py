@@ -1,0 +1,144 @@
+"""Consumer groups on the broker: heartbeats, subscriptions, expiry and change notifications."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import attrs
+import structlog
+
+from mqcore.message import ConsumeFromWhere, MessageModel
+
+__all__ = ["ConsumerData", "ConsumerManager", "SubscriptionData"]
+
+log = structlog.get_logger(__name__)
+
+#: Called with the group whose membership changed (the embedded form of RocketMQ's
+#: NOTIFY_CONSUMER_IDS_CHANGED request; the remoting server sends that request instead).
+ChangeListener = Callable[[str], None]
+
+
+@attrs.frozen(kw_only=True)
+class SubscriptionData:
+    """One topic a consumer subscribes to, with its filter expression."""
+
+    topic: str
+    sub_string: str = "*"
+    expression_type: str = "TAG"
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerData:
+    """What a consumer reports for one group in its heartbeat."""
+
+    group_name: str
+    consume_type: str = "CONSUME_PASSIVELY"  # push; pull consumers say CONSUME_ACTIVELY
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+    subscriptions: tuple[SubscriptionData, ...] = attrs.field(default=(), converter=tuple)
+
+
+@attrs.define
+class _Client:
+    client_id: str
+    last_update_ms: int
+    listener: ChangeListener | None
+
+
+@attrs.define
+class _Group:
+    data: ConsumerData
+    clients: dict[str, _Client] = attrs.field(factory=dict)
+
+
+class ConsumerManager:
+    """Who is in each consumer group, and what they subscribe to."""
+
+    def __init__(self, channel_expired_timeout_ms: int = 120_000) -> None:
+        self.channel_expired_timeout_ms = channel_expired_timeout_ms
+        self._lock = threading.Lock()
+        self._groups: dict[str, _Group] = {}
+
+    def register(
+        self,
+        client_id: str,
+        data: ConsumerData,
+        listener: ChangeListener | None = None,
+        now_ms: int | None = None,
+    ) -> bool:
+        """Record a heartbeat; returns True (and notifies the group) when membership changed."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            group = self._groups.get(data.group_name)
+            if group is None:
+                group = self._groups[data.group_name] = _Group(data)
+            group.data = data
+            client = group.clients.get(client_id)
+            changed = client is None
+            if client is None:
+                group.clients[client_id] = _Client(client_id, now, listener)
+            else:
+                client.last_update_ms = now
+                if listener is not None:
+                    client.listener = listener
+        if changed:
+            log.info("consumer_registered", group=data.group_name, client_id=client_id)
+            self._notify(data.group_name)
+        return changed
+
+    def unregister(self, client_id: str, group_name: str) -> bool:
+        """Remove a client from a group; notifies the rest when it was a member."""
+        with self._lock:
+            group = self._groups.get(group_name)
+            removed = group is not None and group.clients.pop(client_id, None) is not None
+        if removed:
+            log.info("consumer_unregistered", group=group_name, client_id=client_id)
+            self._notify(group_name)
+        return removed
+
+    def client_ids(self, group_name: str) -> list[str]:
+        """The group's live client ids, sorted."""
+        with self._lock:
+            group = self._groups.get(group_name)
+            return sorted(group.clients) if group else []
+
+    def group_data(self, group_name: str) -> ConsumerData | None:
+        """The latest heartbeat data of the group."""
+        with self._lock:
+            group = self._groups.get(group_name)
+            return group.data if group else None
+
+    def groups(self) -> list[str]:
+        """Groups with at least one client."""
+        with self._lock:
+            return sorted(name for name, g in self._groups.items() if g.clients)
+
+    def scan_expired(self, now_ms: int | None = None) -> list[tuple[str, str]]:
+        """Drop clients silent for longer than the expiry; returns (group, client id) pairs."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        dropped: list[tuple[str, str]] = []
+        with self._lock:
+            for name, group in self._groups.items():
+                for cid, client in list(group.clients.items()):
+                    if now - client.last_update_ms > self.channel_expired_timeout_ms:
+                        del group.clients[cid]
+                        dropped.append((name, cid))
+        for name, cid in dropped:
+            log.warning("consumer_expired", group=name, client_id=cid)
+        for name in {name for name, _ in dropped}:
+            self._notify(name)
+        return dropped
+
+    def _notify(self, group_name: str) -> None:
+        with self._lock:
+            group = self._groups.get(group_name)
+            listeners: Iterable[ChangeListener] = (
+                [c.listener for c in group.clients.values() if c.listener] if group else []
+            )
+        for listener in listeners:
+            try:
+                listener(group_name)
+            except Exception:  # a client's callback must not break the broker
+                log.exception("consumer_ids_changed_listener_failed", group=group_name)

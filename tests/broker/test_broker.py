@@ -1,0 +1,224 @@
+"""The embedded broker: topics, send, pull statuses, long polling, groups, send-back, locks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mqcore import Broker, Message, MessageQueue
+from mqcore.broker import OPERATIONS, ConsumerData, RequestCode, ResponseCode
+from mqcore.errors import (
+    BrokerClosedError,
+    BrokerError,
+    MessageIllegalError,
+    TopicNotExistError,
+)
+
+
+@pytest.fixture
+def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
+    with Broker(tmp_path / "b", store=store_name, suspend_max_time_ms=2000) as b:
+        b.create_topic("T", queue_nums=4)
+        yield b
+
+
+def _send(b: Broker, n: int, queue_id: int = 0, topic: str = "T", **kw: str) -> list:  # type: ignore[type-arg]
+    return b.send_message(
+        topic, queue_id, [Message(topic=topic, body=b"m%d" % i, **kw) for i in range(n)]
+    )
+
+
+def test_every_request_code_has_an_operation() -> None:
+    for code in (
+        RequestCode.SEND_MESSAGE,
+        RequestCode.PULL_MESSAGE,
+        RequestCode.HEART_BEAT,
+        RequestCode.UNREGISTER_CLIENT,
+        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        RequestCode.GET_MIN_OFFSET,
+        RequestCode.GET_MAX_OFFSET,
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+        RequestCode.QUERY_MESSAGE,
+        RequestCode.VIEW_MESSAGE_BY_ID,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        RequestCode.LOCK_BATCH_MQ,
+        RequestCode.UNLOCK_BATCH_MQ,
+    ):
+        assert hasattr(Broker, OPERATIONS[code])
+
+
+def test_topics_persist_across_restart(tmp_path: Path, store_name: str) -> None:
+    with Broker(tmp_path, store=store_name) as b:
+        b.create_topic("A", queue_nums=3)
+        b.create_topic("B", read_queue_nums=2, write_queue_nums=5)
+        assert b.delete_topic("A")
+    with Broker(tmp_path, store=store_name) as b:
+        assert [t.topic_name for t in b.list_topics()] == ["B"]
+        route = b.get_route_info_by_topic("B")
+        assert (route.read_queue_nums, route.write_queue_nums) == (2, 5)
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x" * 128, "tópico", "a/b"])
+def test_illegal_topic_names(broker: Broker, name: str) -> None:
+    with pytest.raises(MessageIllegalError) as info:
+        broker.create_topic(name)
+    assert info.value.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+def test_unknown_topic_is_rocketmqs_error(broker: Broker) -> None:
+    with pytest.raises(TopicNotExistError, match=r"topic\[Nope\] not exist") as info:
+        broker.send_message("Nope", 0, [Message(topic="Nope", body=b"x")])
+    assert info.value.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_auto_create_topic(tmp_path: Path, store_name: str) -> None:
+    with Broker(tmp_path, store=store_name, auto_create_topic_enable=True) as b:
+        _send(b, 1, topic="Fresh")
+        assert b.get_route_info_by_topic("Fresh").write_queue_nums == 4
+
+
+def test_oversized_body_and_system_topic_are_refused_and_store_unchanged(broker: Broker) -> None:
+    _send(broker, 2)
+    with pytest.raises(MessageIllegalError, match="over the max value"):
+        broker.send_message("T", 0, [Message(topic="T", body=bytes(4 * 1024 * 1024 + 1))])
+    with pytest.raises(MessageIllegalError, match="forbidden"):
+        broker.send_message(
+            "SCHEDULE_TOPIC_XXXX", 0, [Message(topic="SCHEDULE_TOPIC_XXXX", body=b"x")]
+        )
+    with pytest.raises(BrokerError, match="queueId"):
+        _send(broker, 1, queue_id=9)
+    assert broker.get_max_offset("T", 0) == 2
+    got = broker.pull_message("g", "T", 0, 0)
+    assert [m.body for m in got.messages] == [b"m0", b"m1"]
+
+
+def test_pull_codes_follow_rocketmq(broker: Broker) -> None:
+    assert broker.pull_message("g", "T", 1, 0).code is ResponseCode.PULL_NOT_FOUND
+    assert broker.pull_message("g", "T", 1, 5).code is ResponseCode.PULL_OFFSET_MOVED
+    _send(broker, 3, queue_id=1)
+    found = broker.pull_message("g", "T", 1, 0, 2)
+    assert found.code is ResponseCode.SUCCESS and found.next_begin_offset == 2
+    assert (found.min_offset, found.max_offset) == (0, 3)
+    assert broker.pull_message("g", "T", 1, 3).code is ResponseCode.PULL_NOT_FOUND
+    moved = broker.pull_message("g", "T", 1, 10)
+    assert moved.code is ResponseCode.PULL_OFFSET_MOVED and moved.next_begin_offset == 0
+
+
+@pytest.mark.timeout(30)
+def test_long_poll_wakes_on_arrival(broker: Broker) -> None:
+    _send(broker, 1, queue_id=2)
+    sent_at: list[float] = []
+
+    def produce() -> None:
+        time.sleep(0.3)
+        sent_at.append(time.monotonic())
+        _send(broker, 1, queue_id=2)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    resp = broker.pull_message("g", "T", 2, 1, suspend_timeout_ms=10_000)
+    woke = time.monotonic()
+    t.join()
+    assert resp.code is ResponseCode.SUCCESS and [m.queue_offset for m in resp.messages] == [1]
+    assert woke - sent_at[0] < 0.05
+
+
+@pytest.mark.timeout(30)
+def test_long_poll_times_out(broker: Broker) -> None:
+    begin = time.monotonic()
+    resp = broker.pull_message("g", "T", 3, 0, suspend_timeout_ms=300)
+    elapsed = time.monotonic() - begin
+    assert resp.code is ResponseCode.PULL_NOT_FOUND
+    assert 0.29 <= elapsed < 2
+
+
+@pytest.mark.timeout(30)
+def test_close_wakes_held_pulls(tmp_path: Path, store_name: str) -> None:
+    b = Broker(tmp_path, store=store_name)
+    b.create_topic("T", queue_nums=1)
+    out: list[object] = []
+    t = threading.Thread(
+        target=lambda: out.append(b.pull_message("g", "T", 0, 0, suspend_timeout_ms=20_000))
+    )
+    t.start()
+    time.sleep(0.2)
+    begin = time.monotonic()
+    b.close()
+    t.join(timeout=5)
+    assert not t.is_alive() and time.monotonic() - begin < 5
+    with pytest.raises(BrokerClosedError):
+        b.create_topic("U")
+
+
+def test_offsets_commit_query_and_restart(tmp_path: Path, store_name: str) -> None:
+    with Broker(tmp_path, store=store_name) as b:
+        b.create_topic("T", queue_nums=2)
+        assert b.query_consumer_offset("g", "T", 0) == 0  # RocketMQ: new group, min offset 0
+        b.update_consumer_offset("g", "T", 1, 42)
+        b.pull_message("g", "T", 0, 0, commit_offset=7)
+    with Broker(tmp_path, store=store_name) as b:
+        assert b.query_consumer_offset("g", "T", 1) == 42
+        assert b.query_consumer_offset("g", "T", 0) == 7
+
+
+def test_query_by_key_and_id_and_timestamp(broker: Broker) -> None:
+    results = broker.send_message(
+        "T",
+        0,
+        [
+            Message(topic="T", body=b"a", keys="k1 shared"),
+            Message(topic="T", body=b"b", keys="shared"),
+        ],
+    )
+    assert [m.body for m in broker.query_message("T", "k1")] == [b"a"]
+    assert sorted(m.body for m in broker.query_message("T", "shared")) == [b"a", b"b"]
+    assert broker.view_message_by_id(results[1].msg_id).body == b"b"
+    assert broker.search_offset_by_timestamp("T", 0, 0) == 0
+    assert broker.get_earliest_msg_storetime("T", 0) == results[0].store_timestamp
+
+
+def test_heartbeat_membership_and_notifications(broker: Broker) -> None:
+    seen: list[str] = []
+    data = ConsumerData(group_name="cg")
+    broker.heartbeat("c1", [data], listener=seen.append)
+    broker.heartbeat("c2", [data])
+    assert broker.get_consumer_list_by_group("cg") == ["c1", "c2"]
+    assert seen == ["cg", "cg"]  # c1 hears of itself and of c2 joining
+    broker.unregister_client("c2", "cg")
+    assert broker.get_consumer_list_by_group("cg") == ["c1"] and len(seen) == 3
+    assert broker.get_route_info_by_topic("%RETRY%cg").write_queue_nums == 1
+
+
+def test_silent_clients_expire(broker: Broker) -> None:
+    broker.heartbeat("old", [ConsumerData(group_name="cg")])
+    dropped = broker.consumers.scan_expired(now_ms=int(time.time() * 1000) + 121_000)
+    assert dropped == [("cg", "old")] and broker.get_consumer_list_by_group("cg") == []
+
+
+def test_send_back_goes_to_retry_then_dlq(broker: Broker) -> None:
+    (orig,) = _send(broker, 1, tags="A")
+    r = broker.consumer_send_msg_back("cg", orig.commitlog_offset, origin_msg_id=orig.msg_id)
+    retry = broker.view_message_by_id(r.msg_id)
+    assert retry.topic == "%RETRY%cg" and retry.reconsume_times == 1 and retry.delay_level == 3
+    assert (
+        retry.properties["RETRY_TOPIC"] == "T"
+        and retry.properties["ORIGIN_MESSAGE_ID"] == orig.msg_id
+    )
+    assert retry.body == b"m0" and retry.tags == "A"
+    r2 = broker.consumer_send_msg_back("cg", r.commitlog_offset, max_reconsume_times=1)
+    dlq = broker.view_message_by_id(r2.msg_id)
+    assert dlq.topic == "%DLQ%cg" and dlq.reconsume_times == 2 and dlq.delay_level == 0
+    assert dlq.properties["RETRY_TOPIC"] == "T"
+
+
+def test_queue_locks(broker: Broker) -> None:
+    mqs = [MessageQueue("T", "broker-a", i) for i in range(2)]
+    assert broker.lock_batch_mq("cg", "c1", mqs) == set(mqs)
+    assert broker.lock_batch_mq("cg", "c2", mqs) == set()
+    broker.unlock_batch_mq("cg", "c1", mqs[:1])
+    assert broker.lock_batch_mq("cg", "c2", mqs) == {mqs[0]}
