@@ -48,7 +48,9 @@ def bundled_strategy(name: str, **options: Any) -> AllocateStrategy:
     return strategy
 
 
-def _wrapped(value: str | AllocateStrategy) -> AllocateStrategy:
+def _wrapped(value: str | AllocateStrategy | None) -> AllocateStrategy:
+    if value is None:
+        return bundled_strategy("avg")
     if isinstance(value, str):
         return bundled_strategy(value)
     if not callable(getattr(value, "allocate", None)):
@@ -59,19 +61,23 @@ def _wrapped(value: str | AllocateStrategy) -> AllocateStrategy:
     return value
 
 
-def _resolver(what: str) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if value is None:
-            raise InvalidArgumentError(
-                f"allocator 'machine_room_nearby' needs {what}, a function returning the "
-                f"machine room of each {'queue' if what == 'broker_room' else 'consumer id'}, "
-                f"e.g. {what}=lambda x: ...split('@')[0]"
-            )
-        if not callable(value):
-            raise InvalidArgumentError(f"{what} must be a function, got {value!r}")
-        return value
+def _resolver(value: Any, what: str, of: str) -> RoomOf:
+    if value is None:
+        raise InvalidArgumentError(
+            f"allocator 'machine_room_nearby' needs {what}, a function returning the machine "
+            f"room of each {of}, e.g. {what}=lambda x: ...split('@')[0]"
+        )
+    if not callable(value):
+        raise InvalidArgumentError(f"{what} must be a function, got {value!r}")
+    return value  # type: ignore[no-any-return]
 
-    return check
+
+def _broker_resolver(value: Any) -> RoomOf:
+    return _resolver(value, "broker_room", "queue")
+
+
+def _consumer_resolver(value: Any) -> RoomOf:
+    return _resolver(value, "consumer_room", "consumer id")
 
 
 def _room(resolver: RoomOf, item: Any, what: str) -> str:
@@ -98,9 +104,9 @@ class AllocateMachineRoomNearby:
 
     name: ClassVar[str] = "machine_room_nearby"
 
-    broker_room: RoomOf = attrs.field(default=None, converter=_resolver("broker_room"))
-    consumer_room: RoomOf = attrs.field(default=None, converter=_resolver("consumer_room"))
-    strategy: AllocateStrategy = attrs.field(default="avg", converter=_wrapped)
+    broker_room: RoomOf = attrs.field(default=None, converter=_broker_resolver)
+    consumer_room: RoomOf = attrs.field(default=None, converter=_consumer_resolver)
+    strategy: AllocateStrategy = attrs.field(default=None, converter=_wrapped)
 
     @property
     def rocketmq_name(self) -> str:
