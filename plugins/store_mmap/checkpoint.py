@@ -4,8 +4,9 @@
 the last flushed commit-log record), logics msg timestamp 8 (last flushed consume-queue
 unit), index msg timestamp 8 (last flushed index entry), master flushed offset 8, confirm
 phy offset 8, zero-padded to one 4 KiB page. RocketMQ rewrites the page in place; here a
-save writes a temporary file, fsyncs it, renames it over the old one and fsyncs the
-directory, so a crash leaves either the old or the new checkpoint, never a mix.
+save goes through :func:`mqcore.atomicfile.write_atomic` (temporary file, fsync, rename,
+fsync of the directory, previous version kept as ``checkpoint.bak``), so a crash leaves
+either the old or the new checkpoint, never a mix.
 
 ``<root>/abort`` exists while a writer has the store open: created at start, removed on a
 clean shutdown. Finding it at start means the last run crashed and recovery must scan.
@@ -22,13 +23,12 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from pathlib import Path
 
 import attrs
 import structlog
 
-from mqcore.errors import StoreCorruptedError
+from mqcore.atomicfile import read_with_backup, write_atomic
 
 __all__ = [
     "ABORT_FILE",
@@ -48,14 +48,6 @@ _PAGE = 4096
 _MIN_SIZE = 24  # the three timestamps; older writers may stop there
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @attrs.define
 class StoreCheckpoint:
     """The store's flush progress (RocketMQ's StoreCheckpoint); ``save()`` persists it."""
@@ -66,28 +58,22 @@ class StoreCheckpoint:
     index_msg_timestamp: int = 0
     master_flushed_offset: int = 0
     confirm_phy_offset: int = 0
-    _lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False, eq=False)
 
     @classmethod
     def load(cls, root: str | os.PathLike[str]) -> StoreCheckpoint:
-        """Read ``<root>/checkpoint``; all fields are 0 when it does not exist yet."""
+        """Read ``<root>/checkpoint`` (or its backup); all fields are 0 when there is none.
+
+        :raises StoreCorruptedError: when neither file holds the three timestamps.
+        """
         path = Path(root) / CHECKPOINT_FILE
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw = read_with_backup(path, lambda data: len(data) >= _MIN_SIZE)
+        if raw is None:
             return cls(path)
-        if len(raw) < _MIN_SIZE:
-            raise StoreCorruptedError(
-                f"checkpoint {path} has {len(raw)} bytes, fewer than the {_MIN_SIZE} of its "
-                "three timestamps; delete it to recover from the start of the commit log",
-                path=str(path),
-                offset=len(raw),
-            )
         raw = raw[: _FIELDS.size].ljust(_FIELDS.size, b"\0")
         return cls(path, *_FIELDS.unpack(raw))
 
     def save(self) -> None:
-        """Write atomically: temporary file, fsync, rename, fsync of the directory."""
+        """Write atomically and durably (see the module docstring)."""
         data = _FIELDS.pack(
             self.physic_msg_timestamp,
             self.logics_msg_timestamp,
@@ -95,17 +81,7 @@ class StoreCheckpoint:
             self.master_flushed_offset,
             self.confirm_phy_offset,
         ).ljust(_PAGE, b"\0")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
+        write_atomic(self.path, data)
 
     @property
     def min_timestamp(self) -> int:
@@ -116,6 +92,15 @@ class StoreCheckpoint:
     def min_timestamp_index(self) -> int:
         """RocketMQ's getMinTimestampIndex: :attr:`min_timestamp`, bounded by the index's."""
         return min(self.min_timestamp, self.index_msg_timestamp)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The marker's presence is what matters, so the directory entry itself must be durable.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def create_abort_marker(root: str | os.PathLike[str]) -> None:

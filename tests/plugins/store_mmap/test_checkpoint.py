@@ -41,7 +41,7 @@ def test_save_and_load_round_trip_in_rocketmqs_layout(tmp_path):
     assert again == cp
     assert again.min_timestamp == 1_700_000_002_000  # the older of the two, less 3 s
     assert again.min_timestamp_index == 1_700_000_001_000
-    assert not (tmp_path / "checkpoint.tmp").exists()
+    assert os.listdir(tmp_path) == ["checkpoint"]  # no temporary file left behind
 
 
 def test_a_short_file_with_three_timestamps_is_read(tmp_path):
@@ -53,9 +53,19 @@ def test_a_short_file_with_three_timestamps_is_read(tmp_path):
 
 def test_a_truncated_file_is_reported(tmp_path):
     (tmp_path / "checkpoint").write_bytes(b"\0" * 10)
-    with pytest.raises(StoreCorruptedError, match="10 bytes") as info:
+    with pytest.raises(StoreCorruptedError, match="invalid") as info:
         StoreCheckpoint.load(tmp_path)
     assert info.value.path == str(tmp_path / "checkpoint")
+
+
+def test_a_damaged_checkpoint_falls_back_to_its_backup(tmp_path):
+    cp = StoreCheckpoint.load(tmp_path)
+    cp.physic_msg_timestamp = 1
+    cp.save()
+    cp.physic_msg_timestamp = 2
+    cp.save()
+    (tmp_path / "checkpoint").write_bytes(b"")
+    assert StoreCheckpoint.load(tmp_path).physic_msg_timestamp == 1
 
 
 def test_a_failed_save_leaves_the_old_checkpoint(tmp_path, monkeypatch):
