@@ -36,8 +36,6 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = [
     "Broker",
-    "Producer",
-    "PullConsumer",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
@@ -50,6 +48,8 @@ __all__ = [
     "MessageQueue",
     "NotRegisteredError",
     "PluginLoadError",
+    "Producer",
+    "PullConsumer",
     "PullResult",
     "PullStatus",
     "SendResult",

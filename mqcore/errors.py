@@ -10,11 +10,6 @@ from __future__ import annotations
 __all__ = [
     "BrokerClosedError",
     "BrokerError",
-    "MQClientError",
-    "MessageIllegalError",
-    "NoPermissionError",
-    "SendTimeoutError",
-    "TopicNotExistError",
     "CodecError",
     "CorruptRecordError",
     "DiskFullError",
@@ -22,13 +17,18 @@ __all__ = [
     "FilterEvaluationError",
     "FilterExpressionError",
     "InvalidArgumentError",
+    "MQClientError",
     "MQError",
+    "MessageIllegalError",
+    "NoPermissionError",
     "NotRegisteredError",
     "PluginLoadError",
+    "SendTimeoutError",
     "StoreClosedError",
     "StoreCorruptedError",
     "StoreError",
     "StoreLockedError",
+    "TopicNotExistError",
     "TruncatedRecordError",
 ]
 
@@ -147,6 +147,10 @@ class StoreLockedError(StoreError):
 
 class DiskFullError(StoreError, OSError):
     """The disk is full; nothing acknowledged was lost and the store stays readable."""
+
+
+class FlushTimeoutError(StoreError, TimeoutError):
+    """SYNC_FLUSH: the data was written but not confirmed on disk in time (FLUSH_DISK_TIMEOUT)."""
 
 
 # --- broker ----------------------------------------------------------------------------
