@@ -136,6 +136,7 @@ def _room_of(name: str) -> str:
 
 
 def _strategy_options(
+    kernel: Kernel,
     name: str,
     *,
     rooms: list[str],
@@ -157,13 +158,11 @@ def _strategy_options(
     elif key == "machine_room_nearby":
         options["broker_room"] = lambda mq: _room_of(mq.broker_name)
         options["consumer_room"] = _room_of
-        inner_options = {"virtual_nodes": virtual_nodes} if virtual_nodes is not None else {}
-        if inner.strip().lower() == "consistent_hash" and inner_options:
-            from mqcore.plugins.allocate_nearby import bundled_strategy
-
-            options["strategy"] = bundled_strategy(inner, **inner_options)
-        else:
-            options["strategy"] = inner
+        inner_options: dict[str, Any] = {}
+        if inner.strip().lower() == "consistent_hash" and virtual_nodes is not None:
+            inner_options["virtual_nodes"] = virtual_nodes
+        # Built by the kernel, so a plugin's strategy can be wrapped too.
+        options["strategy"] = kernel.allocator(inner, **inner_options)
     elif key == "consistent_hash" and virtual_nodes is not None:
         options["virtual_nodes"] = virtual_nodes
     elif key == "config":
@@ -279,17 +278,20 @@ def allocate(
         rooms=room_list,
         consumer_rooms=consumer_room_list,
     )
-    options = _strategy_options(
-        strategy,
-        rooms=room_list,
-        consumer_idcs=_split_list(consumer_idcs),
-        inner=inner_strategy,
-        virtual_nodes=virtual_nodes,
-        config_queues=[_parse_queue(q, topic) for q in config_queue],
-        extra=dict(_parse_option(raw) for raw in extra),
-    )
+    config_queues = [_parse_queue(q, topic) for q in config_queue]
+    extra_options = dict(_parse_option(raw) for raw in extra)
     try:
         kernel = Kernel()
+        options = _strategy_options(
+            kernel,
+            strategy,
+            rooms=room_list,
+            consumer_idcs=_split_list(consumer_idcs),
+            inner=inner_strategy,
+            virtual_nodes=virtual_nodes,
+            config_queues=config_queues,
+            extra=extra_options,
+        )
         chosen = kernel.allocator(strategy, **options)
         mqs, cids, plan = compute_plan(chosen, group, mq_all, cid_all)
     except MQError as exc:

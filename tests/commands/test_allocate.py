@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +12,8 @@ from click.testing import CliRunner
 from mqcore.cli import main
 from mqcore.commands.allocate import broker_names, build_group, compact_queues
 from mqcore.message import MessageQueue
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "mqcore-allocate-sticky"
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -133,6 +137,7 @@ def test_extra_options_are_passed_as_json() -> None:
         (("-o", "novalue"), 2, "is not KEY=VALUE"),
         (("-s", "config", "--queue", "broker-a"), 2, "is not BROKER:QUEUE_ID"),
         (("-c", "0"), 2, "not in the range"),
+        (("-s", "machine_room_nearby", "--rooms", "a", "--inner-strategy", "x"), 1, "'x'"),
     ],
 )
 def test_errors(args: tuple[str, ...], code: int, message: str) -> None:
@@ -170,3 +175,39 @@ def test_compact_queues_keeps_order_and_joins_runs() -> None:
     ]
     assert compact_queues(share, "T") == "a:0-2, a:5, b:0, U/b:1, a:3"
     assert compact_queues([]) == ""
+
+
+@pytest.fixture
+def sticky_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The documented example distribution, laid out on sys.path as pip installs it."""
+    shutil.copy(EXAMPLE / "mqcore_allocate_sticky.py", tmp_path)
+    info = tmp_path / "mqcore_allocate_sticky-1.0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: mqcore-allocate-sticky\nVersion: 1.0.0\n"
+    )
+    (info / "entry_points.txt").write_text("[mqcore]\nsticky = mqcore_allocate_sticky\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_plugin_strategy_by_name(sticky_installed: Path) -> None:
+    """A third-party strategy found through the mqcore entry-point group, used by name."""
+    code, out = run("--json", "-s", "STICKY", "-q", "8", "-b", "2", "-c", "3")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["strategy"] == "STICKY"
+    assert data["unassigned"] == [] and data["assigned_more_than_once"] == []
+
+
+def test_plugin_strategy_wrapped_by_machine_room_nearby(sticky_installed: Path) -> None:
+    code, out = run(
+        "--json", "-s", "machine_room_nearby", "--rooms", "hz,sh", "--inner-strategy", "sticky",
+        "-q", "8", "-c", "4",
+    )  # fmt: skip
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["rocketmq_name"] == "MACHINE_ROOM_NEARBY-STICKY"
+    assert data["unassigned"] == [] and data["assigned_more_than_once"] == []
+    for cid, share in data["plan"].items():
+        assert all(broker.split("@")[0] == cid.split("@")[0] for _t, broker, _q in share)
