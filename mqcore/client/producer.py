@@ -120,12 +120,12 @@ class Producer(ClientBase):
         with self._index_lock:
             self._index += 1
             index = self._index
-        if last is not None and len(mqs) > 1:
-            # Retry on another queue (another broker, when the topic spans several).
-            others = [mq for mq in mqs if mq.broker_name != last.broker_name] or [
-                mq for mq in mqs if mq != last
-            ]
-            return others[index % len(others)]
+        if last is not None:
+            # Retry on another broker when the topic spans several (RocketMQ's
+            # selectOneMessageQueue(lastBrokerName)); otherwise the next queue round-robin.
+            others = [mq for mq in mqs if mq.broker_name != last.broker_name]
+            if others:
+                return others[index % len(others)]
         return mqs[index % len(mqs)]
 
     # -- sending -----------------------------------------------------------------------------

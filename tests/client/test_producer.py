@@ -1,0 +1,168 @@
+"""Producer: queue choice, retries, ordered/async/oneway/batch sends and input errors."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from mqcore import Broker, Message, Producer, SendStatus
+from mqcore.broker import ResponseCode
+from mqcore.errors import BrokerClosedError, BrokerError, MessageIllegalError, MQClientError
+
+
+@pytest.fixture
+def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
+    with Broker(tmp_path, store=store_name) as b:
+        b.create_topic("T", queue_nums=4)
+        yield b
+
+
+def test_round_robin_over_writable_queues(broker: Broker) -> None:
+    with Producer("pg", broker=broker) as p:
+        queues = [p.send(Message(topic="T", body=b"x")).message_queue.queue_id for _ in range(8)]
+    assert sorted(queues) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert all((b - a) % 4 == 1 for a, b in zip(queues, queues[1:]))
+
+
+def test_send_result_fields(broker: Broker) -> None:
+    with Producer("pg", broker=broker) as p:
+        r1 = p.send(Message(topic="T", body=b"a", tags="A", keys="k", properties={"x": "1"}))
+        r2 = p.send(Message(topic="T", body=b"b"), selector=lambda mqs, m, a: mqs[0])
+    assert r1.send_status is SendStatus.SEND_OK and r1.message_queue.topic == "T"
+    assert r1.message_queue.broker_name == "broker-a"
+    stored = broker.view_message_by_id(r1.msg_id)
+    assert (stored.body, stored.tags, stored.keys, stored.properties) == (
+        b"a",
+        "A",
+        "k",
+        {"x": "1"},
+    )
+    assert stored.queue_offset == r1.queue_offset
+    assert r2.message_queue.queue_id == 0
+
+
+def test_ordered_send_with_selector(broker: Broker) -> None:
+    def by_order_id(mqs, msg, arg):  # type: ignore[no-untyped-def]
+        return mqs[arg % len(mqs)]
+
+    with Producer("pg", broker=broker) as p:
+        for i in range(12):
+            r = p.send(Message(topic="T", body=b"%d" % i), selector=by_order_id, arg=i % 3)
+            assert r.message_queue.queue_id == i % 3
+    got = broker.pull_message("g", "T", 1, 0)
+    assert [m.body for m in got.messages] == [b"1", b"4", b"7", b"10"]
+
+
+def test_failed_send_is_retried_on_another_queue(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = broker.send_message
+
+    def flaky(topic, queue_id, msgs, **kw):  # type: ignore[no-untyped-def]
+        calls.append(queue_id)
+        if len(calls) < 3:
+            raise BrokerError("busy", code=ResponseCode.SYSTEM_BUSY)
+        return real(topic, queue_id, msgs, **kw)
+
+    monkeypatch.setattr(broker, "send_message", flaky)
+    with Producer("pg", broker=broker) as p:
+        r = p.send(Message(topic="T", body=b"x"))
+    assert len(calls) == 3 and len(set(calls)) == 3 and r.message_queue.queue_id == calls[-1]
+    calls.clear()
+    with Producer("pg", broker=broker, retry_times_when_send_failed=1) as p:
+        with pytest.raises(MQClientError, match="failed after 2 attempts"):
+            p.send(Message(topic="T", body=b"x"))
+
+
+def test_illegal_message_is_not_retried(broker: Broker) -> None:
+    with Producer("pg", broker=broker) as p:
+        with pytest.raises(MessageIllegalError, match="body length is zero"):
+            p.send(Message(topic="T", body=b""))
+        with pytest.raises(MessageIllegalError, match="over max value"):
+            p.send(Message(topic="T", body=bytes(4 * 1024 * 1024 + 1)))
+        with pytest.raises(MessageIllegalError, match="illegal characters"):
+            p.send(Message(topic="bad topic", body=b"x"))
+        with pytest.raises(MQClientError, match="No route info of this topic: Missing"):
+            p.send(Message(topic="Missing", body=b"x"))
+    assert sum(broker.get_max_offset("T", q) for q in range(4)) == 0
+
+
+@pytest.mark.timeout(30)
+def test_send_async_future_and_callback(broker: Broker) -> None:
+    done = threading.Event()
+    seen: list[object] = []
+
+    def callback(result, error):  # type: ignore[no-untyped-def]
+        seen.append(result if error is None else error)
+        done.set()
+
+    with Producer("pg", broker=broker) as p:
+        futures = [p.send_async(Message(topic="T", body=b"%d" % i)) for i in range(50)]
+        p.send_async(Message(topic="T", body=b"cb"), callback)
+        results = [f.result(timeout=10) for f in futures]
+        assert done.wait(10)
+        bad = p.send_async(Message(topic="Missing", body=b"x"))
+        with pytest.raises(MQClientError):
+            bad.result(timeout=10)
+    assert all(r.send_status is SendStatus.SEND_OK for r in results)
+    assert seen and seen[0].send_status is SendStatus.SEND_OK  # type: ignore[attr-defined]
+
+
+def test_send_oneway_and_batch(broker: Broker) -> None:
+    with Producer("pg", broker=broker) as p:
+        p.send_oneway(Message(topic="T", body=b"one"))
+        r = p.send_batch([Message(topic="T", body=b"%d" % i) for i in range(5)])
+        with pytest.raises(MessageIllegalError):
+            p.send_oneway(Message(topic="T", body=b""))
+        with pytest.raises(MQClientError, match="one topic"):
+            p.send_batch([Message(topic="T", body=b"a"), Message(topic="U", body=b"b")])
+    assert len(r.msg_id.split(",")) == 5
+    got = broker.pull_message("g", "T", r.message_queue.queue_id, r.queue_offset, 5)
+    assert [m.body for m in got.messages] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_send_before_start_and_after_shutdown(broker: Broker) -> None:
+    p = Producer("pg", broker=broker)
+    with pytest.raises(MQClientError, match="not started"):
+        p.send(Message(topic="T", body=b"x"))
+    p.start()
+    p.shutdown()
+    with pytest.raises(MQClientError, match="shut down"):
+        p.send(Message(topic="T", body=b"x"))
+
+
+def test_closed_broker(tmp_path: Path, store_name: str) -> None:
+    b = Broker(tmp_path, store=store_name)
+    b.create_topic("T")
+    with Producer("pg", broker=b) as p:
+        b.close()
+        with pytest.raises(BrokerClosedError, match="closed") as info:
+            p.send(Message(topic="T", body=b"x"))
+    assert info.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+def test_hooks_are_called_once_per_batch(tmp_path: Path, store_name: str) -> None:
+    from mqcore import Kernel, hookimpl
+
+    events: list[tuple[str, int]] = []
+
+    class Tracer:
+        __name__ = "tracer"
+
+        @hookimpl
+        def mqcore_send_after(self, producer_group, messages, results):  # type: ignore[no-untyped-def]
+            events.append(("sent", len(messages)))
+
+        @hookimpl
+        def mqcore_messages_stored(self, topic, queue_id, results):  # type: ignore[no-untyped-def]
+            events.append(("stored", len(results)))
+
+    kernel = Kernel(plugins=[Tracer()])
+    with Broker(tmp_path, store=store_name, kernel=kernel) as b:
+        b.create_topic("T")
+        with Producer("pg", broker=b) as p:
+            p.send_batch([Message(topic="T", body=b"x")] * 10)
+    assert events == [("stored", 10), ("sent", 10)]
