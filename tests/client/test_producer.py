@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def test_round_robin_over_writable_queues(broker: Broker) -> None:
     with Producer("pg", broker=broker) as p:
         queues = [p.send(Message(topic="T", body=b"x")).message_queue.queue_id for _ in range(8)]
     assert sorted(queues) == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert all((b - a) % 4 == 1 for a, b in zip(queues, queues[1:]))
+    assert all((b - a) % 4 == 1 for a, b in itertools.pairwise(queues))
 
 
 def test_send_result_fields(broker: Broker) -> None:
@@ -72,9 +73,11 @@ def test_failed_send_is_retried_on_another_queue(
         r = p.send(Message(topic="T", body=b"x"))
     assert len(calls) == 3 and len(set(calls)) == 3 and r.message_queue.queue_id == calls[-1]
     calls.clear()
-    with Producer("pg", broker=broker, retry_times_when_send_failed=1) as p:
-        with pytest.raises(MQClientError, match="failed after 2 attempts"):
-            p.send(Message(topic="T", body=b"x"))
+    with (
+        Producer("pg", broker=broker, retry_times_when_send_failed=1) as p,
+        pytest.raises(MQClientError, match="failed after 2 attempts"),
+    ):
+        p.send(Message(topic="T", body=b"x"))
 
 
 def test_illegal_message_is_not_retried(broker: Broker) -> None:

@@ -1,4 +1,4 @@
-"""PullConsumer: statuses, filtering, blocking pulls and offsets that survive restarts and crashes."""
+"""PullConsumer: statuses, filtering, blocking pulls, offsets that survive restarts and crashes."""
 
 from __future__ import annotations
 
