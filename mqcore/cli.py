@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import click
+import structlog
 from rich.console import Console
 from rich.table import Table
 
@@ -15,8 +19,22 @@ __all__ = ["main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(mqcore.__version__, prog_name="mqcore")
-def main() -> None:
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="Events at this level and above go to stderr.",
+)
+def main(log_level: str) -> None:
     """mqcore: an embeddable message-queue kernel modelled on Apache RocketMQ 4.x."""
+    # The command is an application, so it (not the library) decides where logs go: stderr,
+    # keeping stdout for results such as `mqcore bench --json`.
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, log_level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
 
 
 def kernel_or_exit() -> Kernel:
