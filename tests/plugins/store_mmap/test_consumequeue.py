@@ -369,34 +369,58 @@ def test_valid_prefix_matches_a_plain_scan(rows):
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     per_file=st.integers(1, 5),
-    steps=st.lists(st.one_of(st.integers(0, 9), st.just("reopen"), st.just("packed")), max_size=25),
+    steps=st.lists(
+        st.one_of(
+            st.integers(0, 9),
+            st.sampled_from(["reopen", "packed"]),
+            st.tuples(st.sampled_from(["truncate", "expire"]), st.integers(0, 30)),
+        ),
+        max_size=25,
+    ),
 )
-def test_offsets_strictly_increase_across_rolls_and_reopenings(tmp_path_factory, per_file, steps):
+def test_offsets_strictly_increase_across_rolls_reopens_and_cuts(tmp_path_factory, per_file, steps):
+    """A model of a commit log of 10-byte records; cuts never go below retention."""
     root = tmp_path_factory.mktemp("cq")
     queue = ConsumeQueue(root, "T", 0, units_per_file=per_file)
     expected: list[tuple[int, int, int]] = []
+    min_phy = 0  # the commit log's minimum offset (retention)
+    next_phy = 0  # the commit log's end
     packed = False
     try:
         for step in steps:
             if step == "reopen":
                 queue.close()
                 queue = ConsumeQueue(root, "T", 0, units_per_file=per_file)
+                queue.correct_min_offset(min_phy)  # what the store does after opening
             elif step == "packed":
                 packed = not packed
+            elif isinstance(step, tuple):
+                kind, n = step
+                if kind == "truncate":
+                    cut = min(min_phy + 10 * n, next_phy)
+                    queue.truncate_dirty(cut)
+                    expected = [u for u in expected if u[0] < cut]
+                    next_phy = cut
+                else:
+                    min_phy = max(min_phy, min(10 * n, next_phy))
+                    queue.delete_expired(min_phy)
             else:
                 before = queue.max_offset
-                batch = units(len(expected), step)
+                batch = [(next_phy + 10 * i, 10, before + i) for i in range(step)]
+                next_phy += 10 * step
                 data = b"".join(UNIT.pack(*u) for u in batch) if packed else batch
                 after = queue.append_units(before, data)
                 assert after == before + step == queue.max_offset
                 expected.extend(batch)
             assert queue.max_offset == len(expected)
+            first_kept = next((i for i, u in enumerate(expected) if u[0] >= min_phy), None)
+            assert queue.min_offset == (len(expected) if first_kept is None else first_kept)
         got = read_all(queue)
-        assert got == expected
+        assert got == expected[queue.min_offset :]
         phys = [u[0] for u in got]
         assert all(a < b for a, b in itertools.pairwise(phys))
     finally:
