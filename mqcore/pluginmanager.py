@@ -37,6 +37,8 @@ BUNDLED_PLUGINS: tuple[str, ...] = (
     "mqcore.plugins.allocate_consistent_hash",
     "mqcore.plugins.allocate_nearby",
     "mqcore.plugins.store_lmdb",
+    "mqcore.plugins.offset_broker",
+    "mqcore.plugins.offset_local_file",
 )
 
 ENV_DISABLE_AUTOLOAD = "MQCORE_DISABLE_PLUGIN_AUTOLOAD"
