@@ -91,11 +91,13 @@ class _File:
     count: int = 1  # published: entries below it are complete
 
     def header(self) -> bytes:
+        """The 40 header bytes of these values."""
         return HEADER.pack(
             self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count
         )
 
     def load(self, raw: bytes) -> None:
+        """Take the values from 40 header bytes (an index count below 1 reads as 1)."""
         fields = HEADER.unpack(raw)
         self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, count = fields
         self.count = max(1, count)
@@ -440,6 +442,9 @@ class IndexService:
         self._check_writable()
         while self._files:
             meta = self._files[-1]
+            if meta.count <= 1 and len(self._files) > 1:
+                self._delete_file(meta)  # an empty newest file hides nothing; drop it
+                continue
             if meta.count > 1 and meta.begin_phy >= max_commitlog_offset:
                 if len(self._files) > 1:
                     self._delete_file(meta)

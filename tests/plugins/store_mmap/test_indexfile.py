@@ -177,6 +177,27 @@ def test_unpublished_entries_of_a_killed_writer_are_removed(tmp_path):
         again.close()
 
 
+def test_truncate_looks_past_an_empty_newest_file(tmp_path):
+    service = IndexService(tmp_path, max_hash_slots=2, max_index_count=3)  # 2 entries a file
+    service.put_keys([("T", ["k"], 10, 1000), ("T", ["k"], 20, 2000)])
+    first = tmp_path / "index" / files_of(tmp_path)[0]
+    service.put_keys([("T", ["k"], 30, 3000)])  # rolls
+    service.close()
+    second = tmp_path / "index" / files_of(tmp_path)[1]
+    raw = bytearray(second.read_bytes())  # killed before the new file's first publish
+    raw[:HEADER_SIZE] = HEADER.pack(2000, 2000, 20, 20, 0, 1)
+    second.write_bytes(bytes(raw))
+    again = IndexService(tmp_path, max_hash_slots=2, max_index_count=3)
+    try:
+        assert again.query("T", "k", 10) == [20, 10]
+        again.truncate(15)
+        assert again.end_phy_offset == 10
+        assert files_of(tmp_path) == [first.name]
+        assert again.query("T", "k", 10) == [10]
+    finally:
+        again.close()
+
+
 def test_delete_expired_keeps_the_newest_file(tmp_path):
     service = IndexService(tmp_path, max_hash_slots=2, max_index_count=3)
     try:
