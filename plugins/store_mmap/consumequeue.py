@@ -61,7 +61,6 @@ UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags hash code
 UNIT_SIZE = UNIT.size  # 20
 BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)  # fills a rebuilt queue's first file before its start
 _EMPTY = memoryview(b"")
-_ZERO_UNIT = bytes(UNIT_SIZE)
 _SIGN_BITS = bytes(0x80 if i >= 0x80 else 0 for i in range(256))  # translate: keep the sign
 
 
@@ -302,31 +301,37 @@ class ConsumeQueue:
     def refresh(self) -> int:
         """Read-only openers: pick up units another process appended since; returns the new max.
 
-        Units are trusted only up to the first invalid one; the store still bounds reads by
-        its own view of the commit log, since a unit being written may be seen half-written.
+        Units are trusted up to the first invalid one. The writer stores a batch's first
+        unit last, its size field last of all, so a batch turns valid at once. When the
+        writer truncated or rebuilt the queue meanwhile, the queue is recovered afresh.
         """
         self._check_open()
         with self._lock:
             self._maps.clear()  # a file may have been replaced by a rebuilt one
         self._load_files()
-        if not self._starts:
-            return self.max_offset
-        if self.max_offset < self._starts[0] or self._starts[-1] + self.units_per_file <= (
-            self.max_offset
+        end = self.max_offset
+        if (
+            not self._starts
+            or end < self._starts[0]
+            or end > self._starts[-1] + self.units_per_file
+            or (end > self.min_offset and _valid_prefix(self._raw_view(end - 1, 1)) == 0)
         ):
             self.recover()
             return self.max_offset
-        end = self.max_offset
+        window = 256  # grows: a reader that keeps up scans little, one far behind scans fast
         while True:
             start = end - end % self.units_per_file
-            mm = self._map(start)
-            if mm is None:
-                break
             rel = end - start
-            valid = _valid_prefix(memoryview(mm)[rel * UNIT_SIZE :])
-            end += valid
-            if rel + valid < self.units_per_file:
+            if rel == 0 and start not in self._starts:
                 break
+            n = min(window, self.units_per_file - rel)
+            view = self._raw_view(end, n)
+            valid = _valid_prefix(view)
+            del view
+            end += valid
+            if valid < n:
+                break
+            window *= 2
         if end > self.max_offset:
             last = self._raw_unit(end - 1)
             assert last is not None
@@ -425,7 +430,13 @@ class ConsumeQueue:
             mm = self._tail_map(start)
             n = min(count - done, start + per - end)
             pos = (end - start) * UNIT_SIZE
-            mm[pos : pos + n * UNIT_SIZE] = data[done * UNIT_SIZE : (done + n) * UNIT_SIZE]
+            chunk = data[done * UNIT_SIZE : (done + n) * UNIT_SIZE]
+            # The first unit goes last, its size field last of all: until then it reads as
+            # free space, so a reader in another process sees the whole chunk or none of it.
+            mm[pos + UNIT_SIZE : pos + n * UNIT_SIZE] = chunk[UNIT_SIZE:]
+            mm[pos : pos + 8] = chunk[:8]
+            mm[pos + 12 : pos + UNIT_SIZE] = chunk[12:UNIT_SIZE]
+            mm[pos + 8 : pos + 12] = chunk[8:12]
             with self._lock:
                 self._dirty.add(start)
             done += n

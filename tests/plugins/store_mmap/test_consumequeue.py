@@ -302,6 +302,24 @@ def test_read_only_opener_refreshes(tmp_path):
         writer.close()
 
 
+def test_read_only_opener_follows_a_truncation_and_a_long_backlog(tmp_path):
+    writer = ConsumeQueue(tmp_path, "T", 0, units_per_file=1000)
+    reader = ConsumeQueue(tmp_path, "T", 0, units_per_file=1000, read_only=True)
+    try:
+        writer.append_units(0, units(0, 10))
+        assert reader.refresh() == 10
+        writer.truncate_dirty(50)
+        writer.append_units(5, [(50, 20, 1)])
+        assert reader.refresh() == 6
+        assert reader.unit_at(5) == CqUnit(50, 20, 1)
+        writer.append_units(6, [(70 + 10 * i, 10, 0) for i in range(2500)])
+        assert reader.refresh() == 2506
+        assert reader.max_physical_offset == writer.max_physical_offset
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_mapped_files_stay_bounded(tmp_path):
     queue = ConsumeQueue(tmp_path, "T", 0, units_per_file=PER_FILE, max_mapped_files=2)
     try:
