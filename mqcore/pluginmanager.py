@@ -36,6 +36,7 @@ BUNDLED_PLUGINS: tuple[str, ...] = (
     "mqcore.plugins.allocate",
     "mqcore.plugins.allocate_consistent_hash",
     "mqcore.plugins.allocate_nearby",
+    "mqcore.plugins.store_mmap",
     "mqcore.plugins.store_lmdb",
     "mqcore.plugins.offset_broker",
     "mqcore.plugins.offset_local_file",

@@ -1,0 +1,368 @@
+"""The commit log: every message of every queue, in arrival order, in fixed-size segments.
+
+Layout (as RocketMQ): ``<root>/commitlog/`` holds segment files of ``segment_size`` bytes
+(1 GiB by default), each named by the commit-log offset of its first byte as 20 zero-padded
+digits, so offset ``o`` lives in file ``o // segment_size`` at position ``o % segment_size``.
+Records use the layout of :mod:`mqcore.codec`. A record never straddles two files: when the
+next record (plus the 8 bytes of a blank marker) does not fit in the rest of a segment, the
+rest is filled with a blank marker (``BLANK_MAGIC_CODE``) and the record goes to the next one.
+
+Writes are serialised by the store's write lock; reads take no lock. The list of segments is
+only ever replaced as a whole (a roll appends, retention drops from the front), so a reader
+holding the old list keeps a consistent picture.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from mqcore.codec import BLANK_MAGIC_CODE, BLANK_SIZE, Prepared, pack
+from mqcore.errors import StoreCorruptedError
+
+from .mappedfile import MappedFile, TransientStorePool, segment_name
+
+__all__ = ["CommitLog"]
+
+log = structlog.get_logger(__name__)
+
+_BLANK_HEADER = struct.Struct(">ii")
+
+
+class CommitLog:
+    """The segmented commit log under ``<root>/commitlog``.
+
+    :param root: the store directory.
+    :param segment_size: bytes per segment file.
+    :param read_only: map existing files read-only; never create or change anything.
+    :param pool: a :class:`TransientStorePool` to write through in-memory buffers.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        segment_size: int,
+        *,
+        read_only: bool = False,
+        pool: TransientStorePool | None = None,
+    ) -> None:
+        self.directory = Path(root) / "commitlog"
+        self.segment_size = segment_size
+        self.read_only = read_only
+        self.pool = pool
+        self.files: list[MappedFile] = []
+        self._current: MappedFile | None = None  # the segment being written
+        if not read_only:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    # --- files ------------------------------------------------------------------------
+
+    def _scan(self) -> list[int]:
+        starts = []
+        if self.directory.is_dir():
+            for entry in os.scandir(self.directory):
+                if len(entry.name) == 20 and entry.name.isdigit():
+                    starts.append(int(entry.name))
+        starts.sort()
+        return starts
+
+    def _load(self) -> None:
+        starts = self._scan()
+        for start in starts:
+            if start % self.segment_size:
+                raise StoreCorruptedError(
+                    f"commit-log file {segment_name(start)} in {str(self.directory)!r} does not "
+                    f"start at a multiple of segment_size={self.segment_size}; open the store "
+                    f"with the segment_size it was written with",
+                    path=str(self.directory / segment_name(start)),
+                    offset=start,
+                )
+        for prev, cur in itertools.pairwise(starts):
+            if cur != prev + self.segment_size:
+                raise StoreCorruptedError(
+                    f"commit log {str(self.directory)!r} misses segments between offsets "
+                    f"{prev + self.segment_size} and {cur}; restore the missing files",
+                    path=str(self.directory / segment_name(cur)),
+                    offset=prev + self.segment_size,
+                )
+        files = [self._open(start) for start in starts]
+        if self.read_only:
+            for mf in files:
+                mf.wrote_position = mf.committed_position = mf.file_size
+        self.files = files
+
+    def _open(self, start: int, *, create: bool = False) -> MappedFile:
+        return MappedFile(
+            self.directory / segment_name(start),
+            self.segment_size,
+            create=create,
+            read_only=self.read_only,
+            pool=self.pool if create else None,
+        )
+
+    def _new_file(self) -> MappedFile:
+        start = self.files[-1].file_end_offset if self.files else 0
+        mf = self._open(start, create=True)
+        self.files = [*self.files, mf]
+        return mf
+
+    def refresh(self) -> None:
+        """Read-only openers: map segments created since, forget deleted ones."""
+        starts = self._scan()
+        if not starts:
+            self.files = []
+            return
+        files = [mf for mf in self.files if mf.file_from_offset >= starts[0]]
+        known = {mf.file_from_offset for mf in files}
+        for start in starts:
+            if start not in known:
+                try:
+                    mf = self._open(start)
+                except FileNotFoundError:
+                    continue  # deleted under us by retention
+                mf.wrote_position = mf.committed_position = mf.file_size
+                files.append(mf)
+        files.sort(key=lambda f: f.file_from_offset)
+        self.files = files
+
+    # --- offsets ----------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        """Offset of the first byte still stored (start of the oldest segment)."""
+        files = self.files
+        return files[0].file_from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Offset one past the last byte appended (the next record's offset, before a roll)."""
+        last = self._last_written()
+        return last.file_from_offset + last.wrote_position if last is not None else 0
+
+    def _last_written(self) -> MappedFile | None:
+        if self._current is not None:
+            return self._current
+        files = self.files
+        return files[-1] if files else None
+
+    @property
+    def committed_offset(self) -> int:
+        """Offset one past the last byte present in the files (readable)."""
+        last = self._last_written()
+        return last.file_from_offset + last.committed_position if last is not None else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        """Offset one past the last byte known to be on disk."""
+        files = self.files
+        for mf in reversed(files):
+            if mf.flushed_position:
+                return mf.file_from_offset + mf.flushed_position
+        return files[0].file_from_offset if files else 0
+
+    def file_for(self, offset: int) -> MappedFile | None:
+        """The segment holding commit-log ``offset``, or None."""
+        files = self.files
+        if not files:
+            return None
+        index = (offset - files[0].file_from_offset) // self.segment_size
+        if 0 <= index < len(files):
+            return files[index]
+        return None
+
+    def read(self, offset: int, size: int) -> memoryview | None:
+        """``size`` bytes at ``offset`` (zero-copy), or None if they are not (or no more) there."""
+        mf = self.file_for(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.read(pos, size)
+
+    # --- writing ----------------------------------------------------------------------
+
+    def _writable(self) -> MappedFile:
+        mf = self._current
+        if mf is not None and not mf.is_full:
+            return mf
+        files = self.files
+        if mf is not None and mf is not files[-1]:
+            mf = files[files.index(mf) + 1]  # created ahead of time by _ensure_room
+        elif files and not files[-1].is_full:
+            mf = files[-1]
+        else:
+            mf = self._new_file()
+        self._current = mf
+        return mf
+
+    def _ensure_room(self, sizes: Sequence[int]) -> None:
+        """Create every segment a batch will roll into *before* writing any of it.
+
+        A full disk then fails the batch cleanly, with nothing of it written.
+        """
+        mf = self._writable()
+        free = mf.file_size - mf.wrote_position - BLANK_SIZE
+        ahead = 0
+        for size in sizes:
+            if size > free:
+                ahead += 1
+                free = self.segment_size - BLANK_SIZE
+            free -= size
+        files = self.files
+        index = files.index(mf)
+        while len(files) - 1 - index < ahead:
+            self._new_file()
+            files = self.files
+
+    def _end_segment(self, mf: MappedFile) -> None:
+        rest = mf.file_size - mf.wrote_position
+        # Header only: the rest of a fresh segment is already zero (a reused transient buffer
+        # is not, but readers stop at the marker whatever follows).
+        mf.append(_BLANK_HEADER.pack(rest, BLANK_MAGIC_CODE))
+        mf.wrote_position = mf.file_size
+        if not mf.uses_buffer:
+            mf.committed_position = mf.file_size
+
+    def put_batch(
+        self,
+        prepared: Sequence[Prepared],
+        total_size: int,
+        *,
+        queue_id: int,
+        queue_offset: int,
+        store_timestamp: int,
+        store_host: tuple[bytes, int],
+        born_host: tuple[bytes, int] | None = None,
+    ) -> list[tuple[int, int]]:
+        """Append records for ``prepared`` (one write per segment touched).
+
+        ``total_size`` is the sum of the record sizes. Returns ``(commitlog_offset, count)``
+        chunks: the records of each chunk are consecutive from that offset. The caller checked
+        that every record fits in an empty segment.
+        """
+        mf = self._writable()
+        free = mf.file_size - mf.wrote_position - BLANK_SIZE
+        if total_size <= free:  # the common case: the whole batch fits
+            phys = mf.file_from_offset + mf.wrote_position
+            mf.append(
+                pack(
+                    prepared,
+                    queue_id=queue_id,
+                    queue_offset=queue_offset,
+                    commitlog_offset=phys,
+                    store_timestamp=store_timestamp,
+                    store_host=store_host,
+                    born_host=born_host,
+                )
+            )
+            return [(phys, len(prepared))]
+        self._ensure_room([p[0] for p in prepared])
+        chunks: list[tuple[int, int]] = []
+        i = 0
+        n = len(prepared)
+        while i < n:
+            mf = self._writable()
+            free = mf.file_size - mf.wrote_position - BLANK_SIZE
+            k = 0
+            acc = 0
+            while i + k < n and acc + prepared[i + k][0] <= free:
+                acc += prepared[i + k][0]
+                k += 1
+            if k == 0:
+                self._end_segment(mf)
+                continue
+            phys = mf.file_from_offset + mf.wrote_position
+            mf.append(
+                pack(
+                    prepared[i : i + k],
+                    queue_id=queue_id,
+                    queue_offset=queue_offset + i,
+                    commitlog_offset=phys,
+                    store_timestamp=store_timestamp,
+                    store_host=store_host,
+                    born_host=born_host,
+                )
+            )
+            chunks.append((phys, k))
+            i += k
+        return chunks
+
+    def commit(self) -> int:
+        """Move transient buffers into the files; returns the committed offset."""
+        pending = []
+        for mf in reversed(self.files):
+            if mf.committed_position >= mf.file_size:
+                break  # segments are committed in order: everything older is done
+            pending.append(mf)
+        for mf in reversed(pending):
+            mf.commit()
+        return self.committed_offset
+
+    def flush(self) -> int:
+        """fdatasync whatever is committed but not flushed; returns the flushed offset."""
+        pending = []
+        for mf in reversed(self.files):
+            if mf.flushed_position >= mf.file_size:
+                break  # segments are flushed in order: everything older is on disk
+            pending.append(mf)
+        for mf in reversed(pending):
+            mf.flush()
+        return self.flushed_offset
+
+    def release_cold_pages(self) -> None:
+        """Unmap (from this process, not the page cache) the flushed pages of every segment.
+
+        Run after each periodic flush: the resident set stays flat however much data streams
+        through, and readers map pages back on demand.
+        """
+        for mf in self.files:
+            if mf.flushed_position:
+                mf.release_pages(mf.flushed_position)
+
+    # --- recovery and retention --------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Recovery: keep exactly the bytes below ``offset``; later segments are deleted."""
+        keep = []
+        for mf in self.files:
+            if mf.file_from_offset >= offset and mf.file_from_offset != 0:
+                log.warning("segment_deleted_past_cut", path=str(mf.path), cut=offset)
+                mf.destroy()
+                continue
+            if mf.file_end_offset <= offset:
+                mf.wrote_position = mf.committed_position = mf.file_size
+                mf.flushed_position = mf.file_size
+            else:
+                mf.set_positions(max(0, offset - mf.file_from_offset))
+            keep.append(mf)
+        self.files = keep
+        self._current = keep[-1] if keep else None
+
+    def delete_segments(self, count: int) -> list[MappedFile]:
+        """Retention: drop the ``count`` oldest segments (never the last); returns them."""
+        files = self.files
+        count = min(count, len(files) - 1)
+        if count <= 0:
+            return []
+        gone = files[:count]
+        self.files = files[count:]  # readers holding the old list still see valid maps
+        for mf in gone:
+            mf.destroy()
+        return gone
+
+    def close(self) -> None:
+        """Commit, flush and unmap everything."""
+        if not self.read_only:
+            self.commit()
+            self.flush()
+        files, self.files = self.files, []
+        self._current = None
+        for mf in files:
+            mf.close()

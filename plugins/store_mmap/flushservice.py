@@ -1,0 +1,175 @@
+"""Background services that move data to disk: flush (both modes) and commit (transient pool).
+
+- ASYNC_FLUSH (RocketMQ's FlushRealTimeService): a thread flushes everything every
+  ``interval`` seconds; ``put`` never waits. A killed process loses nothing (the data is in the
+  kernel's page cache); a power loss may lose the last interval.
+- SYNC_FLUSH (RocketMQ's GroupCommitService): a writer asks for its offset to be on disk and
+  waits. The flush thread takes every request queued so far and serves them with *one*
+  ``fdatasync``, so under concurrency fsyncs per second stay far below puts per second.
+  A wait longer than the timeout raises :class:`~mqcore.errors.FlushTimeoutError` (the data
+  stays written; only its durability is unconfirmed).
+- Transient pool (RocketMQ's CommitRealTimeService): a thread copies the in-memory write
+  buffers into the files every 200 ms.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+from mqcore.errors import FlushTimeoutError, StoreError
+
+__all__ = ["CommitService", "FlushService"]
+
+log = structlog.get_logger(__name__)
+
+COMMIT_INTERVAL = 0.2  # RocketMQ's commitIntervalCommitLog
+
+
+class FlushService:
+    """The flush thread of a store.
+
+    :param flush_log: flushes the commit log, returns the flushed commit-log offset.
+    :param flush_all: flushes everything (commit log, consume queues, index, checkpoint).
+    :param interval: seconds between periodic full flushes.
+    :param sync: group commit for :meth:`wait_flushed`.
+    :param timeout: seconds a SYNC_FLUSH writer waits before :class:`FlushTimeoutError`.
+    """
+
+    def __init__(
+        self,
+        flush_log: Callable[[], int],
+        flush_all: Callable[[], object],
+        *,
+        interval: float,
+        sync: bool,
+        timeout: float,
+        name: str = "mqcore-mmap-flush",
+    ) -> None:
+        self._flush_log = flush_log
+        self._flush_all = flush_all
+        self.interval = interval
+        self.sync = sync
+        self.timeout = timeout
+        self._cond = threading.Condition()
+        self._requested = 0
+        self._flushed = 0
+        self._error: BaseException | None = None
+        self._stopping = False
+        #: fsyncs of the commit log made for waiting writers (group commits)
+        self.group_commits = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> FlushService:
+        """Start the thread; returns ``self``."""
+        self._thread.start()
+        return self
+
+    def wait_flushed(self, offset: int) -> None:
+        """SYNC_FLUSH: block until the commit log is on disk up to ``offset``."""
+        cond = self._cond
+        with cond:
+            if self._flushed >= offset:
+                return
+            if offset > self._requested:
+                self._requested = offset
+                cond.notify_all()
+            deadline = time.monotonic() + self.timeout
+            while self._flushed < offset:
+                if self._error is not None:
+                    raise StoreError(f"flushing the commit log failed: {self._error}") from (
+                        self._error
+                    )
+                if self._stopping:
+                    raise StoreError("the store was closed while a put waited for its flush")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise FlushTimeoutError(
+                        f"commit log not flushed up to offset {offset} within "
+                        f"{self.timeout * 1000:.0f} ms (sync_flush_timeout_ms); the messages "
+                        "are stored but their durability is not confirmed"
+                    )
+                cond.wait(remaining)
+
+    def wake(self) -> None:
+        """Ask for a flush soon (used before waiting on an explicit ``flush()``)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        cond = self._cond
+        next_full = time.monotonic() + self.interval
+        while True:
+            with cond:
+                while not self._stopping and self._requested <= self._flushed:
+                    remaining = next_full - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    cond.wait(remaining)
+                if self._stopping:
+                    return
+                want_log = self._requested > self._flushed
+            try:
+                if want_log:
+                    # Everything written by now is covered: one fsync for every waiter.
+                    flushed = self._flush_log()
+                    self.group_commits += 1
+                    with cond:
+                        self._flushed = max(self._flushed, flushed)
+                        cond.notify_all()
+                if time.monotonic() >= next_full:
+                    self._flush_all()
+                    next_full = time.monotonic() + self.interval
+            except BaseException as exc:  # keep serving: the next put will see the error
+                log.error("flush_failed", error=str(exc))
+                with cond:
+                    self._error = exc
+                    cond.notify_all()
+                time.sleep(min(self.interval, 0.5))
+                with cond:
+                    self._error = None
+
+    def stop(self) -> None:
+        """Stop and join the thread (waiting writers get an error)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+
+class CommitService:
+    """Transient pool: copies write buffers into the files every ``interval`` seconds."""
+
+    def __init__(
+        self,
+        commit: Callable[[], object],
+        *,
+        interval: float = COMMIT_INTERVAL,
+        name: str = "mqcore-mmap-commit",
+    ) -> None:
+        self._commit = commit
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> CommitService:
+        """Start the thread; returns ``self``."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._commit()
+            except BaseException as exc:
+                log.error("commit_failed", error=str(exc))
+
+    def stop(self) -> None:
+        """Stop and join the thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)

@@ -1,0 +1,313 @@
+"""One preallocated commit-log segment file, mapped into memory (RocketMQ's MappedFile).
+
+A segment is created at its full size with ``posix_fallocate``, so that writing through the
+map can never hit a hole on a full disk (which would kill the process with SIGBUS); running
+out of space shows up here, at creation, as :class:`~mqcore.errors.DiskFullError`.
+
+Three positions, all relative to the start of the file, only ever move forward (except when
+recovery cuts a torn tail):
+
+- ``wrote_position``: bytes appended so far;
+- ``committed_position``: bytes present in the file. Equal to ``wrote_position`` unless the
+  file writes into a transient buffer (see :class:`TransientStorePool`), whose content a
+  commit thread copies into the file later;
+- ``flushed_position``: bytes known to be on disk (``fdatasync``).
+
+Readers use :meth:`MappedFile.view`, a zero-copy memoryview of the map.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+from pathlib import Path
+
+import structlog
+
+from mqcore.errors import DiskFullError, StoreCorruptedError
+
+__all__ = ["MappedFile", "TransientStorePool", "segment_name"]
+
+log = structlog.get_logger(__name__)
+
+_PAGE = mmap.PAGESIZE
+
+
+def segment_name(start_offset: int) -> str:
+    """The file name of a segment starting at ``start_offset``: 20 zero-padded digits."""
+    return f"{start_offset:020d}"
+
+
+def _grow(fd: int, size: int) -> None:
+    """Give the file ``size`` bytes of real disk blocks (tests replace this to fake ENOSPC)."""
+    os.posix_fallocate(fd, 0, size)
+
+
+def _disk_full(path: Path, what: str, exc: OSError) -> DiskFullError:
+    error = DiskFullError(
+        errno.ENOSPC,
+        f"disk full while {what} {str(path)!r}: free some space (or lower "
+        f"file_reserved_time_hours / disk_max_used_space_ratio); nothing acknowledged was lost "
+        f"and the store stays readable",
+    )
+    error.filename = str(path)
+    error.__cause__ = exc
+    return error
+
+
+class TransientStorePool:
+    """In-memory write buffers lent to segments (RocketMQ's TransientStorePool).
+
+    Writers copy records into a buffer instead of the map; a background commit thread moves
+    them into the file with ``pwrite``, which releases the GIL and takes the page-cache work
+    (page faults, block allocation) off the producer's path. Readers always read the file, so
+    a record becomes visible once committed. A process crash loses what was not committed.
+    Buffers are allocated lazily and reused; when all are lent, a segment writes directly
+    into its map instead.
+    """
+
+    def __init__(self, buffer_size: int, pool_size: int = 2) -> None:
+        self.buffer_size = buffer_size
+        self.pool_size = pool_size
+        self._free: list[bytearray] = []
+        self._lent = 0
+        self._lock = threading.Lock()
+
+    def borrow(self) -> bytearray | None:
+        """A buffer of ``buffer_size`` bytes, or None when every buffer is in use."""
+        with self._lock:
+            if self._free:
+                self._lent += 1
+                return self._free.pop()
+            if self._lent < self.pool_size:
+                self._lent += 1
+                return bytearray(self.buffer_size)  # calloc: pages appear as they are used
+            return None
+
+    def give_back(self, buffer: bytearray) -> None:
+        """Return a buffer whose content has been committed."""
+        with self._lock:
+            self._lent -= 1
+            self._free.append(buffer)
+
+    @property
+    def available(self) -> int:
+        """Buffers that :meth:`borrow` can still hand out."""
+        with self._lock:
+            return self.pool_size - self._lent
+
+
+class MappedFile:
+    """A segment file of ``file_size`` bytes starting at commit-log offset ``file_from_offset``.
+
+    ``create=True`` makes (and preallocates) a new file; otherwise the file must exist with
+    exactly ``file_size`` bytes. ``read_only`` maps it read-only and allows no writes.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        file_size: int,
+        *,
+        create: bool = False,
+        read_only: bool = False,
+        pool: TransientStorePool | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.file_size = file_size
+        self.file_from_offset = int(self.path.name)
+        self.read_only = read_only
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self._pool = pool
+        self._buffer: bytearray | None = None
+        self._closed = False
+        flags = os.O_RDONLY if read_only else os.O_RDWR
+        if create:
+            flags |= os.O_CREAT | os.O_EXCL
+        fd = os.open(self.path, flags | os.O_CLOEXEC, 0o644)
+        try:
+            if create:
+                try:
+                    _grow(fd, file_size)
+                except OSError as exc:
+                    os.close(fd)
+                    fd = -1
+                    os.unlink(self.path)
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise _disk_full(self.path, "preallocating", exc) from exc
+                    raise
+            else:
+                actual = os.fstat(fd).st_size
+                if actual != file_size:
+                    raise StoreCorruptedError(
+                        f"commit-log file {str(self.path)!r} has {actual} bytes, expected "
+                        f"{file_size}; open the store with the segment_size it was written "
+                        f"with",
+                        path=str(self.path),
+                        offset=self.file_from_offset,
+                    )
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self._mm = mmap.mmap(fd, file_size, access=access)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            raise
+        self._fd = fd  # kept for fdatasync/pwrite, which release the GIL (msync does not)
+        if not read_only:
+            try:
+                # Ask the kernel to read the (preallocated, zero) pages ahead: writing through
+                # the map then takes no major fault per page, several times faster.
+                self._mm.madvise(mmap.MADV_WILLNEED)
+            except (AttributeError, OSError):
+                pass
+            if pool is not None:
+                self._buffer = pool.borrow()
+        self.view = memoryview(self._mm)
+        if create:
+            log.debug("segment_created", path=str(self.path), size=file_size)
+
+    # --- positions --------------------------------------------------------------------
+
+    @property
+    def file_end_offset(self) -> int:
+        """Commit-log offset one past the end of this file."""
+        return self.file_from_offset + self.file_size
+
+    @property
+    def free(self) -> int:
+        """Bytes that can still be appended."""
+        return self.file_size - self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        """Whether nothing more can be appended."""
+        return self.wrote_position >= self.file_size
+
+    @property
+    def uses_buffer(self) -> bool:
+        """Whether appends go to a transient buffer (committed later) instead of the map."""
+        return self._buffer is not None
+
+    # --- writing ----------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Append ``data`` (the caller checked it fits); returns its position in the file."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        buffer = self._buffer
+        if buffer is not None:
+            buffer[pos:end] = data
+        else:
+            self._mm[pos:end] = data
+            self.committed_position = end
+        self.wrote_position = end
+        return pos
+
+    def commit(self) -> int:
+        """Copy buffered bytes into the file (transient buffers only); returns the position."""
+        buffer = self._buffer
+        if buffer is None:
+            return self.committed_position
+        start = self.committed_position
+        end = self.wrote_position
+        if end > start:
+            try:
+                written = os.pwrite(self._fd, memoryview(buffer)[start:end], start)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise _disk_full(self.path, "committing to", exc) from exc
+                raise
+            self.committed_position = start + written
+        if self.committed_position >= self.file_size and self._pool is not None:
+            # Full and committed: the buffer goes back to the pool for the next segment.
+            self._buffer = None
+            self._pool.give_back(buffer)
+        return self.committed_position
+
+    def flush(self) -> int:
+        """fdatasync everything committed; returns the flushed position."""
+        committed = self.committed_position
+        if committed > self.flushed_position and not self._closed:
+            try:
+                os.fdatasync(self._fd)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise _disk_full(self.path, "flushing", exc) from exc
+                raise
+            self.flushed_position = committed
+        return self.flushed_position
+
+    def set_positions(self, position: int) -> None:
+        """Recovery: everything up to ``position`` is valid; zero the rest of the file."""
+        if position < self.file_size and not self.read_only:
+            rest = self._mm[position:]
+            if rest.count(0) != len(rest):
+                self._mm[position:] = bytes(self.file_size - position)
+                os.fdatasync(self._fd)
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    # --- reading ----------------------------------------------------------------------
+
+    @property
+    def read_position(self) -> int:
+        """Bytes that readers may look at (what is in the file)."""
+        return self.committed_position
+
+    def read(self, pos: int, size: int) -> memoryview:
+        """``size`` bytes at ``pos``: a view of the map, or a copy of a not yet committed buffer."""
+        if pos + size > self.committed_position and self._buffer is not None:
+            # Still in the transient buffer, which will be reused: hand out a copy.
+            return memoryview(bytes(self._buffer[pos : pos + size]))
+        return self.view[pos : pos + size]
+
+    def find(self, pattern: bytes, start: int, end: int | None = None) -> int:
+        """Position of ``pattern`` in the map between ``start`` and ``end``, or -1 (C speed)."""
+        return self._mm.find(pattern, start, self.file_size if end is None else end)
+
+    def release_pages(self, upto: int) -> None:
+        """Drop this process's mapping of the pages below ``upto`` (they stay in the page cache).
+
+        Keeps the resident set flat while gigabytes stream through the map; a later read
+        simply maps the page again (a minor fault).
+        """
+        length = upto - upto % _PAGE
+        if length > 0 and not self._closed:
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED, 0, length)
+            except (AttributeError, OSError, ValueError):
+                pass
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Unmap and close (idempotent). Views handed out keep the map alive until dropped."""
+        if self._closed:
+            return
+        self._closed = True
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None and self._pool is not None:
+            self._pool.give_back(buffer)
+        try:
+            self.view.release()
+            self._mm.close()
+        except BufferError:
+            pass  # a reader still holds a view; the map goes with its last reference
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({self.path.name}, wrote={self.wrote_position}, "
+            f"committed={self.committed_position}, flushed={self.flushed_position})"
+        )

@@ -1,0 +1,274 @@
+"""Recovery when a writer opens the store: find the end of valid data, repair, re-dispatch.
+
+1. Pick a safe point to scan from. After a clean shutdown (no abort marker): the last three
+   segments, as RocketMQ's recoverNormally. After a crash: the newest segment whose first
+   record is older than the checkpoint's flush time, as RocketMQ's recoverAbnormally (the
+   whole log when there is no checkpoint yet). The scan also starts early enough to cover the
+   records the consume queues have not dispatched.
+2. Validate every record from there with :func:`mqcore.codec.check_record` (CRC on). The
+   first invalid record ends the data. If it is a torn tail (nothing valid follows it) the
+   tail is cut: the segment's positions move back and the rest of it is zeroed. If valid
+   records follow it, the damage is in the middle of acknowledged data:
+   :class:`~mqcore.errors.StoreCorruptedError` names the file and offset. (RocketMQ cuts
+   there too; mqcore refuses, because cutting would silently drop acknowledged messages.)
+3. Truncate consume-queue units and index entries pointing at or past the cut.
+4. Re-dispatch the records the consume queues (and the index) miss, in commit-log order.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from mqcore.codec import (
+    BLANK,
+    MESSAGE_MAGIC_CODE,
+    POS_STORE_TIMESTAMP,
+    check_record,
+    tags_hash_code,
+)
+from mqcore.errors import CodecError, StoreCorruptedError
+from mqcore.message import MessageExt
+
+from .checkpoint import had_abnormal_shutdown
+from .consumequeue import UNIT
+from .mappedfile import MappedFile
+
+if TYPE_CHECKING:
+    from .store import MmapStore
+
+__all__ = ["find_end", "recover"]
+
+log = structlog.get_logger(__name__)
+
+_MAGIC = struct.pack(">i", MESSAGE_MAGIC_CODE)
+_SIZE_MAGIC = struct.Struct(">ii")
+_I64 = struct.Struct(">q")
+NORMAL_RECOVERY_SEGMENTS = 3  # RocketMQ's recoverNormally starts at the third-last file
+
+
+def _first_timestamp(mf: MappedFile) -> int:
+    """Store timestamp of the first record of a segment (0 if it does not start with one)."""
+    size, magic = _SIZE_MAGIC.unpack_from(mf.view, 0)
+    if magic != MESSAGE_MAGIC_CODE or size <= POS_STORE_TIMESTAMP + 8 or size > mf.file_size:
+        return 0
+    return int(_I64.unpack_from(mf.view, POS_STORE_TIMESTAMP)[0])
+
+
+def safe_start(files: list[MappedFile], abnormal: bool, min_timestamp: int) -> int:
+    """Index of the segment to start scanning from (see the module docstring)."""
+    if not abnormal:
+        return max(0, len(files) - NORMAL_RECOVERY_SEGMENTS)
+    for index in range(len(files) - 1, -1, -1):
+        ts = _first_timestamp(files[index])
+        if ts and ts <= min_timestamp:
+            return index
+    return 0
+
+
+def _valid_data_after(files: list[MappedFile], index: int, pos: int) -> tuple[int, int] | None:
+    """Where a valid record lies after the bad one at (``index``, ``pos``), if anywhere.
+
+    Returns ``(segment index, position)`` of the first one found, else None.
+    """
+    mf = files[index]
+    at = pos + 5  # the bad record's own magic code is at pos + 4
+    while True:
+        found = mf.find(_MAGIC, at)
+        if found < 0:
+            break
+        start = found - 4
+        if start >= pos + 1:
+            try:
+                check_record(mf.view, start, mf.file_size)
+                return index, start
+            except CodecError:
+                pass
+        at = found + 1
+    for later in range(index + 1, len(files)):
+        try:
+            check_record(files[later].view, 0, files[later].file_size)
+            return later, 0
+        except CodecError:
+            continue
+    return None
+
+
+def find_end(files: list[MappedFile], start_index: int, start_pos: int = 0) -> tuple[int, int]:
+    """Validate records from (``start_index``, ``start_pos``); returns the end of valid data.
+
+    The end is ``(segment index, position)``; a segment that ends with a blank marker is
+    followed by the next one. Raises :class:`StoreCorruptedError` when valid records follow
+    an invalid one.
+    """
+    index, pos = start_index, start_pos
+    while index < len(files):
+        mf = files[index]
+        view, limit, base = mf.view, mf.file_size, mf.file_from_offset
+        while pos < limit:
+            try:
+                kind, size = check_record(view, pos, limit, base_offset=base)
+            except CodecError as exc:
+                later = _valid_data_after(files, index, pos)
+                if later is not None:
+                    where = files[later[0]].file_from_offset + later[1]
+                    raise StoreCorruptedError(
+                        f"commit-log file {str(mf.path)!r} is corrupted at offset {base + pos} "
+                        f"(position {pos} in the file: {exc}) and valid records follow at "
+                        f"offset {where}; refusing to cut acknowledged messages. Restore the "
+                        "file from a replica or backup, or move the store aside",
+                        path=str(mf.path),
+                        offset=base + pos,
+                    ) from exc
+                return index, pos
+            if kind == BLANK:
+                pos = limit
+                break
+            pos += size
+        if index + 1 == len(files):
+            return index, pos
+        index += 1
+        pos = 0
+    return max(0, len(files) - 1), 0
+
+
+def iter_records(
+    files: list[MappedFile], offset: int, end: int
+) -> Iterator[tuple[MappedFile, int]]:
+    """(segment, position) of every record from commit-log ``offset`` to ``end`` (validated)."""
+    for mf in files:
+        if mf.file_end_offset <= offset or mf.file_from_offset >= end:
+            continue
+        pos = max(0, offset - mf.file_from_offset)
+        stop = min(mf.file_size, end - mf.file_from_offset)
+        view = mf.view
+        while pos + 8 <= stop:
+            size, magic = _SIZE_MAGIC.unpack_from(view, pos)
+            if magic != MESSAGE_MAGIC_CODE:
+                break  # a blank marker: the rest of the segment is empty
+            yield mf, pos
+            pos += size
+
+
+def recover(store: MmapStore) -> None:
+    """Bring commit log, consume queues and index to a consistent state (see module doc)."""
+    commitlog = store._commitlog
+    files = commitlog.files
+    cqs = store._cqs
+    index = store._index
+    abnormal = had_abnormal_shutdown(store.path)
+    if not files:
+        for cq in cqs.values():
+            cq.truncate_dirty(0)
+        index.truncate(0)
+        return
+    cp = store._checkpoint
+    start = safe_start(files, abnormal, cp.min_timestamp_index if cp is not None else 0)
+    dispatched = max((cq.max_physical_offset for cq in cqs.values()), default=-1)
+    first = files[0].file_from_offset
+    if dispatched < first:
+        start = 0  # nothing (still stored) was dispatched: rebuild from the first segment
+    else:
+        holder = commitlog.file_for(max(first, dispatched - 1))
+        if holder is not None:
+            start = min(start, files.index(holder))
+    end_index, end_pos = find_end(files, start)
+    end = files[end_index].file_from_offset + end_pos
+    if end_index + 1 < len(files) or end_pos < files[end_index].wrote_position or abnormal:
+        log.warning(
+            "commitlog_recovered",
+            abnormal=abnormal,
+            end_offset=end,
+            scanned_from=files[start].file_from_offset,
+        )
+    commitlog.truncate(end)
+    for cq in cqs.values():
+        cq.truncate_dirty(end)
+    index.truncate(end)
+    _redispatch(store, files[start].file_from_offset, end)
+
+
+def _redispatch(store: MmapStore, scan_from: int, end: int) -> None:
+    commitlog = store._commitlog
+    index = store._index
+    files = commitlog.files
+    cqs = store._cqs
+    # Dispatch runs in commit-log order, so every record before the furthest unit of any
+    # queue was dispatched; the index may lag one batch behind (keys are indexed last).
+    dispatched = max((cq.max_physical_offset for cq in cqs.values()), default=-1)
+    index_end = index.end_phy_offset
+    if dispatched < 0:
+        frm = commitlog.min_offset
+    else:
+        frm = dispatched
+        if 0 <= index_end < frm:
+            # Both are record boundaries; records before the scan start were not validated.
+            frm = max(index_end, scan_from)
+    pending: dict[tuple[str, int], tuple[int, bytearray]] = {}
+    keyed: list[tuple[str, list[str], int, int]] = []
+    last_ts = 0
+    count = 0
+    for mf, pos in iter_records(files, frm, end):
+        msg = MessageExt(mf.view, pos)
+        phys = mf.file_from_offset + pos
+        last_ts = msg.store_timestamp
+        if phys > index_end and msg.keys:
+            keyed.append((msg.topic, msg.key_list, phys, last_ts))
+        key = (msg.topic, msg.queue_id)
+        cq = cqs.get(key)
+        if cq is None:
+            cq = store._cq_for_write(*key)
+            cqs = store._cqs
+        queued = pending.get(key)
+        next_offset = queued[0] if queued is not None else cq.max_offset
+        qoff = msg.queue_offset
+        if qoff < next_offset or phys < cq.max_physical_offset:
+            continue  # already dispatched
+        if qoff > next_offset:
+            if queued is None and cq.min_offset == cq.max_offset:
+                cq.append_units(qoff, b"", fill_gap=True)  # a queue whose head was deleted
+            else:
+                raise StoreCorruptedError(
+                    f"consume queue {msg.topic}-{msg.queue_id} ends at offset {next_offset} "
+                    f"but the commit log continues at queue offset {qoff} (commit-log offset "
+                    f"{phys}); delete the consume queue's directory to rebuild it",
+                    path=str(cq.directory),
+                    offset=phys,
+                )
+        if queued is None:
+            queued = (qoff, bytearray())
+        units = queued[1]
+        units += UNIT.pack(phys, msg.store_size, tags_hash_code(msg.tags))
+        pending[key] = (qoff + 1, units)
+        count += 1
+        if len(units) >= 1 << 20:
+            _drain(store, pending)
+    _drain(store, pending)
+    if keyed:
+        index.put_keys(keyed)
+    if last_ts:
+        store._last_store_ts = last_ts
+    else:
+        store._last_store_ts = _last_timestamp(files, end)
+    if count:
+        log.info("records_redispatched", count=count, from_offset=frm, to_offset=end)
+
+
+def _drain(store: MmapStore, pending: dict[tuple[str, int], tuple[int, bytearray]]) -> None:
+    for key, (next_offset, units) in pending.items():
+        cq = store._cqs[key]
+        first = next_offset - len(units) // UNIT.size
+        cq.append_units(first, units)
+    pending.clear()
+
+
+def _last_timestamp(files: list[MappedFile], end: int) -> int:
+    last: Any = 0
+    for mf, pos in iter_records(files[-1:], files[-1].file_from_offset, end):
+        last = (mf, pos)
+    if not last:
+        return 0
+    return int(_I64.unpack_from(last[0].view, last[1] + POS_STORE_TIMESTAMP)[0])

@@ -1,0 +1,678 @@
+"""MmapStore: RocketMQ's storage engine (commit log, consume queues, index) over mmap.
+
+Directory layout under ``path``::
+
+    LOCK                      writer lock (names the writer's pid); see mqcore.lockfile
+    abort                     exists while a writer has the store open (crash detection)
+    checkpoint                flush progress (store timestamps), RocketMQ's layout
+    commitlog/<20 digits>     segments of ``segment_size`` bytes, named by start offset
+    consumequeue/<topic>/<queue_id>/<20 digits>   20-byte units per queue
+    index/<yyyyMMddHHmmssSSS> key index files
+
+A ``put`` encodes the batch outside the write lock, then, holding it: stamps offsets and
+writes the records with one copy into the segment, appends the batch's consume-queue units as
+one buffer, indexes the keys, and publishes. Readers take no lock: they only look at what the
+consume queues publish, which is always behind complete records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from mqcore.codec import (
+    BLANK_SIZE,
+    HEADER_SIZE,
+    MESSAGE_MAGIC_CODE,
+    POS_STORE_TIMESTAMP,
+    check_record,
+    host_bytes,
+    prepare,
+    record_properties,
+)
+from mqcore.errors import (
+    CodecError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreError,
+)
+from mqcore.interfaces import MessageFilter
+from mqcore.lockfile import StoreLock
+from mqcore.message import Message, MessageExt
+from mqcore.store import (
+    DEFAULT_MAX_BYTES,
+    FlushMode,
+    GetResult,
+    GetStatus,
+    PutResult,
+    RawGetResult,
+)
+
+from . import recovery, retention
+from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
+from .commitlog import CommitLog
+from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
+from .flushservice import CommitService, FlushService
+from .indexfile import IndexService
+from .mappedfile import TransientStorePool
+from .options import MAX_BODY_SIZE, MmapStoreOptions
+
+__all__ = ["MmapStore"]
+
+log = structlog.get_logger(__name__)
+
+_I64 = struct.Struct(">q")
+_SIZE_MAGIC = struct.Struct(">ii")
+_BAD_TOPIC = re.compile(r"[/\\\x00]")
+_new = tuple.__new__
+
+
+def total_size(picked: list[tuple[Any, int, int]]) -> int:
+    """Sum of the record sizes of a selection."""
+    return sum(p[2] for p in picked)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MmapStore:
+    """The default store: RocketMQ's CommitLog / ConsumeQueue / IndexFile layout over mmap.
+
+    Open it with ``Kernel().open_store("mmap", path, **options)``. Options:
+
+    - ``flush_mode`` (``ASYNC_FLUSH``): ``SYNC_FLUSH`` (or ``"sync"``) makes ``put`` return
+      after ``fdatasync`` (group commit); ``ASYNC_FLUSH`` (``"async"``) after the write, with
+      a background flush every ``flush_interval_ms``.
+    - ``read_only`` (False): no lock, no writes; sees a consistent prefix; ``refresh()``.
+    - ``store_host`` (``"127.0.0.1:10911"``): written into records and message ids.
+    - ``segment_size`` (1 GiB): bytes per commit-log segment file.
+    - ``consume_queue_units`` (300 000): 20-byte units per consume-queue file.
+    - ``flush_interval_ms`` (500): period of the background flush.
+    - ``sync_flush_timeout_ms`` (5000): SYNC_FLUSH wait before ``FlushTimeoutError``.
+    - ``file_reserved_time_hours`` (72): retention of commit-log segments (by file mtime).
+    - ``disk_max_used_space_ratio`` (75): delete oldest segments while the disk is fuller.
+    - ``transient_store_pool`` (False): write into memory buffers committed to the files by
+      a background thread (ASYNC_FLUSH only; a crash loses up to 200 ms of puts).
+    - ``index_hash_slots`` (5 000 000), ``index_max_entries`` (20 000 000): key index size.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        self.options = opts = MmapStoreOptions.from_options(options)
+        self.path = Path(path)
+        self.read_only = opts.read_only
+        self.flush_mode = opts.flush_mode
+        self.segment_size = int(opts.segment_size)
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self._cq_lock = threading.Lock()
+        self._store_host = host_bytes(opts.store_host)
+        ip, port = self._store_host
+        self._msgid_prefix = f"{ip.hex().upper()}{port:08X}"
+        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        # Read-only openers: the highest queue offset per queue whose record is verified.
+        self._visible: dict[tuple[str, int], int] = {}
+        self._lock: StoreLock | None = None
+        self._flusher: FlushService | None = None
+        self._committer: CommitService | None = None
+        self._cleaner: retention.CleanService | None = None
+        self._checkpoint: StoreCheckpoint | None = None
+        self._last_store_ts = 0
+        self._error: BaseException | None = None
+        if self.read_only:
+            if not self.path.is_dir():
+                raise StoreError(
+                    f"no store at {str(self.path)!r} to open read-only; a writer must create "
+                    "it first"
+                )
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = StoreLock(self.path).acquire()
+        try:
+            self._open()
+        except BaseException:
+            self._release_all()
+            raise
+
+    # --- opening ----------------------------------------------------------------------
+
+    def _open(self) -> None:
+        opts = self.options
+        pool = None
+        if opts.transient_store_pool and not self.read_only:
+            pool = TransientStorePool(self.segment_size)
+        self._commitlog = CommitLog(
+            self.path, self.segment_size, read_only=self.read_only, pool=pool
+        )
+        self._load_consume_queues()
+        self._index = IndexService(
+            self.path,
+            max_hash_slots=int(opts.index_hash_slots),
+            max_index_count=int(opts.index_max_entries),
+            read_only=self.read_only,
+        )
+        if self.read_only:
+            self._verify_visible()
+            return
+        self._checkpoint = StoreCheckpoint.load(self.path)
+        recovery.recover(self)
+        create_abort_marker(self.path)
+        self._flusher = FlushService(
+            self._flush_log,
+            self._flush_all,
+            interval=opts.flush_interval_ms / 1000,
+            sync=self.flush_mode is FlushMode.SYNC_FLUSH,
+            timeout=opts.sync_flush_timeout_ms / 1000,
+        ).start()
+        if pool is not None:
+            self._committer = CommitService(self._commitlog.commit).start()
+        self._cleaner = retention.CleanService(self).start()
+        log.info(
+            "mmap_store_opened",
+            path=str(self.path),
+            max_offset=self._commitlog.max_offset,
+            queues=len(self._cqs),
+        )
+
+    def _load_consume_queues(self) -> None:
+        root = self.path / "consumequeue"
+        if not root.is_dir():
+            return
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if queue_dir.is_dir() and queue_dir.name.isdigit():
+                    key = (topic_dir.name, int(queue_dir.name))
+                    if key not in self._cqs:
+                        self._cqs[key] = self._new_cq(*key)
+
+    def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(
+            self.path,
+            topic,
+            queue_id,
+            units_per_file=int(self.options.consume_queue_units),
+            read_only=self.read_only,
+        )
+
+    def _cq_for_write(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            bad = not topic or len(topic.encode()) > 127 or topic in (".", "..")
+            if bad or _BAD_TOPIC.search(topic):
+                raise InvalidArgumentError(
+                    f"topic {topic!r} cannot be stored: use 1..127 bytes without '/', '\\' "
+                    "or NUL, and not '.' or '..'"
+                )
+            if not isinstance(queue_id, int) or queue_id < 0:
+                raise InvalidArgumentError(f"queue id {queue_id!r} must be an int >= 0")
+            with self._cq_lock:
+                cq = self._cqs.get((topic, queue_id))
+                if cq is None:
+                    cq = self._new_cq(topic, queue_id)
+                    # Replace the dict: readers iterate it without a lock.
+                    self._cqs = {**self._cqs, (topic, queue_id): cq}
+        return cq
+
+    # --- writing ----------------------------------------------------------------------
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+    ) -> list[PutResult]:
+        """Append ``messages`` to ``topic``/``queue_id`` (one write); see the module docstring.
+
+        Returns after the flush mode is met. Raises :class:`InvalidArgumentError` for a body
+        over 4 MiB or a record larger than a segment, :class:`DiskFullError` when the disk is
+        full (nothing of the batch is then stored).
+        """
+        if self._closed:
+            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        if self.read_only:
+            raise StoreError(
+                f"mmap store {str(self.path)!r} is open read-only; open it without "
+                "read_only=True to write"
+            )
+        if not messages:
+            return []
+        now = _now_ms()
+        try:
+            prepared = prepare(
+                messages,
+                now if born_timestamp is None else born_timestamp,
+                topic=topic,
+                reconsume_times=reconsume_times,
+            )
+        except CodecError as exc:
+            raise InvalidArgumentError(str(exc)) from exc
+        sizes = [p[0] for p in prepared]
+        total = sum(sizes)
+        if max(sizes) > MAX_BODY_SIZE:
+            self._check_sizes(prepared)
+        born = host_bytes(born_host) if born_host else None
+        count = len(prepared)
+        with self._write_lock:
+            if self._closed:
+                raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+            cq = self._cq_for_write(topic, queue_id)
+            qoff = cq.max_offset
+            store_ts = _now_ms()
+            if store_ts < self._last_store_ts:
+                store_ts = self._last_store_ts  # the wall clock stepped back: stay monotonic
+            chunks = self._commitlog.put_batch(
+                prepared,
+                total,
+                queue_id=queue_id,
+                queue_offset=qoff,
+                store_timestamp=store_ts,
+                store_host=self._store_host,
+                born_host=born,
+            )
+            units = bytearray(count * UNIT_SIZE)
+            pack_unit = UNIT.pack_into
+            prefix = self._msgid_prefix
+            results: list[PutResult] = []
+            append = results.append
+            i = 0
+            q = qoff
+            keyed = None
+            for phys, n in chunks:
+                part = prepared if n == count else prepared[i : i + n]
+                for p in part:
+                    size = p[0]
+                    pack_unit(units, i * UNIT_SIZE, phys, size, p[9])
+                    append(_new(PutResult, (f"{prefix}{phys:016X}", q, phys, store_ts, size)))
+                    if p[10]:
+                        if keyed is None:
+                            keyed = []
+                        keyed.append((topic, p[10].split(), phys, store_ts))
+                    phys += size
+                    q += 1
+                    i += 1
+            cq.append_units(qoff, units)
+            if keyed:
+                self._index.put_keys(keyed)
+            self._last_store_ts = store_ts
+            end = phys
+        if self._flusher is not None and self._flusher.sync:
+            self._flusher.wait_flushed(end)
+        return results
+
+    def _check_sizes(self, prepared: Sequence[Any]) -> None:
+        limit = self.segment_size - BLANK_SIZE
+        for i, p in enumerate(prepared):
+            if len(p[1]) > MAX_BODY_SIZE:
+                raise InvalidArgumentError(
+                    f"message {i} of the batch has a {len(p[1])}-byte body; the limit is "
+                    f"{MAX_BODY_SIZE} bytes (4 MiB)"
+                )
+            if p[0] > limit:
+                raise InvalidArgumentError(
+                    f"message {i} of the batch encodes to {p[0]} bytes, more than a "
+                    f"{self.segment_size}-byte commit-log segment holds; raise segment_size"
+                )
+
+    # --- reading ----------------------------------------------------------------------
+
+    def _bounds(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return None, 0, 0
+        high = cq.max_offset
+        if self.read_only:
+            high = min(high, self._visible.get((topic, queue_id), 0))
+        return cq, min(cq.min_offset, high), high
+
+    def _select(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        message_filter: MessageFilter | None,
+    ) -> tuple[GetStatus, list[tuple[Any, int, int]], int, int, int]:
+        """Scan the consume queue: (status, [(segment view, pos, size)], next, min, max)."""
+        if self._closed:
+            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        cq, low, high = self._bounds(topic, queue_id)
+        if cq is None or high == 0:
+            return GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high
+        if max_count < 1 or max_bytes < 1:
+            raise InvalidArgumentError(
+                f"max_count ({max_count}) and max_bytes ({max_bytes}) must be >= 1"
+            )
+        if offset < low:
+            return GetStatus.OFFSET_TOO_SMALL, [], low, low, high
+        if offset == high:
+            return GetStatus.NO_NEW_MSG, [], offset, low, high
+        if offset > high:
+            return GetStatus.OFFSET_OVERFLOW_BADLY, [], low if low == 0 else high, low, high
+        units = cq.read_units(offset, min(max_count, high - offset))
+        if not len(units):
+            return GetStatus.OFFSET_TOO_SMALL, [], cq.min_offset, cq.min_offset, high
+        picked: list[tuple[Any, int, int]] = []
+        add = picked.append
+        status = GetStatus.NO_MATCHED_MSG
+        total = 0
+        scanned = 0
+        lo = hi = -1
+        base = 0
+        mf: Any = None
+        view: Any = None
+        direct = True
+        file_for = self._commitlog.file_for
+        tags_ok = message_filter.matches_tags_code if message_filter is not None else None
+        props_ok = (
+            message_filter.matches_properties
+            if message_filter is not None and message_filter.uses_properties
+            else None
+        )
+        try:
+            for phys, size, tags_code in UNIT.iter_unpack(units):
+                if picked and total + size > max_bytes:
+                    break
+                scanned += 1
+                if tags_ok is not None and not tags_ok(tags_code):
+                    continue
+                if not lo <= phys < hi:
+                    mf = file_for(phys)
+                    if mf is None:
+                        if not picked:
+                            status = GetStatus.OFFSET_FOUND_NULL
+                        continue
+                    base = mf.file_from_offset
+                    lo, hi = base, base + mf.file_size
+                    view = mf.view
+                    direct = not mf.uses_buffer
+                if direct:
+                    buf, pos = view, phys - base
+                else:
+                    # Transient pool: the record may still be in a buffer (read a copy).
+                    buf, pos = mf.read(phys - base, size), 0
+                if props_ok is not None and not props_ok(record_properties(buf, pos)):
+                    continue
+                add((buf, pos, size))
+                total += size
+            if picked:
+                status = GetStatus.FOUND
+        finally:
+            units.release()
+        return status, picked, offset + scanned, low, high
+
+    def get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> GetResult:
+        """Up to ``max_count`` messages from ``offset`` (RocketMQ's getMessage rules).
+
+        Messages are copies (they outlive the segment files).
+        """
+        status, picked, next_offset, low, high = self._select(
+            topic, queue_id, offset, max_count, max_bytes, message_filter
+        )
+        messages: list[MessageExt] = []
+        if picked:
+            append = messages.append
+            ext = MessageExt
+            first_buf, first_pos, _ = picked[0]
+            last_buf, last_pos, last_size = picked[-1]
+            span = last_pos + last_size - first_pos
+            if first_buf is last_buf and 0 < span <= 2 * total_size(picked):
+                # One copy of the whole range; the messages share it (no copy per message).
+                data = bytes(first_buf[first_pos : first_pos + span])
+                for _, pos, _ in picked:
+                    append(ext(data, pos - first_pos))
+            else:
+                for buf, pos, size in picked:
+                    append(ext(bytes(buf[pos : pos + size])))
+        return GetResult(status, messages, next_offset, low, high)
+
+    def get_raw(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> RawGetResult:
+        """Like :meth:`get`, with zero-copy memoryviews of the records in the segment maps."""
+        status, picked, next_offset, low, high = self._select(
+            topic, queue_id, offset, max_count, max_bytes, message_filter
+        )
+        records = [buf[pos : pos + size] for buf, pos, size in picked]
+        return RawGetResult(status, records, next_offset, low, high)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest queue offset still stored (0 for an unknown queue)."""
+        return self._bounds(topic, queue_id)[1]
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Queue offset the next message gets (0 for an unknown queue)."""
+        return self._bounds(topic, queue_id)[2]
+
+    def _record_at(self, phys: int) -> memoryview | None:
+        """The complete, published record starting at ``phys`` (validated), else None."""
+        head = self._commitlog.read(phys, 8)
+        if head is None:
+            return None
+        size, magic = _SIZE_MAGIC.unpack(head)
+        if magic != MESSAGE_MAGIC_CODE or size < HEADER_SIZE:
+            return None
+        rec = self._commitlog.read(phys, size)
+        if rec is None:
+            return None
+        try:
+            check_record(rec, 0, check_crc=self.read_only)
+        except CodecError:
+            return None
+        return rec
+
+    def _store_timestamp(self, phys: int, size: int) -> int:
+        rec = self._commitlog.read(phys, HEADER_SIZE)
+        if rec is None:
+            return 0  # deleted by retention: older than anything still stored
+        return int(_I64.unpack_from(rec, POS_STORE_TIMESTAMP)[0])
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset whose store timestamp is >= ``timestamp_ms`` (max if none)."""
+        cq, low, high = self._bounds(topic, queue_id)
+        if cq is None or low >= high:
+            return high
+        found = cq.offset_for_timestamp(timestamp_ms, self._store_timestamp, "lower")
+        return max(low, min(found, high))
+
+    def message_at(self, commitlog_offset: int) -> MessageExt | None:
+        """The message whose record starts at ``commitlog_offset``, or None."""
+        if self._closed:
+            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        if commitlog_offset < 0:
+            return None
+        rec = self._record_at(commitlog_offset)
+        if rec is None:
+            return None
+        msg = MessageExt(bytes(rec))
+        # Only dispatched records exist for readers: the unit must be published.
+        cq, low, high = self._bounds(msg.topic, msg.queue_id)
+        if cq is None or not low <= msg.queue_offset < high:
+            return None
+        return msg
+
+    def lookup(self, topic: str, key: str, max_count: int = 32) -> list[MessageExt]:
+        """Messages of ``topic`` carrying ``key``, oldest first (at most ``max_count``)."""
+        if self._closed:
+            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        if max_count <= 0 or not key:
+            return []
+        # Hashes collide, so ask for more than needed and check topic and keys.
+        offsets = self._index.query(topic, key, max_count * 4 + 16)
+        found: list[MessageExt] = []
+        for phys in sorted(set(offsets)):
+            msg = self.message_at(phys)
+            if msg is not None and msg.topic == topic and key in msg.key_list:
+                found.append(msg)
+        return found[-max_count:]
+
+    def topics(self) -> list[str]:
+        """Topics with at least one queue in the store."""
+        return sorted({topic for topic, _ in self._cqs})
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of ``topic`` present in the store."""
+        return sorted(qid for t, qid in self._cqs if t == topic)
+
+    # --- durability -------------------------------------------------------------------
+
+    def _flush_log(self) -> int:
+        self._commitlog.commit()
+        return self._commitlog.flush()
+
+    def _flush_all(self) -> None:
+        """Flush commit log, consume queues and index, then record progress in the checkpoint."""
+        ts = self._last_store_ts
+        self._flush_log()
+        for cq in list(self._cqs.values()):
+            cq.flush()
+        self._index.flush()
+        self._commitlog.release_cold_pages()
+        cp = self._checkpoint
+        if cp is not None and ts and ts != cp.physic_msg_timestamp:
+            cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = ts
+            cp.save()
+
+    def flush(self) -> None:
+        """Make everything appended so far durable (commit log, consume queues, index)."""
+        if self._closed:
+            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        if self.read_only:
+            return
+        with self._write_lock:
+            self._flush_all()
+
+    def refresh(self) -> None:
+        """Read-only: map new segments and queues, and verify what the writer published."""
+        if self._closed:
+            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        if not self.read_only:
+            return
+        self._commitlog.refresh()
+        self._load_consume_queues()
+        for cq in list(self._cqs.values()):
+            cq.refresh()
+        self._index.refresh()
+        self._verify_visible()
+
+    def _verify_visible(self) -> None:
+        """Read-only: per queue, the highest offset whose record is complete and CRC-valid.
+
+        The writer writes a record before its unit, so everything before a verified unit is
+        complete; only the last units can be torn, and they are checked from the end.
+        """
+        visible = dict(self._visible)
+        for key, cq in list(self._cqs.items()):
+            cq_max = cq.max_offset
+            floor = max(cq.min_offset, visible.get(key, 0))
+            end = cq_max
+            while end > floor:
+                unit = cq.unit_at(end - 1)
+                if unit is not None and self._unit_matches(key, end - 1, unit):
+                    break
+                end -= 1
+            visible[key] = max(end, visible.get(key, 0))
+        self._visible = visible
+
+    def _unit_matches(self, key: tuple[str, int], queue_offset: int, unit: Any) -> bool:
+        phys, size, _ = unit
+        rec = self._commitlog.read(phys, size)
+        if rec is None:
+            return False
+        try:
+            check_record(rec, 0, check_crc=True)
+        except CodecError:
+            return False
+        msg = MessageExt(rec)
+        return msg.queue_offset == queue_offset and msg.queue_id == key[1]
+
+    # --- retention --------------------------------------------------------------------
+
+    def delete_expired_files(self, now: float | None = None) -> int:
+        """Retention pass (the cleaner thread runs it every 10 s); returns segments deleted.
+
+        ``now`` (seconds since the epoch) is for tests.
+        """
+        if self._closed or self.read_only:
+            return 0
+        return retention.delete_expired_files(self, now)
+
+    # --- closing ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the background threads, flush, and release the files and the writer lock.
+
+        A clean close removes the abort marker: the next open skips crash recovery.
+        """
+        if self._closed:
+            return
+        if not self.read_only:
+            # Stop the cleaner first: it takes the write lock.
+            if self._cleaner is not None:
+                self._cleaner.stop()
+            with self._write_lock:
+                self._closed = True
+        self._closed = True
+        self._release_all(clean=not self.read_only)
+
+    def _release_all(self, clean: bool = False) -> None:
+        for service in (self._cleaner, self._committer, self._flusher):
+            if service is not None:
+                service.stop()
+        error: BaseException | None = None
+        if clean:
+            try:
+                self._flush_all()
+                remove_abort_marker(self.path)
+            except BaseException as exc:  # still release everything, then report
+                error = exc
+        for name in ("_index", "_commitlog"):
+            part = getattr(self, name, None)
+            if part is not None:
+                part.close()
+        for cq in list(self._cqs.values()):
+            cq.close()
+        if self._lock is not None:
+            self._lock.release()
+        self._closed = True
+        if error is not None:
+            raise error
+        log.info("mmap_store_closed", path=str(self.path))
+
+    def __enter__(self) -> MmapStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("read-only" if self.read_only else "open")
+        return f"MmapStore({str(self.path)!r}, {state})"
