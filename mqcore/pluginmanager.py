@@ -40,6 +40,8 @@ BUNDLED_PLUGINS: tuple[str, ...] = (
     "mqcore.plugins.store_lmdb",
     "mqcore.plugins.offset_broker",
     "mqcore.plugins.offset_local_file",
+    "mqcore.plugins.filter_tag",
+    "mqcore.plugins.filter_sql92",
 )
 
 ENV_DISABLE_AUTOLOAD = "MQCORE_DISABLE_PLUGIN_AUTOLOAD"
