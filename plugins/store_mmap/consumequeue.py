@@ -25,6 +25,12 @@ API used by the store (writes are serialised by the store's lock; reads take no 
   boundary="lower")``, ``refresh()`` (read-only openers), ``flush()``, ``close()``,
   ``destroy()``.
 
+Recovery order for the store, as RocketMQ: open every queue (each finds its last valid unit),
+recover the commit log, then ``truncate_dirty(commit-log end)`` on every queue and
+``correct_min_offset(commit-log min)``, then dispatch the records past each queue's
+``max_physical_offset``. A torn unit can look valid (a size half written), so checking the last
+unit against the record it points at is the store's job.
+
 Memory stays flat: files are mapped lazily, at most ``max_mapped_files`` of them (plus the
 file being written) at a time; an evicted map is unmapped as soon as no view into it is alive,
 so a reader must not keep views returned by :meth:`ConsumeQueue.read_units` longer than needed.
@@ -188,6 +194,8 @@ class ConsumeQueue:
     def _map(self, start: int) -> mmap.mmap | None:
         """The map of the file starting at unit ``start`` (None if there is no such file)."""
         with self._lock:
+            if self._closed:
+                return None  # never map again after close(): reads come back empty
             if self._tail is not None and self._tail[0] == start:
                 return self._tail[1]
             mm = self._maps.get(start)
@@ -661,8 +669,8 @@ class ConsumeQueue:
         if self._closed:
             return
         self.flush()
-        self._closed = True
         with self._lock:
+            self._closed = True
             maps = list(self._maps.values())
             if self._tail is not None:
                 maps.append(self._tail[1])

@@ -189,6 +189,8 @@ class IndexService:
 
     def _map(self, meta: _File) -> mmap.mmap | None:
         with self._lock:
+            if self._closed:
+                return None  # never map again after close()
             if self._tail is not None and self._tail[0] == meta.path:
                 return self._tail[1]
             mm = self._maps.get(meta.path)
@@ -199,6 +201,9 @@ class IndexService:
         if mm is None:
             return None
         with self._lock:
+            if self._closed:
+                mm.close()
+                return None
             if self._files and meta is self._files[-1] and not self.read_only:
                 self._tail = (meta.path, mm)  # the writer's file stays mapped
             else:
@@ -505,8 +510,8 @@ class IndexService:
         if self._closed:
             return
         self.flush()
-        self._closed = True
         with self._lock:
+            self._closed = True
             maps = list(self._maps.values())
             if self._tail is not None:
                 maps.append(self._tail[1])

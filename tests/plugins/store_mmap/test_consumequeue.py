@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqcore.errors import InvalidArgumentError, StoreCorruptedError
+from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 from mqcore.plugins.store_mmap.consumequeue import (
     BLANK_UNIT,
     UNIT,
@@ -318,6 +318,19 @@ def test_read_only_opener_follows_a_truncation_and_a_long_backlog(tmp_path):
     finally:
         reader.close()
         writer.close()
+
+
+def test_close_with_a_live_view_and_reads_after_close(tmp_path):
+    queue = ConsumeQueue(tmp_path, "T", 0, units_per_file=PER_FILE)
+    queue.append_units(0, units(0, 3))
+    view = queue.read_units(0, 3)
+    queue.close()  # the view pins its map; close must not fail because of it
+    assert list(UNIT.iter_unpack(view)) == units(0, 3)
+    del view
+    assert len(queue.read_units(0, 3)) == 0
+    with pytest.raises(StoreClosedError):
+        queue.append_units(3, units(3, 1))
+    queue.close()  # twice is fine
 
 
 def test_mapped_files_stay_bounded(tmp_path):

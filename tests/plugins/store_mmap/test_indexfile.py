@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqcore.errors import InvalidArgumentError, StoreCorruptedError
+from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 from mqcore.plugins.store_mmap import indexfile
 from mqcore.plugins.store_mmap.indexfile import (
     ENTRY,
@@ -228,6 +228,17 @@ def test_read_only_opener_refreshes(tmp_path):
     finally:
         reader.close()
         writer.close()
+
+
+def test_use_after_close_is_an_error(tmp_path):
+    service = IndexService(tmp_path, max_hash_slots=2, max_index_count=3)
+    service.put_keys([("T", ["k"], 10, 1000)])
+    service.close()
+    with pytest.raises(StoreClosedError):
+        service.query("T", "k", 1)
+    with pytest.raises(StoreClosedError):
+        service.put_keys([("T", ["k"], 20, 1000)])
+    service.close()
 
 
 def test_wrong_sizes_are_reported(tmp_path):
