@@ -1,0 +1,193 @@
+"""LMDB-specific behaviour of the lmdb store (the shared contract is in tests/contract)."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import lmdb
+import pytest
+from structlog.testing import capture_logs
+
+from mqcore import Kernel, Message, errors
+from mqcore.plugins.store_lmdb import layout
+from mqcore.plugins.store_lmdb.environment import Environment
+from mqcore.plugins.store_lmdb.store import OPTIONS, LmdbStore
+from mqcore.store import GetStatus
+
+
+def _open(path: Path, **options: object) -> LmdbStore:
+    return Kernel().open_store("lmdb", path, **options)
+
+
+def test_registered_as_lmdb(tmp_path):
+    """The bundled plugin registers the store under "lmdb"."""
+    assert "lmdb" in Kernel().names("store")
+    with _open(tmp_path / "s") as store:
+        assert isinstance(store, LmdbStore)
+
+
+def test_map_grows_instead_of_map_full(tmp_path):
+    """A 1 MiB map takes 6 MiB of messages: it doubles, MapFullError never surfaces."""
+    with capture_logs() as logs, _open(tmp_path / "s", map_size=1 << 20) as store:
+        for i in range(6):
+            store.put("G", 0, [Message(topic="G", body=bytes([i]) * 100_000)] * 10)
+        assert store._env.map_size >= 8 << 20
+        assert store.max_offset("G", 0) == 60
+        assert store.get("G", 0, 59).messages[0].body == bytes([5]) * 100_000
+    grown = [e for e in logs if e["event"] == "lmdb_map_grown"]
+    assert len(grown) >= 3
+    assert all(e["new_size"] == 2 * e["old_size"] for e in grown)
+
+
+def test_grown_map_survives_reopen_with_a_small_map_size(tmp_path):
+    """Reopening with the initial map_size still reads a file grown past it."""
+    with _open(tmp_path / "s", map_size=1 << 20) as store:
+        store.put("G", 0, [Message(topic="G", body=b"x" * 500_000)] * 8)
+    with _open(tmp_path / "s", map_size=1 << 20) as store:
+        assert store.max_offset("G", 0) == 8
+        store.put("G", 0, [Message(topic="G", body=b"y" * 500_000)] * 4)
+        assert store.max_offset("G", 0) == 12
+
+
+def test_disk_full_becomes_disk_full_error(tmp_path, monkeypatch):
+    """ENOSPC from LMDB is a DiskFullError naming the store; the store stays readable."""
+    with _open(tmp_path / "s") as store:
+        store.put("D", 0, [Message(topic="D", body=b"kept")])
+        real_env = store._env.env
+
+        class FullTxn:
+            """A write transaction whose commit fails as on a full disk."""
+
+            def __init__(self, txn):
+                self.txn = txn
+
+            def __enter__(self):
+                return self.txn.__enter__()
+
+            def __exit__(self, *exc):
+                self.txn.abort()
+                if exc[0] is None:
+                    raise lmdb.DiskError("mdb_txn_commit", errno.ENOSPC)
+
+        class FullEnv:
+            def __getattr__(self, name):
+                return getattr(real_env, name)
+
+            def begin(self, **kwargs):
+                txn = real_env.begin(**kwargs)
+                return FullTxn(txn) if kwargs.get("write") else txn
+
+        monkeypatch.setattr(store._env, "env", FullEnv())
+        with pytest.raises(errors.DiskFullError) as info:
+            store.put("D", 0, [Message(topic="D", body=b"lost")])
+        assert str(tmp_path / "s") in str(info.value)
+        assert isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
+        monkeypatch.undo()
+        assert [m.body for m in store.get("D", 0, 0).messages] == [b"kept"]
+        (again,) = store.put("D", 0, [Message(topic="D", body=b"after")])
+        assert again.queue_offset == 1
+
+
+def test_options_are_validated(tmp_path):
+    """Unknown options are listed; bad values name the option."""
+    with pytest.raises(errors.InvalidArgumentError) as info:
+        _open(tmp_path / "s", segment_size=4096)
+    for name in OPTIONS:
+        assert name in str(info.value)
+    with pytest.raises(errors.InvalidArgumentError, match="map_size"):
+        _open(tmp_path / "s", map_size=0)
+    with pytest.raises(errors.InvalidArgumentError, match="flush mode"):
+        _open(tmp_path / "s", flush_mode="sometimes")
+    assert not (tmp_path / "s" / "data.mdb").exists()
+
+
+def test_read_only_needs_an_existing_store(tmp_path):
+    """read_only on an empty directory explains how to create the store."""
+    with pytest.raises(errors.StoreError, match="open it once without read_only"):
+        _open(tmp_path / "nothing", read_only=True)
+
+
+@pytest.mark.timeout(30)
+def test_async_flush_runs_a_background_sync_and_stops_it(tmp_path, monkeypatch):
+    """ASYNC_FLUSH syncs in the background; close stops the thread (no leak)."""
+    calls = []
+    real_sync = Environment.sync
+    monkeypatch.setattr(Environment, "sync", lambda self: (calls.append(1), real_sync(self)))
+    store = _open(tmp_path / "s", flush_interval_ms=10)
+    store.put("A", 0, [Message(topic="A", body=b"x")])
+    thread = store._syncer._thread
+    while len(calls) < 3:
+        thread.join(timeout=0.05)
+    store.close()
+    assert not thread.is_alive()
+    assert _open(tmp_path / "s", flush_mode="SYNC_FLUSH")._syncer is None
+
+
+def test_long_keys_are_indexed_by_digest(tmp_path):
+    """A key too long for an LMDB key is still found, and only by itself."""
+    long_a = "a" * 600
+    long_b = "a" * 599 + "b"
+    with _open(tmp_path / "s") as store:
+        store.put("L", 0, [Message(topic="L", body=b"A", keys=long_a)])
+        store.put("L", 0, [Message(topic="L", body=b"B", keys=long_b)])
+        assert [m.body for m in store.lookup("L", long_a)] == [b"A"]
+        assert [m.body for m in store.lookup("L", long_b)] == [b"B"]
+    assert len(layout.index_key(layout.topic_prefix("L"), long_a)) < 511
+
+
+def test_records_are_read_when_queues_interleave(tmp_path):
+    """Units of one queue point at records scattered between other queues' records."""
+    with _open(tmp_path / "s") as store:
+        for i in range(30):
+            store.put("I", i % 3, [Message(topic="I", body=b"%d-%d" % (i % 3, i))])
+        got = store.get("I", 1, 0, max_count=32)
+        assert got.status is GetStatus.FOUND
+        assert [m.body for m in got.messages] == [b"1-%d" % i for i in range(1, 30, 3)]
+        small = store.get_raw("I", 2, 0, max_bytes=1)
+        assert len(small.records) == 1 and small.next_offset == 1
+
+
+def test_queue_ids_are_range_checked(tmp_path):
+    """Queue ids outside 0..2**31-1 and impossible topics are refused."""
+    with _open(tmp_path / "s") as store:
+        with pytest.raises(errors.InvalidArgumentError, match="queue id"):
+            store.put("Q", -1, [Message(topic="Q")])
+        with pytest.raises(errors.InvalidArgumentError, match="topic"):
+            store.get("", 0, 0)
+        assert store.put("Q", 0, []) == []
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from mqcore import Kernel, Message
+    with Kernel().open_store("lmdb", sys.argv[1], map_size=1 << 20) as store:
+        for i in range(8):
+            store.put("M", 0, [Message(topic="M", body=bytes([i]) * 200_000)] * 5)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_reader_adopts_a_map_grown_by_another_process(tmp_path):
+    """A read-only store whose map is smaller than the writer's grown file still refreshes."""
+    path = tmp_path / "s"
+    with _open(path, map_size=1 << 20) as store:
+        store.put("M", 0, [Message(topic="M", body=b"first")])
+    reader = _open(path, read_only=True, map_size=1 << 20)
+    try:
+        assert reader.max_offset("M", 0) == 1
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITER, str(path)], capture_output=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        assert reader.max_offset("M", 0) == 1  # still the old snapshot
+        reader.refresh()
+        assert reader.max_offset("M", 0) == 41
+        assert reader.get("M", 0, 40).messages[0].body == bytes([7]) * 200_000
+    finally:
+        reader.close()
