@@ -6,7 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from mqcore import errors
 from mqcore.broker import Broker
-from mqcore.client import Producer, PullConsumer
+from mqcore.client import Producer, PullConsumer, PushConsumer
 from mqcore.errors import (
     FilterExpressionError,
     MQError,
@@ -52,6 +52,7 @@ __all__ = [
     "PullConsumer",
     "PullResult",
     "PullStatus",
+    "PushConsumer",
     "SendResult",
     "SendStatus",
     "__version__",

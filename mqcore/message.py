@@ -359,6 +359,11 @@ class MessageExt:
         """Topic the message was stored under."""
         return self._decode_meta()[0]
 
+    def _show_under_topic(self, topic: str) -> None:
+        # Consumers present a retried message under its original topic, as RocketMQ's
+        # client does; only the client that owns this fresh view calls it.
+        self._meta = (topic, self._decode_meta()[1])
+
     def all_properties(self) -> dict[str, str]:
         """Every stored property, including TAGS, KEYS and DELAY (a copy)."""
         return dict(self._decode_meta()[1])

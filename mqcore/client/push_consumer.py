@@ -1,0 +1,474 @@
+"""PushConsumer: rebalanced queues, long-polling pulls and a listener (DefaultMQPushConsumer)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from mqcore.broker.clients import ConsumerData, SubscriptionData
+from mqcore.broker.codes import ResponseCode
+from mqcore.broker.topics import RETRY_GROUP_TOPIC_PREFIX, validate_group
+from mqcore.client.common import ClientBase
+from mqcore.client.consume_service import ConcurrentlyService, OrderlyService
+from mqcore.client.process_queue import ProcessQueue
+from mqcore.errors import MQClientError
+from mqcore.message import (
+    PROPERTY_RETRY_TOPIC,
+    ConsumeFromWhere,
+    MessageExt,
+    MessageModel,
+    MessageQueue,
+)
+
+__all__ = ["PushConsumer"]
+
+log = structlog.get_logger(__name__)
+
+_FLOW_CONTROL_DELAY_S = 0.05  # RocketMQ's PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
+_PULL_ERROR_DELAY_S = 3.0  # PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
+_HOLD_CHUNK_MS = 1000  # long polls are held in chunks so shutdown is never slow
+_HEARTBEAT_S = 30.0
+
+
+def _sorters() -> tuple[Callable[..., list[MessageQueue]], Callable[..., list[str]]]:
+    # RocketMQ's rebalance sorts queues and consumer ids (Java string order) before
+    # allocating; the allocation plugin provides the exact sort.
+    from mqcore.plugins.allocate import sorted_cids, sorted_queues
+
+    return sorted_queues, sorted_cids
+
+
+class PushConsumer(ClientBase):
+    """Consumes subscribed topics through a listener; queues are shared by the group.
+
+    Defaults are RocketMQ's (snake case). ``allocate_strategy`` is a registered strategy name
+    (or a strategy object); ``allocate_options`` are passed to its factory.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        broker: Any,
+        *,
+        instance_name: str | None = None,
+        allocate_strategy: Any = "avg",
+        allocate_options: dict[str, Any] | None = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: str | None = None,
+        consume_thread_min: int = 20,
+        consume_thread_max: int = 20,
+        consume_concurrently_max_span: int = 2000,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
+        pull_batch_size: int = 32,
+        consume_message_batch_max_size: int = 1,
+        max_reconsume_times: int | None = None,
+        consume_timeout: float = 15 * 60.0,
+        rebalance_interval: float = 20.0,
+        persist_consumer_offset_interval: float = 5.0,
+        offset_store: str | None = None,
+        offset_store_options: dict[str, Any] | None = None,
+    ) -> None:
+        validate_group(group)
+        super().__init__(group, broker, instance_name)
+        self.allocate_strategy = allocate_strategy
+        self.allocate_options = dict(allocate_options or {})
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        # RocketMQ's default: half an hour ago, as yyyyMMddHHmmss.
+        self.consume_timestamp = consume_timestamp or (
+            datetime.now() - timedelta(minutes=30)
+        ).strftime("%Y%m%d%H%M%S")
+        self.consume_thread_min = consume_thread_min
+        self.consume_thread_max = max(consume_thread_max, consume_thread_min, 1)
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.pull_batch_size = pull_batch_size
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self._max_reconsume_times = max_reconsume_times
+        self.consume_timeout = consume_timeout
+        self.rebalance_interval = rebalance_interval
+        self.persist_consumer_offset_interval = persist_consumer_offset_interval
+        self._offset_store_name = offset_store
+        self._offset_store_options = dict(offset_store_options or {})
+        self.offset_store: Any = None
+        self._subscriptions: dict[str, SubscriptionData] = {}
+        self._listener: Callable[..., Any] | None = None
+        self._orderly = False
+        self._service: ConcurrentlyService | OrderlyService | None = None
+        self._strategy: Any = None
+        self._table: dict[MessageQueue, tuple[ProcessQueue, threading.Thread]] = {}
+        self._table_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._rebalance_now = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    # -- configuration -----------------------------------------------------------------------
+
+    @property
+    def max_reconsume_times(self) -> int | None:
+        """Retries before the DLQ: 16 for concurrent listeners, unlimited (None) for orderly."""
+        if self._max_reconsume_times is not None:
+            return self._max_reconsume_times
+        return None if self._orderly else 16
+
+    def subscribe(
+        self, topic: str, sub_expression: str = "*", expression_type: str = "TAG"
+    ) -> None:
+        """Consume ``topic`` filtered by ``sub_expression`` (TAG syntax, or SQL92)."""
+        if sub_expression not in ("", "*") or expression_type.upper() != "TAG":
+            # Compile now so that a bad expression fails here, not in a background thread.
+            self.kernel.filter(expression_type, sub_expression)
+        self._subscriptions[topic] = SubscriptionData(
+            topic=topic, sub_string=sub_expression or "*", expression_type=expression_type.upper()
+        )
+        if self._started:
+            self._heartbeat()
+            self._rebalance_now.set()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic``."""
+        self._subscriptions.pop(topic, None)
+        if self._started:
+            self._heartbeat()
+            self._rebalance_now.set()
+
+    def register_message_listener(self, listener: Callable[..., Any]) -> None:
+        """``listener(msgs, ctx) -> ConsumeConcurrentlyStatus``; called from consume threads."""
+        self._listener, self._orderly = listener, False
+
+    register_message_listener_concurrently = register_message_listener
+
+    def register_message_listener_orderly(self, listener: Callable[..., Any]) -> None:
+        """``listener(msgs, ctx) -> ConsumeOrderlyStatus``; one thread per queue, in order."""
+        self._listener, self._orderly = listener, True
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check the configuration, join the group and start consuming."""
+        with self._state_lock:
+            if self._started:
+                return
+            if self._shutdown:
+                raise MQClientError(f"consumer {self.group!r} was shut down; create a new one")
+            if self._listener is None:
+                raise MQClientError("register a message listener before start()")
+            if not self._subscriptions:
+                raise MQClientError("subscribe to at least one topic before start()")
+            strategy = self.allocate_strategy
+            if isinstance(strategy, str):
+                # An unknown name fails here, listing the registered strategies.
+                strategy = self.kernel.allocator(strategy, **self.allocate_options)
+            self._strategy = strategy
+            name = self._offset_store_name or (
+                "broker" if self.message_model is MessageModel.CLUSTERING else "local_file"
+            )
+            options = {"group": self.group, **self._offset_store_options}
+            if name == "broker":
+                options.setdefault("broker", self.broker)
+            elif name == "local_file":
+                options.setdefault("client_id", self.client_id)
+            self.offset_store = self.kernel.offset_store(name, **options)
+            self.offset_store.load()
+            if self.message_model is MessageModel.CLUSTERING:
+                retry = RETRY_GROUP_TOPIC_PREFIX + self.group
+                self._subscriptions.setdefault(retry, SubscriptionData(topic=retry))
+            service = OrderlyService if self._orderly else ConcurrentlyService
+            self._service = service(self, self._listener)
+            self._heartbeat()
+            self._worker = threading.Thread(
+                target=self._run, name=f"mqcore-rebalance-{self.group}", daemon=True
+            )
+            self._started = True
+            self._worker.start()
+            self._rebalance_now.set()
+
+    def shutdown(self) -> None:
+        """Stop pulling, let listeners finish, commit offsets and leave the group."""
+        with self._state_lock:
+            if not self._started or self._shutdown:
+                self._shutdown = True
+                return
+            self._shutdown = True
+        self._stop.set()
+        self._rebalance_now.set()
+        if self._worker is not None:
+            self._worker.join(timeout=30)
+        with self._table_lock:
+            entries = list(self._table.items())
+            self._table.clear()
+        for _, (pq, _) in entries:
+            pq.dropped = True
+        for _, (_, thread) in entries:
+            thread.join(timeout=30)
+        if self._service is not None:
+            self._service.shutdown()
+        mqs = [mq for mq, _ in entries]
+        try:
+            if mqs:
+                self.offset_store.persist_all(mqs)
+            if not self.broker.closed:
+                if self._orderly and mqs:
+                    self.broker.unlock_batch_mq(self.group, self.client_id, mqs)
+                self.broker.unregister_client(self.client_id, self.group)
+        except Exception:  # the broker may already be gone
+            log.exception("push_consumer_shutdown_incomplete", group=self.group)
+
+    def assigned_queues(self, topic: str) -> set[MessageQueue]:
+        """Queues of ``topic`` this consumer owns right now."""
+        with self._table_lock:
+            return {
+                mq for mq, (pq, _) in self._table.items() if mq.topic == topic and not pq.dropped
+            }
+
+    # -- group membership and rebalance ------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        data = ConsumerData(
+            group_name=self.group,
+            consume_type="CONSUME_PASSIVELY",
+            message_model=self.message_model,
+            consume_from_where=self.consume_from_where,
+            subscriptions=list(self._subscriptions.values()),
+        )
+        self.broker.heartbeat(self.client_id, consumer_data=[data], listener=self._ids_changed)
+
+    def _ids_changed(self, group: str) -> None:
+        self._rebalance_now.set()
+
+    def _run(self) -> None:
+        next_heartbeat = next_persist = next_expire = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                now = time.monotonic()
+                if now >= next_heartbeat:
+                    next_heartbeat = now + _HEARTBEAT_S
+                    self._heartbeat()
+                self._rebalance()
+                if now >= next_persist:
+                    next_persist = now + self.persist_consumer_offset_interval
+                    self._persist()
+                if now >= next_expire:
+                    next_expire = now + min(self.consume_timeout, 60.0)
+                    self._clean_expired()
+            except Exception:  # keep the consumer alive; the next round retries
+                log.exception("push_consumer_round_failed", group=self.group)
+                if self._stop.wait(1.0):
+                    break
+            wait = min(self.rebalance_interval, self.persist_consumer_offset_interval)
+            if self._rebalance_now.wait(wait):
+                self._rebalance_now.clear()
+
+    def _persist(self) -> None:
+        with self._table_lock:
+            mqs = list(self._table)
+        if mqs:
+            self.offset_store.persist_all(mqs)
+
+    def _rebalance(self) -> None:
+        sorted_queues, sorted_cids = _sorters()
+        for topic, sub in list(self._subscriptions.items()):
+            if self._stop.is_set():
+                return
+            try:
+                mqs = self.route(topic).read_queues()
+            except MQClientError:
+                log.warning("rebalance_no_route", group=self.group, topic=topic)
+                continue
+            if self.message_model is MessageModel.BROADCASTING:
+                mine = set(mqs)
+            else:
+                cids = self.broker.get_consumer_list_by_group(self.group)
+                if not cids:
+                    continue
+                mine = set(
+                    self._strategy.allocate(
+                        self.group, self.client_id, sorted_queues(mqs), sorted_cids(cids)
+                    )
+                )
+            self._update_table(topic, sub, mine)
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            self._lock_all()
+
+    def _update_table(self, topic: str, sub: SubscriptionData, mine: set[MessageQueue]) -> None:
+        with self._table_lock:
+            gone = [mq for mq in self._table if mq.topic == topic and mq not in mine]
+            removed = [(mq, self._table.pop(mq)) for mq in gone]
+        for mq, (pq, _) in removed:
+            pq.dropped = True
+            self.offset_store.persist_all([mq])
+            self.offset_store.remove_offset(mq)
+            if self._orderly and self.message_model is MessageModel.CLUSTERING:
+                self.broker.unlock_batch_mq(self.group, self.client_id, [mq])
+            log.info("queue_released", group=self.group, queue=str(mq))
+        for mq in sorted(mine):
+            with self._table_lock:
+                if mq in self._table:
+                    continue
+            offset = self._compute_pull_from_where(mq)
+            if offset < 0:
+                continue
+            pq = ProcessQueue()
+            if self._orderly and self.message_model is MessageModel.CLUSTERING:
+                if not self.broker.lock_batch_mq(self.group, self.client_id, [mq]):
+                    continue  # another member still holds it; retried next round
+                pq.locked, pq.last_lock_time = True, time.monotonic()
+            thread = threading.Thread(
+                target=self._pull_loop,
+                args=(mq, sub, pq, offset),
+                name=f"mqcore-pull-{self.group}-{mq.topic}-{mq.queue_id}",
+                daemon=True,
+            )
+            with self._table_lock:
+                if self._stop.is_set():
+                    return
+                self._table[mq] = (pq, thread)
+            thread.start()
+            log.info("queue_assigned", group=self.group, queue=str(mq), offset=offset)
+
+    def _lock_all(self) -> None:
+        with self._table_lock:
+            entries = dict(self._table)
+        if not entries:
+            return
+        locked = self.broker.lock_batch_mq(self.group, self.client_id, list(entries))
+        now = time.monotonic()
+        for mq, (pq, _) in entries.items():
+            pq.locked = mq in locked
+            if pq.locked:
+                pq.last_lock_time = now
+                if pq.has_temp_message() and self._service is not None:
+                    self._service.submit([], pq, mq)
+
+    def _compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """Where a newly assigned queue starts (RocketMQ's computePullFromWhere)."""
+        last = int(self.offset_store.read_offset(mq, True))
+        if last >= 0:
+            return last
+        if last < -1:
+            return -1  # the broker could not be asked (-2): try again next round
+        retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        where = self.consume_from_where
+        if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET or (
+            retry and (where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET)
+        ):
+            return 0
+        if where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+            return self.broker.get_max_offset(mq.topic, mq.queue_id)
+        if retry:
+            return self.broker.get_max_offset(mq.topic, mq.queue_id)
+        ts = datetime.strptime(self.consume_timestamp, "%Y%m%d%H%M%S").timestamp() * 1000
+        return self.broker.search_offset_by_timestamp(mq.topic, mq.queue_id, int(ts))
+
+    def _clean_expired(self) -> None:
+        """Send back messages whose listener has run longer than ``consume_timeout``."""
+        if self._orderly or self.message_model is not MessageModel.CLUSTERING:
+            return
+        with self._table_lock:
+            entries = list(self._table.items())
+        for mq, (pq, _) in entries:
+            for m in pq.expired(self.consume_timeout):
+                if self.send_message_back(m, 3):
+                    offset = pq.remove_messages([m])
+                    if offset >= 0:
+                        self.offset_store.update_offset(mq, offset, True)
+                    log.warning(
+                        "consume_timeout", group=self.group, queue=str(mq), offset=m.queue_offset
+                    )
+
+    # -- pulling -----------------------------------------------------------------------------
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        if pq.msg_count > self.pull_threshold_for_queue:
+            return True
+        if pq.msg_size > self.pull_threshold_size_for_queue:
+            return True
+        return not self._orderly and pq.max_span() > self.consume_concurrently_max_span
+
+    def _pull_loop(
+        self, mq: MessageQueue, sub: SubscriptionData, pq: ProcessQueue, offset: int
+    ) -> None:
+        tag_filter = None
+        if sub.expression_type == "TAG" and sub.sub_string.strip() not in ("", "*"):
+            tag_filter = self.kernel.filter("TAG", sub.sub_string)
+        while not pq.dropped and not self._stop.is_set():
+            if self._flow_controlled(pq):
+                self._stop.wait(_FLOW_CONTROL_DELAY_S)
+                continue
+            try:
+                resp = self.broker.pull_message(
+                    self.group,
+                    mq.topic,
+                    mq.queue_id,
+                    offset,
+                    self.pull_batch_size,
+                    sub_expression=sub.sub_string,
+                    expression_type=sub.expression_type,
+                    suspend_timeout_ms=_HOLD_CHUNK_MS,
+                    client_host=self.client_id,
+                )
+            except Exception as exc:
+                if self.broker.closed or self._stop.is_set():
+                    return
+                log.warning("pull_failed", group=self.group, queue=str(mq), error=repr(exc))
+                self._stop.wait(_PULL_ERROR_DELAY_S)
+                continue
+            if pq.dropped:
+                return
+            if resp.code is ResponseCode.PULL_OFFSET_MOVED:
+                log.warning(
+                    "pull_offset_moved", group=self.group, queue=str(mq), offset=offset,
+                    next=resp.next_begin_offset,
+                )  # fmt: skip
+                self.offset_store.update_offset(mq, resp.next_begin_offset, False)
+            offset = resp.next_begin_offset
+            msgs = resp.messages
+            if resp.code is not ResponseCode.SUCCESS or not msgs:
+                if resp.code is not ResponseCode.PULL_OFFSET_MOVED and pq.msg_count == 0:
+                    # RocketMQ's correctTagsOffset: filtered-out messages still count as
+                    # progress once nothing is in flight.
+                    self.offset_store.update_offset(mq, offset, True)
+                continue
+            if tag_filter is not None:
+                # The broker matched tag hash codes; the client checks the strings (RocketMQ).
+                msgs = [m for m in msgs if tag_filter.matches(m)]
+                if not msgs:
+                    # Nothing to consume, but progress must still be committable.
+                    if pq.msg_count == 0:
+                        self.offset_store.update_offset(mq, offset, True)
+                    continue
+            for m in msgs:
+                retry_topic = m.get_property(PROPERTY_RETRY_TOPIC)
+                if retry_topic and m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                    m._show_under_topic(retry_topic)
+            pq.put_messages(msgs)
+            assert self._service is not None
+            self._service.submit(msgs, pq, mq)
+
+    # -- retries -----------------------------------------------------------------------------
+
+    def send_message_back(self, msg: MessageExt, delay_level: int) -> bool:
+        """Ask the broker to redeliver ``msg`` later (or dead-letter it); False on failure."""
+        try:
+            self.broker.consumer_send_msg_back(
+                self.group,
+                msg.commitlog_offset,
+                delay_level,
+                origin_msg_id=msg.get_property("ORIGIN_MESSAGE_ID") or msg.msg_id,
+                origin_topic=msg.topic,
+                max_reconsume_times=self.max_reconsume_times
+                if self.max_reconsume_times is not None
+                else 2**31 - 1,
+            )
+        except Exception as exc:
+            log.warning("send_back_failed", group=self.group, error=repr(exc))
+            return False
+        return True
