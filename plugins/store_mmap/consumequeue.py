@@ -78,7 +78,7 @@ class CqUnit(NamedTuple):
     tags_code: int
 
 
-def _valid_prefix(buf: bytes | memoryview) -> int:
+def _valid_prefix(buf: bytes | memoryview | mmap.mmap) -> int:
     """Number of leading valid units in ``buf`` (whole units); C-speed, no per-unit loop.
 
     Bytes 0 and 8 of a unit hold the sign bits of offset and size; bytes 8..11 are the size.
