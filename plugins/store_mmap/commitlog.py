@@ -69,6 +69,8 @@ class CommitLog:
             for entry in os.scandir(self.directory):
                 if len(entry.name) == 20 and entry.name.isdigit():
                     starts.append(int(entry.name))
+                elif entry.name.endswith(".tmp") and not self.read_only:
+                    os.unlink(entry.path)  # a segment creation interrupted by a crash
         starts.sort()
         return starts
 

@@ -57,6 +57,35 @@ def _disk_full(path: Path, what: str, exc: OSError) -> DiskFullError:
     return error
 
 
+def _create(path: Path, size: int) -> int:
+    """Create ``path`` with ``size`` preallocated bytes, atomically: a crash never leaves a
+    short segment behind, only a ``.tmp`` file that the next writer removes."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        _grow(fd, size)
+        os.rename(tmp, path)
+    except OSError as exc:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_full(path, "preallocating", exc) from exc
+        raise
+    try:
+        # Make the new name durable, or a flushed segment could vanish on power loss.
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+    return fd
+
+
 class TransientStorePool:
     """In-memory write buffers lent to segments (RocketMQ's TransientStorePool).
 
@@ -126,21 +155,9 @@ class MappedFile:
         self._buffer: bytearray | None = None
         self._closed = False
         flags = os.O_RDONLY if read_only else os.O_RDWR
-        if create:
-            flags |= os.O_CREAT | os.O_EXCL
-        fd = os.open(self.path, flags | os.O_CLOEXEC, 0o644)
+        fd = _create(self.path, file_size) if create else os.open(self.path, flags | os.O_CLOEXEC)
         try:
-            if create:
-                try:
-                    _grow(fd, file_size)
-                except OSError as exc:
-                    os.close(fd)
-                    fd = -1
-                    os.unlink(self.path)
-                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                        raise _disk_full(self.path, "preallocating", exc) from exc
-                    raise
-            else:
+            if not create:
                 actual = os.fstat(fd).st_size
                 if actual != file_size:
                     raise StoreCorruptedError(

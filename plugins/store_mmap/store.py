@@ -73,6 +73,7 @@ _I64 = struct.Struct(">q")
 _SIZE_MAGIC = struct.Struct(">ii")
 _BAD_TOPIC = re.compile(r"[/\\\x00]")
 _new = tuple.__new__
+_MAX_FILTER_UNITS = 16000 // UNIT_SIZE  # RocketMQ's maxFilterMessageCount, in units
 
 
 def total_size(picked: list[tuple[Any, int, int]]) -> int:
@@ -241,8 +242,7 @@ class MmapStore:
         over 4 MiB or a record larger than a segment, :class:`DiskFullError` when the disk is
         full (nothing of the batch is then stored).
         """
-        if self._closed:
-            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        self._check_open()
         if self.read_only:
             raise StoreError(
                 f"mmap store {str(self.path)!r} is open read-only; open it without "
@@ -329,7 +329,13 @@ class MmapStore:
 
     # --- reading ----------------------------------------------------------------------
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+
     def _bounds(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
+        if self._closed:
+            self._check_open()
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return None, 0, 0
@@ -348,8 +354,7 @@ class MmapStore:
         message_filter: MessageFilter | None,
     ) -> tuple[GetStatus, list[tuple[Any, int, int]], int, int, int]:
         """Scan the consume queue: (status, [(segment view, pos, size)], next, min, max)."""
-        if self._closed:
-            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        self._check_open()
         cq, low, high = self._bounds(topic, queue_id)
         if cq is None or high == 0:
             return GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high
@@ -363,7 +368,10 @@ class MmapStore:
             return GetStatus.NO_NEW_MSG, [], offset, low, high
         if offset > high:
             return GetStatus.OFFSET_OVERFLOW_BADLY, [], low if low == 0 else high, low, high
-        units = cq.read_units(offset, min(max_count, high - offset))
+        # As RocketMQ: a filtered get may scan past max_count units (up to 16000 bytes of
+        # them) to find max_count matching messages.
+        scan = max_count if message_filter is None else max(_MAX_FILTER_UNITS, max_count)
+        units = cq.read_units(offset, min(scan, high - offset))
         if not len(units):
             return GetStatus.OFFSET_TOO_SMALL, [], cq.min_offset, cq.min_offset, high
         picked: list[tuple[Any, int, int]] = []
@@ -385,7 +393,7 @@ class MmapStore:
         )
         try:
             for phys, size, tags_code in UNIT.iter_unpack(units):
-                if picked and total + size > max_bytes:
+                if picked and (len(picked) >= max_count or total + size > max_bytes):
                     break
                 scanned += 1
                 if tags_ok is not None and not tags_ok(tags_code):
@@ -505,8 +513,7 @@ class MmapStore:
 
     def message_at(self, commitlog_offset: int) -> MessageExt | None:
         """The message whose record starts at ``commitlog_offset``, or None."""
-        if self._closed:
-            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        self._check_open()
         if commitlog_offset < 0:
             return None
         rec = self._record_at(commitlog_offset)
@@ -521,8 +528,7 @@ class MmapStore:
 
     def lookup(self, topic: str, key: str, max_count: int = 32) -> list[MessageExt]:
         """Messages of ``topic`` carrying ``key``, oldest first (at most ``max_count``)."""
-        if self._closed:
-            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        self._check_open()
         if max_count <= 0 or not key:
             return []
         # Hashes collide, so ask for more than needed and check topic and keys.
@@ -536,10 +542,12 @@ class MmapStore:
 
     def topics(self) -> list[str]:
         """Topics with at least one queue in the store."""
+        self._check_open()
         return sorted({topic for topic, _ in self._cqs})
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic`` present in the store."""
+        self._check_open()
         return sorted(qid for t, qid in self._cqs if t == topic)
 
     # --- durability -------------------------------------------------------------------
@@ -563,8 +571,7 @@ class MmapStore:
 
     def flush(self) -> None:
         """Make everything appended so far durable (commit log, consume queues, index)."""
-        if self._closed:
-            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        self._check_open()
         if self.read_only:
             return
         with self._write_lock:
@@ -572,8 +579,7 @@ class MmapStore:
 
     def refresh(self) -> None:
         """Read-only: map new segments and queues, and verify what the writer published."""
-        if self._closed:
-            raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+        self._check_open()
         if not self.read_only:
             return
         self._commitlog.refresh()
