@@ -66,3 +66,7 @@ main.add_command(bench)
 from mqcore.commands.allocate import allocate  # noqa: E402
 
 main.add_command(allocate)
+
+from mqcore.commands.demo import demo  # noqa: E402
+
+main.add_command(demo)
