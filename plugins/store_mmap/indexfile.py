@@ -327,11 +327,10 @@ class IndexService:
         """
         self._check_writable()
         last_phy = self.end_phy_offset
-        meta = self._files[-1] if self._files else self._new_file()
-        mm = self._map(meta)
-        assert mm is not None
         slots, entries_at, limit = self.max_hash_slots, self._entries_at, self.max_index_count
-        count = meta.count
+        meta: _File | None = self._files[-1] if self._files else None
+        mm = self._map(meta) if meta is not None else None
+        count = meta.count if meta is not None else limit  # no file yet: start one at a key
         added = 0
         unpack_slot, pack_slot, pack_entry = _SLOT.unpack_from, _SLOT.pack_into, ENTRY.pack_into
         for topic, keys, phy, store_ts in batch:
@@ -341,11 +340,12 @@ class IndexService:
             for key in keys:
                 if not key:
                     continue
-                if count >= limit:
-                    meta.count = count
-                    mm[:HEADER_SIZE] = meta.header()
-                    with self._lock:
-                        self._dirty.add(meta.path)
+                if meta is None or mm is None or count >= limit:
+                    if meta is not None and mm is not None:
+                        meta.count = count
+                        mm[:HEADER_SIZE] = meta.header()
+                        with self._lock:
+                            self._dirty.add(meta.path)
                     meta = self._new_file()
                     mm = self._map(meta)
                     assert mm is not None
@@ -366,7 +366,7 @@ class IndexService:
                 count += 1
                 added += 1
                 meta.end_phy, meta.end_ts = phy, store_ts
-        if added:
+        if added and meta is not None and mm is not None:
             meta.count = count  # publish
             mm[:HEADER_SIZE] = meta.header()
             with self._lock:

@@ -113,6 +113,18 @@ def test_time_range_filters_entries_and_files(tmp_path):
         service.close()
 
 
+def test_files_are_created_only_for_keys(tmp_path):
+    service = IndexService(tmp_path, max_hash_slots=2, max_index_count=3)
+    try:
+        assert service.put_keys([("T", [], 10, 1000), ("T", [""], 20, 1000)]) == 0
+        assert files_of(tmp_path) == []
+        assert service.end_phy_offset == -1 and service.end_timestamp == 0
+        assert service.put_keys([("T", ["k"], 30, 3000)]) == 1
+        assert len(files_of(tmp_path)) == 1
+    finally:
+        service.close()
+
+
 def test_already_indexed_records_are_skipped(index):
     assert index.put_keys([("T", ["a"], 10, 1000), ("T", ["a", ""], 20, 1000)]) == 2
     assert index.put_keys([("T", ["a"], 10, 1000), ("T", ["a"], 20, 1000)]) == 0
