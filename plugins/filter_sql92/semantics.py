@@ -141,7 +141,7 @@ class Builder:
             return
         raise self._error(
             node.column,
-            f"{describe(op)} compares numbers, but its {side} operand is {_what(node)}",
+            f"{describe(op)} compares numbers, but its {side} is {_what(node)}",
             "only = and <> compare strings and booleans",
         )
 
@@ -151,8 +151,8 @@ class Builder:
             self._check_equal(left, right, op, column)
             node = self._deep(Compare("=", left, right, column, max(left.depth, right.depth) + 1))
             return self.make_not(node, column) if op == "<>" else node
-        self._check_ordering(left, op, "left")
-        self._check_ordering(right, op, "right")
+        self._check_ordering(left, op, "left operand")
+        self._check_ordering(right, op, "right operand")
         return self._deep(Compare(op, left, right, column, max(left.depth, right.depth) + 1))
 
     def make_is_null(self, operand: Node, negated: bool, column: int) -> Node:
@@ -163,7 +163,7 @@ class Builder:
     def make_between(self, value: Node, low: Node, high: Node, negated: bool, column: int) -> Node:
         """``BETWEEN``: two comparisons joined by AND (NOT BETWEEN: the opposite, by OR)."""
         op = "NOT BETWEEN" if negated else "BETWEEN"
-        self._check_ordering(value, op, "left")
+        self._check_ordering(value, op, "left operand")
         self._check_ordering(low, op, "lower bound")
         self._check_ordering(high, op, "upper bound")
         if negated:
