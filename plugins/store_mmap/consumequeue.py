@@ -66,6 +66,7 @@ log = structlog.get_logger(__name__)
 UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags hash code
 UNIT_SIZE = UNIT.size  # 20
 BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)  # fills a rebuilt queue's first file before its start
+_PHY = struct.Struct(">q")
 _EMPTY = memoryview(b"")
 _SIGN_BITS = bytes(0x80 if i >= 0x80 else 0 for i in range(256))  # translate: keep the sign
 
@@ -392,14 +393,16 @@ class ConsumeQueue:
         queue whose head was deleted): its files are replaced by one whose units before
         ``first_queue_offset`` are blank, and ``min_offset`` becomes ``first_queue_offset``.
         """
-        self._check_open()
-        if self.read_only:
+        if self._closed or self.read_only:
+            self._check_open()
             raise InvalidArgumentError(
                 f"consume queue {self.topic}-{self.queue_id} is open read-only; open it "
                 "without read_only=True to append"
             )
         if isinstance(units, (bytes, bytearray, memoryview)):
-            data = memoryview(units).cast("B")
+            data = memoryview(units)
+            if data.format != "B":
+                data = data.cast("B")
             if len(data) % UNIT_SIZE:
                 raise InvalidArgumentError(
                     f"packed units have {len(data)} bytes, not a multiple of {UNIT_SIZE}"
@@ -411,42 +414,44 @@ class ConsumeQueue:
                 pack_into(buf, i * UNIT_SIZE, offset, size, tags_code)
             data = memoryview(buf)
         count = len(data) // UNIT_SIZE
-        if first_queue_offset != self.max_offset:
-            if fill_gap and self.min_offset == self.max_offset and first_queue_offset >= 0:
+        end = self.max_offset
+        if first_queue_offset != end:
+            if fill_gap and self.min_offset == end and first_queue_offset >= 0:
                 self._start_at(first_queue_offset)
+                end = first_queue_offset
             else:
                 raise InvalidArgumentError(
                     f"consume queue {self.topic}-{self.queue_id}: append at queue offset "
-                    f"{first_queue_offset} but the next offset is {self.max_offset}; units "
+                    f"{first_queue_offset} but the next offset is {end}; units "
                     "must be contiguous (skip units already present, or fill_gap=True to "
                     "restart an empty queue)"
                 )
         if count == 0:
-            return self.max_offset
-        first_phy, _, _ = UNIT.unpack_from(data, 0)
-        if first_phy < self.max_physical_offset and bytes(data[:UNIT_SIZE]) != BLANK_UNIT:
+            return end
+        first_phy = _PHY.unpack_from(data)[0]
+        if first_phy < self.max_physical_offset and data[:UNIT_SIZE] != BLANK_UNIT:
             raise InvalidArgumentError(
                 f"consume queue {self.topic}-{self.queue_id}: unit at commit-log offset "
                 f"{first_phy} is below the end of the last unit ({self.max_physical_offset}); "
                 "was this batch dispatched twice?"
             )
         done = 0
-        end = self.max_offset
         per = self.units_per_file
         while done < count:
             start = end - end % per
-            mm = self._tail_map(start)
+            tail = self._tail
+            mm = tail[1] if tail is not None and tail[0] == start else self._tail_map(start)
             n = min(count - done, start + per - end)
             pos = (end - start) * UNIT_SIZE
-            chunk = data[done * UNIT_SIZE : (done + n) * UNIT_SIZE]
-            # The first unit goes last, its size field last of all: until then it reads as
-            # free space, so a reader in another process sees the whole chunk or none of it.
-            mm[pos + UNIT_SIZE : pos + n * UNIT_SIZE] = chunk[UNIT_SIZE:]
+            chunk = data[done * UNIT_SIZE : (done + n) * UNIT_SIZE] if n != count else data
+            # The first unit's offset and size go last, the size last of all: until then it
+            # reads as free space, so another process sees the whole chunk or none of it.
+            mm[pos + 12 : pos + n * UNIT_SIZE] = chunk[12:]
             mm[pos : pos + 8] = chunk[:8]
-            mm[pos + 12 : pos + UNIT_SIZE] = chunk[12:UNIT_SIZE]
             mm[pos + 8 : pos + 12] = chunk[8:12]
-            with self._lock:
-                self._dirty.add(start)
+            if start not in self._dirty:  # checked after the write: a flush racing us is safe
+                with self._lock:
+                    self._dirty.add(start)
             done += n
             end += n
             self.max_offset = end  # publish after the bytes are in place
