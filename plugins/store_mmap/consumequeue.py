@@ -482,7 +482,8 @@ class ConsumeQueue:
     def _raw_view(self, queue_offset: int, count: int) -> memoryview:
         """Units [queue_offset, +count) inside one file, without bounds checks."""
         start = queue_offset - queue_offset % self.units_per_file
-        mm = self._map(start)
+        tail = self._tail  # the hot case, a reader keeping up with the writer: no lock
+        mm = tail[1] if tail is not None and tail[0] == start else self._map(start)
         if mm is None:
             return _EMPTY
         pos = (queue_offset - start) * UNIT_SIZE
