@@ -75,7 +75,11 @@ def read_queue(
         return GetStatus.OFFSET_FOUND_NULL, [], offset + 1, low, high
     log_cur = txn.cursor(db=env.log)
     if message_filter is None:
-        records = _plain(cq, log_cur, min(max(max_count, 1), high - offset), max_bytes)
+        count = min(max_count, high - offset)
+        records = _adjacent(cq, log_cur, prefix, offset, count, max_bytes)
+        if records is None:
+            cq.set_key(prefix + _OFFSET.pack(offset))
+            records = _plain(cq, log_cur, count, max_bytes)
         scanned = len(records)
     else:
         limit = min(high - offset, max(MAX_SCAN, max_count))
@@ -84,21 +88,44 @@ def read_queue(
     return status, records, offset + scanned, low, high
 
 
+def _adjacent(
+    cq: Any, log_cur: Any, prefix: bytes, offset: int, count: int, max_bytes: int
+) -> list[bytes] | None:
+    """The fast path: ``count`` units whose records are adjacent in the log (or ``None``).
+
+    Only the first and the last unit are read. The units' records are distinct and in log
+    order, so if the ``count``-th record from the first one is the last unit's, the records
+    in between are exactly the queue's: one cursor walk reads them, and their sizes come from
+    their lengths.
+    """
+    first = _UNIT_UNPACK(cq.value())[0]
+    if count > 1:
+        if not cq.set_key(prefix + _OFFSET.pack(offset + count - 1)):
+            return None
+        last_key = _OFFSET.pack(_UNIT_UNPACK(cq.value())[0])
+        cq.set_key(prefix + _OFFSET.pack(offset))
+    else:
+        last_key = _OFFSET.pack(first)
+    if not log_cur.set_key(_OFFSET.pack(first)):
+        return None
+    records = list(islice(log_cur.iternext(keys=False, values=True), count))
+    if len(records) != count or log_cur.key() != last_key:
+        return None
+    total = list(accumulate(map(len, records)))
+    if total[-1] > max_bytes:
+        # The first message always goes, even alone over the limit (RocketMQ's rule).
+        del records[max(1, bisect_right(total, max_bytes)) :]
+    return records
+
+
 def _plain(cq: Any, log_cur: Any, count: int, max_bytes: int) -> list[bytes]:
-    """Up to ``count`` records from the cursor's unit on, within ``max_bytes``."""
+    """Up to ``count`` records from the cursor's unit on, within ``max_bytes`` (any layout)."""
     units = list(_UNIT_ITER(b"".join(islice(cq.iternext(keys=False, values=True), count))))
     sizes = list(map(_SIZE, units))
     total = list(accumulate(sizes))
     n = len(units)
     if total[-1] > max_bytes:
-        # The first message always goes, even alone over the limit (RocketMQ's rule).
         n = max(1, bisect_right(total, max_bytes))
-    first = units[0][0]
-    if units[n - 1][0] - first == total[n - 1] - sizes[n - 1] and log_cur.set_key(
-        _OFFSET.pack(first)
-    ):
-        # No gap between the first and last record: they are adjacent in the log.
-        return list(islice(log_cur.iternext(keys=False, values=True), n))
     keys = [_OFFSET.pack(cl) for cl in map(_CL, units[:n])]
     found = dict(log_cur.getmulti(keys))
     # A unit whose record is gone ends the read (it cannot happen without retention).

@@ -248,6 +248,10 @@ class LmdbStore:
         message_filter: MessageFilter | None,
     ) -> tuple[GetStatus, list[bytes], int, int, int]:
         prefix = layout.queue_prefix(topic, queue_id)
+        if max_count < 1 or max_bytes < 1:
+            raise InvalidArgumentError(
+                f"max_count ({max_count}) and max_bytes ({max_bytes}) must be >= 1"
+            )
         with self._lock:
             self._check_open()
             txn = self._txn()

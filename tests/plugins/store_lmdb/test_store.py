@@ -159,6 +159,11 @@ def test_queue_ids_are_range_checked(tmp_path):
         with pytest.raises(errors.InvalidArgumentError, match="topic"):
             store.get("", 0, 0)
         assert store.put("Q", 0, []) == []
+        store.put("Q", 0, [Message(topic="Q", body=b"x")])
+        with pytest.raises(errors.InvalidArgumentError, match="max_count"):
+            store.get("Q", 0, 0, max_count=0)
+        with pytest.raises(errors.InvalidArgumentError, match="max_bytes"):
+            store.get_raw("Q", 0, 0, max_bytes=0)
 
 
 _WRITER = textwrap.dedent(
