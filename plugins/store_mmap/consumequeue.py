@@ -547,8 +547,8 @@ class ConsumeQueue:
 
         def time_at(queue_offset: int) -> int:
             unit = self._raw_unit(queue_offset)
-            assert unit is not None
-            return timestamp_of(unit.commitlog_offset, unit.size)
+            # A unit deleted by retention meanwhile counts as older than anything.
+            return -1 if unit is None else timestamp_of(unit.commitlog_offset, unit.size)
 
         if boundary == "lower":
             while lo < hi:  # first offset with time >= timestamp

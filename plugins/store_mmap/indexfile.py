@@ -276,10 +276,12 @@ class IndexService:
 
     def _remove_entries(self, meta: _File, keep: int, end: int) -> None:
         """Remove entries [keep, end) of ``meta``: unlink them from their slots, zero them."""
-        if end <= keep and meta.count <= keep:
+        published = meta.count
+        if end <= keep and published <= keep:
             return
         mm = self._map(meta)
         assert mm is not None
+        meta.count = min(published, keep)  # unpublish first: queries stop seeing them
         for i in range(end - 1, keep - 1, -1):
             key_hash, _, _, prev = ENTRY.unpack_from(mm, self._entries_at + i * ENTRY_SIZE)
             slot_pos = HEADER_SIZE + (key_hash % self.max_hash_slots) * _SLOT_SIZE
@@ -287,17 +289,17 @@ class IndexService:
                 # Entries are removed newest first, so the slot head is always the newest.
                 restored = prev if 0 < prev < i else 0
                 _SLOT.pack_into(mm, slot_pos, restored)
-                if restored == 0 and i < meta.count:  # unpublished ones were never counted
+                if restored == 0 and i < published:  # unpublished ones were never counted
                     meta.slot_count = max(0, meta.slot_count - 1)
         start = self._entries_at + keep * ENTRY_SIZE
         mm[start : self._entries_at + end * ENTRY_SIZE] = bytes((end - keep) * ENTRY_SIZE)
-        meta.count = keep
-        if keep > 1:
+        # When only unpublished entries went, the header already describes what is left.
+        if 1 < keep < published:
             _, phy, diff, _ = ENTRY.unpack_from(mm, self._entries_at + (keep - 1) * ENTRY_SIZE)
             meta.end_phy = phy
             # Only seconds survive: end where the last entry's second ends.
             meta.end_ts = meta.begin_ts + diff * 1000 + 999
-        else:
+        elif keep < published:
             meta.end_phy, meta.end_ts = meta.begin_phy, meta.begin_ts
         mm[:HEADER_SIZE] = meta.header()
         with self._lock:
