@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -251,6 +252,40 @@ def test_use_after_close_is_an_error(tmp_path):
     with pytest.raises(StoreClosedError):
         service.put_keys([("T", ["k"], 20, 1000)])
     service.close()
+
+
+@pytest.mark.timeout(30)
+def test_queries_while_keys_are_put(tmp_path):
+    service = IndexService(tmp_path, max_hash_slots=3, max_index_count=40)
+    total = 1500
+    errors: list[str] = []
+    done = threading.Event()
+
+    def reader():
+        while not done.is_set():
+            for key in ("k0", "k1", "k2"):
+                found = service.query("T", key, 10_000)
+                # offsets of key ki are i, i + 3, i + 6...: newest first, nothing else
+                if any(phy % 3 != int(key[1]) for phy in found):
+                    errors.append(f"{key}: {found}")
+                if found != sorted(found, reverse=True):
+                    errors.append(f"{key} not newest first: {found}")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for first in range(1, total, 7):
+            service.put_keys(
+                [("T", [f"k{phy % 3}"], phy, 1000 * phy) for phy in range(first, first + 7)]
+            )
+    finally:
+        done.set()
+        thread.join(10)
+    try:
+        assert errors == []
+        assert len(service.query("T", "k1", 10_000)) == len(range(1, first + 7, 3))
+    finally:
+        service.close()
 
 
 def test_wrong_sizes_are_reported(tmp_path):
