@@ -223,6 +223,8 @@ def prepare(
     header_size = HEADER_SIZE
     trailers = _TRAILER_CACHE
     codes = _TAGS_CODE_CACHE
+    plain_topic: str | None = None  # last topic seen with no properties at all ...
+    plain_trailer = b""  # ... and its trailer
     # This loop is the producer's hot path: locals only, no NamedTuple __new__ (a Python-level
     # function), caches for the property trailer and the Java hash of the tag.
     for m in messages:
@@ -230,25 +232,32 @@ def prepare(
         if body.__class__ is not bytes and not isinstance(body, bytes):
             body = bytes(body)
         props = m.properties
-        # Tags/keys/delay live in the property string; build it without an intermediate dict.
-        text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
         tags = m.tags
-        if tags:
-            text += f"TAGS\x01{tags}\x02"
-            code = codes.get(tags)
-            if code is None:
-                code = _cached_tags_code(tags)
+        keys = m.keys
+        t = topic or m.topic
+        if props or tags or keys or m.delay_level:
+            # Tags/keys/delay live in the property string; no intermediate dict.
+            text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
+            if tags:
+                text += f"TAGS\x01{tags}\x02"
+                code = codes.get(tags)
+                if code is None:
+                    code = _cached_tags_code(tags)
+            else:
+                code = 0
+            if keys:
+                text += f"KEYS\x01{keys}\x02"
+            if m.delay_level:
+                text += f"DELAY\x01{m.delay_level}\x02"
+            trailer = trailers.get((t, text))
+            if trailer is None:
+                trailer = _cached_trailer(t, text)
         else:
             code = 0
-        keys = m.keys
-        if keys:
-            text += f"KEYS\x01{keys}\x02"
-        if m.delay_level:
-            text += f"DELAY\x01{m.delay_level}\x02"
-        t = topic or m.topic
-        trailer = trailers.get((t, text))
-        if trailer is None:
-            trailer = _cached_trailer(t, text)
+            if t != plain_topic:
+                plain_trailer = _cached_trailer(t, "")
+                plain_topic = t
+            trailer = plain_trailer
         append(
             new(
                 prepared_cls,
