@@ -9,6 +9,15 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
+def structlog_defaults() -> Iterator[None]:
+    """The CLI configures structlog for itself; later tests must see the library defaults."""
+    import structlog
+
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.fixture(autouse=True)
 def no_thread_leaks() -> Iterator[None]:
     """Every test must stop the threads it started."""
     before = set(threading.enumerate())
