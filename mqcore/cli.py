@@ -70,3 +70,7 @@ main.add_command(allocate)
 from mqcore.commands.demo import demo  # noqa: E402
 
 main.add_command(demo)
+
+from mqcore.commands.replay import replay  # noqa: E402
+
+main.add_command(replay)

@@ -19,6 +19,7 @@ import attrs
 
 from mqcore.errors import InvalidArgumentError
 from mqcore.kernel import Kernel
+from mqcore.lockfile import LOCK_FILE_NAME
 
 __all__ = ["Location", "detect_store", "resolve_read", "resolve_write"]
 
@@ -65,7 +66,7 @@ def resolve_read(path: str | os.PathLike[str] | None, store: str | None = None) 
     """Resolve a path to read: it must be an existing store or broker data directory."""
     if not path:
         raise InvalidArgumentError("option 'path' is required: a store or broker data directory")
-    base = Path(path)
+    base = Path(path).absolute()
     if not base.is_dir():
         raise InvalidArgumentError(
             f"path {str(base)!r} does not exist or is not a directory; give a store directory "
@@ -90,6 +91,20 @@ def resolve_read(path: str | os.PathLike[str] | None, store: str | None = None) 
     return Location(str(store_dir), _check_store(found, store_dir), data_dir)
 
 
+def _default_store(store: str | None, where: Path) -> str:
+    if store is None:
+        known = Kernel().names("store")
+        if not known:
+            raise InvalidArgumentError("no store backend is registered; install one")
+        store = "mmap" if "mmap" in known else known[0]
+    return _check_store(store, where)
+
+
+def _is_new(path: Path) -> bool:
+    """Nothing but (maybe) a writer lock file in ``path``: a store that is yet to be made."""
+    return not path.exists() or all(p.name == LOCK_FILE_NAME for p in path.iterdir())
+
+
 def resolve_write(path: str | os.PathLike[str] | None, store: str | None = None) -> Location:
     """Resolve a path to write: an existing store, a broker data dir, or a new directory.
 
@@ -98,14 +113,11 @@ def resolve_write(path: str | os.PathLike[str] | None, store: str | None = None)
     """
     if not path:
         raise InvalidArgumentError("option 'path' is required: a store or broker data directory")
-    base = Path(path)
+    base = Path(path).absolute()
     if base.exists() and not base.is_dir():
         raise InvalidArgumentError(f"path {str(base)!r} is a file, not a directory")
+    if base.is_dir() and (base / "store").is_dir() and _is_new(base / "store"):
+        return Location(str(base / "store"), _default_store(store, base), str(base))
     if base.is_dir() and any(base.iterdir()):
         return resolve_read(base, store)
-    if store is None:
-        known = Kernel().names("store")
-        if not known:
-            raise InvalidArgumentError("no store backend is registered; install one")
-        store = "mmap" if "mmap" in known else known[0]
-    return Location(str(base / "store"), _check_store(store, base), str(base))
+    return Location(str(base / "store"), _default_store(store, base), str(base))

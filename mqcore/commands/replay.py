@@ -1,0 +1,229 @@
+"""``mqcore replay``: copy a topic (filtered, time-bounded, transformed) to another, on Spark.
+
+The job runs on a local Spark session through the ``mqcore`` data source
+(:mod:`mqcore.contrib.spark`, extra ``mqcore[spark]``): the source topic is read in parallel by
+queue and offset range, filtered in the store's scan (``--where``, SQL92), cut to a store-time
+range (``--since``/``--until``), optionally passed through ``--transform module:function``
+(a function taking and returning a DataFrame), and appended to the target topic.
+
+``--to`` is a store directory or a broker data directory (one holding ``store/``); a new or
+empty directory becomes a broker data directory. In a broker data directory the target topic
+is also created in ``config/topics.json``, so that a broker opened there serves it. The target
+must not be held by a running broker or another writer.
+
+Delivery is at least once: each written message carries the ``REPLAY_ID`` property (the source
+message's commit-log offset), by which consumers can drop duplicates.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mqcore.errors import MQError
+
+__all__ = ["load_transform", "replay", "run_replay"]
+
+
+def load_transform(spec: str) -> Any:
+    """The callable named ``module:function`` (it takes and returns a DataFrame)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"{spec!r} is not module:function", param_hint="--transform")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--transform") from exc
+    if not callable(target):
+        raise click.BadParameter(f"{spec!r} is not callable", param_hint="--transform")
+    return target
+
+
+def _topic_total(location: Any, topic: str) -> int:
+    """Messages in ``topic`` at ``location`` (0 when the store does not exist yet)."""
+    from mqcore.contrib.spark.layout import detect_store
+    from mqcore.kernel import Kernel
+
+    if detect_store(location.store_dir) is None:
+        return 0
+    with Kernel().open_store(location.store, location.store_dir, read_only=True) as store:
+        return sum(
+            store.max_offset(topic, q) - store.min_offset(topic, q) for q in store.queue_ids(topic)
+        )
+
+
+def _spark_session(master: str) -> Any:
+    # Spark starts Python workers with PYSPARK_PYTHON: make them this interpreter, which
+    # has mqcore installed (the default, python3 on the PATH, may not).
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("mqcore-replay")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _watch(spark: Any, stop: threading.Event, total: int, console: Console) -> None:
+    """Show finished tasks out of ``total`` until ``stop`` is set."""
+    tracker = spark.sparkContext.statusTracker()
+    done: dict[int, int] = {}
+    columns = (
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("partitions"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("replay", total=max(total, 1))
+        while not stop.wait(0.5):
+            try:
+                for stage_id in tracker.getActiveStageIds():
+                    info = tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        done[stage_id] = max(done.get(stage_id, 0), info.numCompletedTasks)
+            except Exception:  # the session is stopping: the display just ends
+                break
+            progress.update(task, completed=min(sum(done.values()), total))
+
+
+def run_replay(
+    *,
+    source: str,
+    topic: str,
+    target: str,
+    to_topic: str,
+    where: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    transform: str | None = None,
+    store: str | None = None,
+    queues: int | None = None,
+    master: str = "local[*]",
+    max_records_per_partition: int | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Run the replay job; returns the summary (records read, written, filtered, seconds)."""
+    try:
+        from mqcore.contrib.spark import register
+        from mqcore.contrib.spark.layout import resolve_read, resolve_write
+        from mqcore.contrib.spark.options import ReadOptions
+        from mqcore.contrib.spark.records import plan_slices
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    from mqcore.kernel import Kernel
+    from mqcore.lockfile import StoreLock
+
+    console = console or Console(stderr=True)
+    # Spark's Python workers may run elsewhere than this directory: pass absolute paths.
+    source, target = os.path.abspath(source), os.path.abspath(target)
+    started = time.monotonic()
+    fn = load_transform(transform) if transform else None
+    options = {"path": source, "topic": topic}
+    if where:
+        options.update(filter_type="SQL92", filter=where)
+    if since:
+        options["start_timestamp"] = since
+    if until:
+        options["end_timestamp"] = until
+    if max_records_per_partition:
+        options["max_records_per_partition"] = str(max_records_per_partition)
+    # Check everything cheap before Spark starts (that takes seconds).
+    opts = ReadOptions.parse(options)
+    src = resolve_read(opts.path)
+    with Kernel().open_store(src.store, src.store_dir, read_only=True) as source_store:
+        slices = plan_slices(source_store, src, opts)
+        source_queues = len(source_store.queue_ids(topic)) or None
+    dst = resolve_write(target, store)
+    if os.path.realpath(dst.store_dir) == os.path.realpath(src.store_dir):
+        raise click.ClickException("--to is the store --from reads; replay into another one")
+    StoreLock(dst.store_dir).acquire().release()
+    before = _topic_total(dst, to_topic)
+    to_read = sum(s.count for s in slices)
+
+    spark = _spark_session(master)
+    try:
+        register(spark)
+        reader = spark.read.format("mqcore")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        df = reader.load()
+        if fn is not None:
+            df = fn(df)
+        writer = df.write.format("mqcore").mode("append")
+        writer = writer.option("path", target).option("topic", to_topic)
+        if store:
+            writer = writer.option("store", store)
+        if queues or source_queues:
+            writer = writer.option("queue_nums", str(queues or source_queues))
+        # Spark finds the registered source only from the session's own (main) thread, so
+        # the job runs here and the progress display in a thread of its own.
+        stop = threading.Event()
+        watcher = threading.Thread(
+            target=_watch, args=(spark, stop, len(slices), console), name="mqcore-replay-progress"
+        )
+        watcher.start()
+        try:
+            writer.save()
+        finally:
+            stop.set()
+            watcher.join(timeout=10)
+    finally:
+        spark.stop()
+    written = _topic_total(resolve_write(target, store), to_topic) - before
+    return {
+        "read": to_read,
+        "written": written,
+        "filtered": max(0, to_read - written),
+        "seconds": round(time.monotonic() - started, 2),
+        "partitions": len(slices),
+    }
+
+
+@click.command()
+@click.option("--from", "source", required=True, help="Store or broker data directory to read.")
+@click.option("--topic", required=True, help="Topic to read.")
+@click.option("--to", "target", required=True, help="Store or broker data directory to write.")
+@click.option("--to-topic", required=True, help="Topic to write (created when missing).")
+@click.option("--where", default=None, help="SQL92 filter on properties (and TAGS).")
+@click.option("--since", default=None, help="First store time: ms since the epoch or ISO-8601.")
+@click.option("--until", default=None, help="Store time to stop before (exclusive).")
+@click.option("--transform", default=None, help="module:function taking and returning a DataFrame.")
+@click.option("--store", default=None, help="Store backend for a new --to directory.")
+@click.option("--queues", type=int, default=None, help="Queues of a new target topic.")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option(
+    "--max-records-per-partition", type=int, default=None, help="Split queues into slices."
+)
+def replay(**kwargs: Any) -> None:
+    """Replay a topic into another topic on a local Spark session (needs mqcore[spark])."""
+    console = Console(stderr=True)
+    try:
+        summary = run_replay(console=console, **kwargs)
+    except MQError as exc:
+        raise click.ClickException(str(exc)) from exc
+    table = Table(title="mqcore replay")
+    for column in ("read", "written", "filtered", "seconds", "partitions"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        *(str(summary[c]) for c in ("read", "written", "filtered", "seconds", "partitions"))
+    )
+    Console().print(table)
