@@ -90,13 +90,21 @@ class TopicRoute:
     write_queue_nums: int
     perm: int
 
+    _queues: tuple[MessageQueue, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        # Built once per route: producers ask for the queues on every send.
+        n = max(self.write_queue_nums, self.read_queue_nums)
+        queues = tuple(MessageQueue(self.topic, self.broker_name, i) for i in range(n))
+        object.__setattr__(self, "_queues", queues)
+
     def write_queues(self) -> list[MessageQueue]:
         """Queues producers send to."""
-        return [MessageQueue(self.topic, self.broker_name, i) for i in range(self.write_queue_nums)]
+        return list(self._queues[: self.write_queue_nums])
 
     def read_queues(self) -> list[MessageQueue]:
         """Queues consumers pull from."""
-        return [MessageQueue(self.topic, self.broker_name, i) for i in range(self.read_queue_nums)]
+        return list(self._queues[: self.read_queue_nums])
 
 
 # GetStatus -> response code, as RocketMQ's PullMessageProcessor maps GetMessageStatus.
@@ -153,6 +161,7 @@ class Broker:
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
         self.locks = RebalanceLockManager(self.config.rebalance_lock_max_live_time_ms)
         self.waiters = PullWaiters()
+        self._routes: dict[str, tuple[TopicConfig, TopicRoute]] = {}
         self._closed = False
         self._stop = threading.Event()
         self._housekeeper = threading.Thread(
@@ -265,7 +274,10 @@ class Broker:
             cfg = self.topics.ensure(topic, self.config.default_topic_queue_nums)
         if cfg is None:
             cfg = self.topics.require(topic)  # raises TOPIC_NOT_EXIST
-        return TopicRoute(
+        cached = self._routes.get(topic)
+        if cached is not None and cached[0] is cfg:
+            return cached[1]
+        route = TopicRoute(
             topic=topic,
             broker_name=self.config.broker_name,
             broker_addr=self.config.store_host,
@@ -273,6 +285,9 @@ class Broker:
             write_queue_nums=cfg.write_queue_nums,
             perm=cfg.perm,
         )
+        # Keyed by the config object: an update or delete makes a new one, so never stale.
+        self._routes[topic] = (cfg, route)
+        return route
 
     # -- send --------------------------------------------------------------------------------
 
@@ -338,7 +353,9 @@ class Broker:
             reconsume_times=reconsume_times,
         )
         self.waiters.notify((topic, queue_id))
-        self.kernel.hook.mqcore_messages_stored(topic=topic, queue_id=queue_id, results=results)
+        hook = self.kernel.hook.mqcore_messages_stored
+        if hook.get_hookimpls():
+            hook(topic=topic, queue_id=queue_id, results=results)
         return results
 
     # -- pull --------------------------------------------------------------------------------
@@ -494,7 +511,7 @@ class Broker:
         """The message with RocketMQ message id ``msg_id`` (store host + commit-log offset)."""
         self._check_open()
         _, offset = decode_message_id(msg_id)
-        msg = self.store.message_at(offset)
+        msg: MessageExt | None = self.store.message_at(offset)
         if msg is None:
             raise BrokerError(f"no message with id {msg_id}", code=ResponseCode.QUERY_NOT_FOUND)
         return msg
@@ -585,7 +602,7 @@ class Broker:
             flag=msg.flag,
             delay_level=delay_level,
         )
-        result = self.store.put(
+        result: PutResult = self.store.put(
             topic, 0, [retry], born_timestamp=msg.born_timestamp, reconsume_times=times + 1
         )[0]
         self.waiters.notify((topic, 0))

@@ -29,6 +29,10 @@ class SubscriptionData:
     expression_type: str = "TAG"
 
 
+def _subs(items: Iterable[SubscriptionData]) -> tuple[SubscriptionData, ...]:
+    return tuple(items)
+
+
 @attrs.frozen(kw_only=True)
 class ConsumerData:
     """What a consumer reports for one group in its heartbeat."""
@@ -37,7 +41,7 @@ class ConsumerData:
     consume_type: str = "CONSUME_PASSIVELY"  # push; pull consumers say CONSUME_ACTIVELY
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
-    subscriptions: tuple[SubscriptionData, ...] = attrs.field(default=(), converter=tuple)
+    subscriptions: tuple[SubscriptionData, ...] = attrs.field(default=(), converter=_subs)
 
 
 @attrs.define

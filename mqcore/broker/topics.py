@@ -159,7 +159,7 @@ class TopicManager:
         self.path = path
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
-        data = read_json(path, {})
+        data: dict[str, Any] = read_json(path, {})
         for item in data.get("topicConfigTable", {}).values():
             cfg = TopicConfig.from_json(item)
             self._topics[cfg.topic_name] = cfg

@@ -96,7 +96,7 @@ class ProcessQueue:
     def take_messages(self, batch_size: int) -> list[MessageExt]:
         """Orderly: take the next ``batch_size`` messages out for the listener."""
         with self._lock:
-            taken = []
+            taken: list[MessageExt] = []
             while self._offsets and len(taken) < batch_size:
                 off = self._offsets.pop(0)
                 m = self._msgs.pop(off)

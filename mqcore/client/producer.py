@@ -149,7 +149,12 @@ class Producer(ClientBase):
         timeout = self.send_msg_timeout if timeout is None else timeout
         begin = time.monotonic()
         born = int(time.time() * 1000)
-        self.kernel.hook.mqcore_send_before(producer_group=self.group, messages=msgs)
+        hooks = self.kernel.hook
+        traced = bool(
+            hooks.mqcore_send_before.get_hookimpls() or hooks.mqcore_send_after.get_hookimpls()
+        )
+        if traced:
+            hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
         attempts = 1 if selector is not None else 1 + retries
         last_mq: MessageQueue | None = None
         error: Exception | None = None
@@ -178,9 +183,8 @@ class Producer(ClientBase):
                 continue
             ids = ",".join(r.msg_id for r in results)
             result = SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, ids)
-            self.kernel.hook.mqcore_send_after(
-                producer_group=self.group, messages=msgs, results=[result]
-            )
+            if traced:
+                hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=[result])
             return result
         assert error is not None
         raise MQClientError(
