@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from mqcore.plugins.filter_sql92.javatypes import INT_MAX, LONG_MAX
 from mqcore.plugins.filter_sql92.source import describe, expression_error
@@ -47,7 +45,7 @@ KEYWORDS = frozenset(
 _TOKEN = re.compile(
     r"""
     (?P<blank>[ \t\n\r\f]+)
-  | (?P<comment>--[^\n\r]*(?:\r\n|\n|\r)|/\*.*?\*/)
+  | (?P<comment>/\*.*?\*/)
   | (?P<float>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?
              |[0-9]+[eE][+-]?[0-9]+)
   | (?P<int>0|[1-9][0-9]*[lL]?)
@@ -57,6 +55,8 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
+
+_LINE_BREAK = re.compile(r"\r\n|\n|\r")
 
 _HINTS = {
     "!": "use <> for 'not equal'",
@@ -68,8 +68,7 @@ _HINTS = {
 }
 
 
-@attrs.frozen(slots=True)
-class Token:
+class Token(NamedTuple):
     """One token: ``kind`` is a keyword (upper case), ``ID``, ``STRING``, ``INT``, ``FLOAT``,
     an operator's text or ``EOF``; ``value`` is the decoded literal; ``column`` is 1-based."""
 
@@ -132,7 +131,13 @@ def tokenize(expression: str) -> Iterator[Token]:
     """Yield the tokens of ``expression``, then one ``EOF`` token."""
     pos, end = 0, len(expression)
     match = _TOKEN.match
+    # A -- comment needs a line break after it; past the last one, -- is two minus signs.
+    last_break = max(expression.rfind("\n"), expression.rfind("\r"))
     while pos < end:
+        if pos < last_break and expression.startswith("--", pos):
+            brk = _LINE_BREAK.search(expression, pos)
+            pos = brk.end() if brk is not None else end
+            continue
         m = match(expression, pos)
         if m is None:
             raise _lex_error(expression, pos)
