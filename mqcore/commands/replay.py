@@ -120,8 +120,13 @@ def run_replay(
     master: str = "local[*]",
     max_records_per_partition: int | None = None,
     console: Console | None = None,
+    spark: Any = None,
 ) -> dict[str, Any]:
-    """Run the replay job; returns the summary (records read, written, filtered, seconds)."""
+    """Run the replay job; returns the summary (records read, written, filtered, seconds).
+
+    ``spark`` is a SparkSession to run on (left running); by default a local session is
+    started for the job and stopped after it.
+    """
     try:
         from mqcore.contrib.spark import register
         from mqcore.contrib.spark.layout import resolve_read, resolve_write
@@ -159,7 +164,9 @@ def run_replay(
     before = _topic_total(dst, to_topic)
     to_read = sum(s.count for s in slices)
 
-    spark = _spark_session(master)
+    own_session = spark is None
+    if spark is None:
+        spark = _spark_session(master)
     try:
         register(spark)
         reader = spark.read.format("mqcore")
@@ -187,7 +194,8 @@ def run_replay(
             stop.set()
             watcher.join(timeout=10)
     finally:
-        spark.stop()
+        if own_session:
+            spark.stop()
     written = _topic_total(resolve_write(target, store), to_topic) - before
     return {
         "read": to_read,
