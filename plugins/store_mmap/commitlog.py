@@ -331,7 +331,10 @@ class CommitLog:
     # --- recovery and retention --------------------------------------------------------
 
     def truncate(self, offset: int) -> None:
-        """Recovery: keep exactly the bytes below ``offset``; later segments are deleted."""
+        """Keep exactly the bytes below ``offset``; later segments are deleted.
+
+        Recovery cuts a torn tail with it; a failed put undoes its batch.
+        """
         keep = []
         for mf in self.files:
             if mf.file_from_offset >= offset and mf.file_from_offset != 0:
@@ -339,8 +342,8 @@ class CommitLog:
                 mf.destroy()
                 continue
             if mf.file_end_offset <= offset:
-                mf.wrote_position = mf.committed_position = mf.file_size
-                mf.flushed_position = mf.file_size
+                if mf.wrote_position < mf.file_size:  # just loaded: the whole file is valid
+                    mf.wrote_position = mf.committed_position = mf.file_size
             else:
                 mf.set_positions(max(0, offset - mf.file_from_offset))
             keep.append(mf)

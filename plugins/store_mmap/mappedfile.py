@@ -259,13 +259,14 @@ class MappedFile:
         return self.flushed_position
 
     def set_positions(self, position: int) -> None:
-        """Recovery: everything up to ``position`` is valid; zero the rest of the file."""
+        """Everything up to ``position`` is valid; zero the rest of the file (a cut)."""
         if position < self.file_size and not self.read_only:
             rest = self._mm[position:]
             if rest.count(0) != len(rest):
                 self._mm[position:] = bytes(self.file_size - position)
                 os.fdatasync(self._fd)
-        self.wrote_position = self.committed_position = self.flushed_position = position
+        self.wrote_position = self.committed_position = position
+        self.flushed_position = min(self.flushed_position, position)
 
     # --- reading ----------------------------------------------------------------------
 

@@ -188,10 +188,10 @@ def recover(store: MmapStore) -> None:
     for cq in cqs.values():
         cq.truncate_dirty(end)
     index.truncate(end)
-    _redispatch(store, files[start].file_from_offset, end)
+    _redispatch(store, files[start].file_from_offset, end, abnormal)
 
 
-def _redispatch(store: MmapStore, scan_from: int, end: int) -> None:
+def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> None:
     commitlog = store._commitlog
     index = store._index
     files = commitlog.files
@@ -202,6 +202,11 @@ def _redispatch(store: MmapStore, scan_from: int, end: int) -> None:
     index_end = index.end_phy_offset
     if dispatched < 0:
         frm = commitlog.min_offset
+    elif abnormal:
+        # After a crash (as RocketMQ): everything from the safe point again. A queue may
+        # have lost units that another queue's later units do not account for (its file
+        # was not flushed before a power loss); units already present are skipped.
+        frm = max(commitlog.min_offset, scan_from)
     else:
         frm = dispatched
         if 0 <= index_end < frm:

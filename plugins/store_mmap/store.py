@@ -293,40 +293,47 @@ class MmapStore:
             store_ts = _now_ms()
             if store_ts < self._last_store_ts:
                 store_ts = self._last_store_ts  # the wall clock stepped back: stay monotonic
-            chunks = self._commitlog.put_batch(
-                prepared,
-                total,
-                queue_id=queue_id,
-                queue_offset=qoff,
-                store_timestamp=store_ts,
-                store_host=self._store_host,
-                born_host=born,
-            )
-            # Offsets, units and results for the whole batch through C-level iteration
-            # (accumulate/map/zip): no Python bytecode per message.
-            if len(chunks) == 1:
-                offsets = list(accumulate(sizes, initial=chunks[0][0]))
-                end = offsets.pop()
-            else:
-                offsets = []
-                i = 0
-                for phys, n in chunks:
-                    part = list(accumulate(sizes[i : i + n], initial=phys))
-                    end = part.pop()
-                    offsets += part
-                    i += n
-            units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
-            keyed = None
-            if any(map(_get_keys, prepared)):
-                keyed = [
-                    (topic, p[10].split(), phys, store_ts)
-                    for p, phys in zip(prepared, offsets, strict=True)
-                    if p[10]
-                ]
-            cq.append_units(qoff, units)
-            if keyed:
-                self._index.put_keys(keyed)
-            self._last_store_ts = store_ts
+            start_phys = self._commitlog.max_offset
+            try:
+                chunks = self._commitlog.put_batch(
+                    prepared,
+                    total,
+                    queue_id=queue_id,
+                    queue_offset=qoff,
+                    store_timestamp=store_ts,
+                    store_host=self._store_host,
+                    born_host=born,
+                )
+                # Offsets, units and results for the whole batch through C-level iteration
+                # (accumulate/map/zip): no Python bytecode per message.
+                if len(chunks) == 1:
+                    offsets = list(accumulate(sizes, initial=chunks[0][0]))
+                    end = offsets.pop()
+                else:
+                    offsets = []
+                    i = 0
+                    for phys, n in chunks:
+                        part = list(accumulate(sizes[i : i + n], initial=phys))
+                        end = part.pop()
+                        offsets += part
+                        i += n
+                units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
+                keyed = None
+                if any(map(_get_keys, prepared)):
+                    keyed = [
+                        (topic, p[10].split(), phys, store_ts)
+                        for p, phys in zip(prepared, offsets, strict=True)
+                        if p[10]
+                    ]
+                cq.append_units(qoff, units)
+                if keyed:
+                    self._index.put_keys(keyed)
+                self._last_store_ts = store_ts
+            except BaseException:
+                # Typically a full disk when a consume-queue or index file had to grow:
+                # undo the batch so that nothing of it stays, half-dispatched, in the log.
+                self._rollback(cq, start_phys)
+                raise
         ids = _qwords(count).pack(*offsets).hex().upper()
         prefix = self._msgid_prefix
         results = list(
@@ -345,6 +352,15 @@ class MmapStore:
         if self._flusher is not None and self._flusher.sync:
             self._flusher.wait_flushed(end)
         return results
+
+    def _rollback(self, cq: ConsumeQueue, start_phys: int) -> None:
+        """Remove a failed batch (write lock held): units, index entries and records."""
+        try:
+            cq.truncate_dirty(start_phys)
+            self._index.truncate(start_phys)
+            self._commitlog.truncate(start_phys)
+        except Exception as exc:  # the original error is the one to report
+            log.error("put_rollback_failed", error=str(exc), offset=start_phys)
 
     def _check_sizes(self, prepared: Sequence[Any]) -> None:
         limit = self.segment_size - BLANK_SIZE

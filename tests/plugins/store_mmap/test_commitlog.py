@@ -84,8 +84,12 @@ def test_set_positions_zeroes_the_rest(tmp_path):
     try:
         mf.append(b"x" * 100)
         mf.set_positions(40)
-        assert mf.wrote_position == mf.committed_position == mf.flushed_position == 40
+        assert mf.wrote_position == mf.committed_position == 40
+        assert mf.flushed_position == 0  # nothing was flushed before the cut
         assert bytes(mf.read(0, 100)) == b"x" * 40 + bytes(60)
+        mf.flush()
+        mf.set_positions(30)
+        assert mf.flushed_position == 30
     finally:
         mf.close()
 
