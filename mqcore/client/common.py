@@ -57,6 +57,13 @@ class ClientBase:
                 code=ResponseCode.SERVICE_NOT_AVAILABLE,
             )
 
+    def _claim_shutdown(self) -> bool:
+        """Mark the client shut down; True when it was running and the caller must stop it."""
+        with self._state_lock:
+            was_running = self._started and not self._shutdown
+            self._shutdown = True
+            return was_running
+
     def route(self, topic: str) -> TopicRoute:
         """The topic's route, or RocketMQ's "No route info of this topic" error."""
         try:

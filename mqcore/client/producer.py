@@ -86,12 +86,9 @@ class Producer(ClientBase):
 
     def shutdown(self) -> None:
         """Finish queued async sends and stop."""
-        with self._state_lock:
-            if not self._started or self._shutdown:
-                self._shutdown = True
-                return
-            self._shutdown = True
-            executor, self._executor = self._executor, None
+        if not self._claim_shutdown():
+            return
+        executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
 

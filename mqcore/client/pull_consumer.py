@@ -85,11 +85,8 @@ class PullConsumer(ClientBase):
 
     def shutdown(self) -> None:
         """Commit offsets one last time, leave the group and stop."""
-        with self._state_lock:
-            if not self._started or self._shutdown:
-                self._shutdown = True
-                return
-            self._shutdown = True
+        if not self._claim_shutdown():
+            return
         self._stop.set()
         if self._persister is not None:
             self._persister.join(timeout=10)

@@ -193,11 +193,8 @@ class PushConsumer(ClientBase):
 
     def shutdown(self) -> None:
         """Stop pulling, let listeners finish, commit offsets and leave the group."""
-        with self._state_lock:
-            if not self._started or self._shutdown:
-                self._shutdown = True
-                return
-            self._shutdown = True
+        if not self._claim_shutdown():
+            return
         self._stop.set()
         self._rebalance_now.set()
         if self._worker is not None:
