@@ -13,13 +13,14 @@ prefix of what the writer committed, until :meth:`LmdbStore.refresh` starts a ne
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import struct
 import threading
 import time
 from collections.abc import Sequence
-from itertools import accumulate, repeat
+from itertools import accumulate, islice, repeat
 from pathlib import Path
 from typing import Any
 
@@ -446,6 +447,12 @@ class LmdbStore:
         return f"LmdbStore({str(self.path)!r}, {mode})"
 
 
+@functools.lru_cache(maxsize=128)
+def _cq_key_struct(prefix_size: int) -> struct.Struct:
+    """Packs a queue prefix and a queue offset into a consume-queue key in one call."""
+    return struct.Struct(f">{prefix_size}sQ")
+
+
 def _batch_items(
     buf: memoryview,
     prepared: list[codec.Prepared],
@@ -462,15 +469,15 @@ def _batch_items(
     """
     n = len(prepared)
     sizes = list(map(_SIZE, prepared))
-    ends = list(accumulate(sizes))
-    starts = [0, *ends[:-1]]
-    offsets = list(map(start_cl.__add__, starts))
+    bounds = list(accumulate(sizes, initial=0))  # record i is buf[bounds[i]:bounds[i + 1]]
+    offsets = list(accumulate(sizes[:-1], initial=start_cl))
     log_keys = list(map(_OFFSET.pack, offsets))
-    log_items = list(zip(log_keys, map(buf.__getitem__, map(slice, starts, ends)), strict=True))
+    records = map(buf.__getitem__, map(slice, bounds, islice(bounds, 1, None)))
+    log_items = list(zip(log_keys, records, strict=True))
     qoffs = range(next_q, next_q + n)
     cq_items = list(
         zip(
-            map(prefix.__add__, map(_OFFSET.pack, qoffs)),
+            map(_cq_key_struct(len(prefix)).pack, repeat(prefix, n), qoffs),
             map(_UNIT_PACK, offsets, sizes, map(_TAGS_CODE, prepared)),
             strict=True,
         )
