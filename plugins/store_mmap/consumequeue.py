@@ -13,7 +13,10 @@ All offsets in the API are *logical*, counted in units (queue offsets), never in
 API used by the store (writes are serialised by the store's lock; reads take no lock):
 
 - ``ConsumeQueue(root, topic, queue_id, units_per_file=300_000, read_only=False,
-  max_mapped_files=4)``: opens (and recovers, see :meth:`ConsumeQueue.recover`) the queue.
+  max_mapped_files=4, preallocate=False)``: opens (and recovers, see
+  :meth:`ConsumeQueue.recover`) the queue. ``preallocate`` reserves each file's disk blocks
+  when it is created (see :func:`create_zeroed_file`); ``reserve(count)`` creates the files
+  of the next ``count`` units ahead, so a full disk is reported before the commit log write.
 - ``append_units(first_queue_offset, units, *, fill_gap=False)``: ``units`` is a packed buffer
   of whole units or a sequence of ``(commitlog_offset, size, tags_code)``; rolls files
   mid-batch; ``first_queue_offset`` must equal ``max_offset``.
@@ -52,6 +55,8 @@ from typing import NamedTuple
 import structlog
 
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
+
+from .mappedfile import _create as _create_preallocated
 
 __all__ = [
     "BLANK_UNIT",
@@ -104,6 +109,26 @@ def _valid_prefix(buf: bytes | memoryview | mmap.mmap) -> int:
     return first_bad
 
 
+def create_zeroed_file(path: Path, size: int, preallocate: bool) -> int:
+    """Create ``path`` with ``size`` zero bytes, renamed into place whole; returns an fd.
+
+    ``preallocate`` reserves the disk blocks now (``posix_fallocate``): a full disk then fails
+    here as :class:`~mqcore.errors.DiskFullError`, instead of as SIGBUS on a later write
+    through the map into a hole. Without it the file is sparse, cheap to create.
+    """
+    if preallocate:
+        return _create_preallocated(path, size)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        os.rename(tmp, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class ConsumeQueue:
     """The consume queue of one (topic, queue id); see the module docstring for the API."""
 
@@ -115,6 +140,7 @@ class ConsumeQueue:
         units_per_file: int = 300_000,
         read_only: bool = False,
         max_mapped_files: int = 4,
+        preallocate: bool = False,
     ) -> None:
         if units_per_file < 1:
             raise InvalidArgumentError(f"units_per_file must be >= 1, got {units_per_file}")
@@ -124,6 +150,7 @@ class ConsumeQueue:
         self.file_size = units_per_file * UNIT_SIZE
         self.read_only = read_only
         self.max_mapped_files = max(1, max_mapped_files)
+        self.preallocate = preallocate
         self.directory = Path(root) / "consumequeue" / topic / str(queue_id)
         #: first valid queue offset (moves forward with retention)
         self.min_offset = 0
@@ -216,13 +243,11 @@ class ConsumeQueue:
             return mm
 
     def _create_file(self, start: int) -> mmap.mmap:
-        path = self._path(start)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            fh.truncate(self.file_size)  # sparse, zero-filled: zero units are free space
-        os.replace(tmp, path)
-        mm = self._open_map(start)
-        assert mm is not None
+        fd = create_zeroed_file(self._path(start), self.file_size, self.preallocate)
+        try:
+            mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
         with self._lock:
             self._starts.append(start)
         log.debug(
@@ -235,7 +260,8 @@ class ConsumeQueue:
         tail = self._tail
         if tail is not None and tail[0] == start:
             return tail[1]
-        if self._starts and self._starts[-1] == start:
+        i = bisect.bisect_left(self._starts, start)
+        if i < len(self._starts) and self._starts[i] == start:  # reserved ahead, or reopened
             mm = self._map(start)
             assert mm is not None
         else:
@@ -392,6 +418,8 @@ class ConsumeQueue:
         ``fill_gap=True`` lets a queue that holds no units start at any offset (rebuilding a
         queue whose head was deleted): its files are replaced by one whose units before
         ``first_queue_offset`` are blank, and ``min_offset`` becomes ``first_queue_offset``.
+        If creating a file fails (a full disk), the units before the roll stay published and
+        the error propagates; :meth:`reserve` first to fail before writing anything.
         """
         if self._closed or self.read_only:
             self._check_open()
@@ -458,6 +486,21 @@ class ConsumeQueue:
         phy, size, _ = UNIT.unpack_from(data, (count - 1) * UNIT_SIZE)
         self.max_physical_offset = phy + size
         return end
+
+    def reserve(self, count: int) -> None:
+        """Create now the files the next ``count`` units will need.
+
+        With ``preallocate=True`` a store calls this before writing the commit log, so that
+        a full disk raises :class:`~mqcore.errors.DiskFullError` before anything is written.
+        """
+        self._check_open()
+        per = self.units_per_file
+        first = self.max_offset - self.max_offset % per
+        for start in range(first, self.max_offset + count, per):
+            i = bisect.bisect_left(self._starts, start)
+            if i == len(self._starts) or self._starts[i] != start:
+                mm = self._create_file(start)
+                del mm  # mapped again when written
 
     def _start_at(self, queue_offset: int) -> None:
         for start in list(self._starts):

@@ -15,8 +15,10 @@ Key hash = ``abs(String.hashCode("topic#key"))`` (0 for ``Integer.MIN_VALUE``); 
 API used by the store:
 
 - ``IndexService(root, max_hash_slots=5_000_000, max_index_count=20_000_000,
-  read_only=False)``; on open, entries written after the last header update (a killed
-  writer) are removed and their slots repaired.
+  read_only=False, max_mapped_files=2, preallocate=False)``; on open, entries written after
+  the last header update (a killed writer) are removed and their slots repaired.
+  ``preallocate`` reserves each file's disk blocks when it is created (default: sparse, as
+  RocketMQ's 420 MB index files are).
 - ``put_keys(batch)``: ``batch`` is an iterable of ``(topic, keys, commitlog_offset,
   store_timestamp)``, ``keys`` a sequence of key strings (empty ones are skipped). Records at
   or below ``end_phy_offset`` are skipped (already indexed), so re-dispatching is harmless.
@@ -48,6 +50,8 @@ import structlog
 
 from mqcore.codec import string_hash_code
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
+
+from .consumequeue import create_zeroed_file
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IndexService", "index_key_hash"]
 
@@ -121,6 +125,7 @@ class IndexService:
         max_index_count: int = 20_000_000,
         read_only: bool = False,
         max_mapped_files: int = 2,
+        preallocate: bool = False,
     ) -> None:
         if max_hash_slots < 1 or max_index_count < 2:
             raise InvalidArgumentError(
@@ -132,6 +137,7 @@ class IndexService:
         self.max_index_count = max_index_count
         self.read_only = read_only
         self.max_mapped_files = max(1, max_mapped_files)
+        self.preallocate = preallocate  # reserve disk blocks at creation (see consumequeue)
         self._entries_at = HEADER_SIZE + max_hash_slots * _SLOT_SIZE
         self.file_size = self._entries_at + max_index_count * ENTRY_SIZE
         self._files: list[_File] = []
@@ -147,7 +153,7 @@ class IndexService:
     # --- files --------------------------------------------------------------------------
 
     def _load(self) -> None:
-        files = []
+        files: list[_File] = []
         names = sorted(os.listdir(self.directory)) if self.directory.is_dir() else []
         for name in names:
             path = self.directory / name
@@ -167,6 +173,11 @@ class IndexService:
             meta = _File(path)
             with open(path, "rb") as fh:
                 meta.load(fh.read(HEADER_SIZE))
+            if files and meta.count <= 1:
+                # An empty file starts where the one before ends, as when it was created.
+                prev = files[-1]
+                meta.begin_phy = meta.end_phy = prev.end_phy
+                meta.begin_ts = meta.end_ts = prev.end_ts
             files.append(meta)
         with self._lock:
             self._files = files
@@ -223,11 +234,11 @@ class IndexService:
             prev = self._files[-1]
             meta.begin_phy = meta.end_phy = prev.end_phy
             meta.begin_ts = meta.end_ts = prev.end_ts
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            fh.truncate(self.file_size)
-            fh.write(meta.header())
-        os.replace(tmp, path)
+        fd = create_zeroed_file(path, self.file_size, self.preallocate)
+        try:
+            os.pwrite(fd, meta.header(), 0)  # a crash before this is repaired by _load
+        finally:
+            os.close(fd)
         with self._lock:
             if self._tail is not None:
                 self._maps[self._tail[0]] = self._tail[1]

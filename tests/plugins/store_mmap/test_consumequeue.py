@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import struct
@@ -11,7 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
+from mqcore.errors import (
+    DiskFullError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreCorruptedError,
+)
+from mqcore.plugins.store_mmap import mappedfile
 from mqcore.plugins.store_mmap.consumequeue import (
     BLANK_UNIT,
     UNIT,
@@ -331,6 +338,48 @@ def test_close_with_a_live_view_and_reads_after_close(tmp_path):
     with pytest.raises(StoreClosedError):
         queue.append_units(3, units(3, 1))
     queue.close()  # twice is fine
+
+
+def _no_space(fd, size):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_preallocated_files_report_a_full_disk_before_writing(tmp_path, monkeypatch):
+    queue = ConsumeQueue(tmp_path, "T", 0, units_per_file=PER_FILE, preallocate=True)
+    try:
+        queue.append_units(0, units(0, 3))
+        assert os.stat(_file(tmp_path, "T", 0, 0)).st_blocks * 512 >= PER_FILE * UNIT_SIZE
+        monkeypatch.setattr(mappedfile, "_grow", _no_space)
+        with pytest.raises(DiskFullError, match="disk full"):
+            queue.reserve(6)  # needs the file of units 4..7
+        assert queue.max_offset == 3 and not _file(tmp_path, "T", 0, 4).exists()
+        queue.append_units(3, units(3, 1))  # fits in the current file
+        with pytest.raises(DiskFullError):
+            queue.append_units(4, units(4, 2))
+        assert queue.max_offset == 4 and read_all(queue) == units(0, 4)  # still readable
+        monkeypatch.undo()
+        queue.reserve(9)  # creates the files of units 4..11 ahead
+        assert _file(tmp_path, "T", 0, 8).exists()
+        queue.append_units(4, units(4, 8))
+        assert read_all(queue) == units(0, 12)
+    finally:
+        queue.close()
+
+
+def test_reserved_empty_files_are_dropped_on_reopen(tmp_path):
+    queue = ConsumeQueue(tmp_path, "T", 0, units_per_file=PER_FILE)
+    queue.append_units(0, units(0, 2))
+    queue.reserve(10)
+    assert _file(tmp_path, "T", 0, 8).exists()
+    queue.close()
+    again = ConsumeQueue(tmp_path, "T", 0, units_per_file=PER_FILE)
+    try:
+        assert again.max_offset == 2
+        assert not _file(tmp_path, "T", 0, 4).exists()
+        again.append_units(2, units(2, 7))
+        assert read_all(again) == units(0, 9)
+    finally:
+        again.close()
 
 
 def test_mapped_files_stay_bounded(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
@@ -9,8 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
-from mqcore.plugins.store_mmap import indexfile
+from mqcore.errors import (
+    DiskFullError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreCorruptedError,
+)
+from mqcore.plugins.store_mmap import indexfile, mappedfile
 from mqcore.plugins.store_mmap.indexfile import (
     ENTRY,
     ENTRY_SIZE,
@@ -284,6 +290,25 @@ def test_queries_while_keys_are_put(tmp_path):
     try:
         assert errors == []
         assert len(service.query("T", "k1", 10_000)) == len(range(1, first + 7, 3))
+    finally:
+        service.close()
+
+
+def test_preallocated_index_reports_a_full_disk(tmp_path, monkeypatch):
+    service = IndexService(tmp_path, max_hash_slots=2, max_index_count=3, preallocate=True)
+    try:
+        service.put_keys([("T", ["k"], 10, 1000), ("T", ["k"], 20, 2000)])
+        monkeypatch.setattr(
+            mappedfile,
+            "_grow",
+            lambda fd, size: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")),
+        )
+        with pytest.raises(DiskFullError):
+            service.put_keys([("T", ["k"], 30, 3000)])  # needs a new file
+        assert service.query("T", "k", 10) == [20, 10]
+        monkeypatch.undo()
+        assert service.put_keys([("T", ["k"], 30, 3000)]) == 1
+        assert service.query("T", "k", 10) == [30, 20, 10]
     finally:
         service.close()
 
