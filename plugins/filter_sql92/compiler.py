@@ -146,8 +146,10 @@ class _Codegen:
             test = "not in" if node.negated else "in"
             out.append(f"v = {self.prop(node.prop)}")
             out.append(f"r = None if v is None else v {test} {values}")
-        else:
+        elif isinstance(node, StrMatch):
             self.str_match(node, out)
+        else:  # the parser casts properties and refuses other values as conditions
+            raise TypeError(f"not a condition: {node!r}")
 
     def chain(self, op: str, children: list[Node] | list[str]) -> str:
         """A function for ``c1 op c2 op ...``; children are nodes or generated functions."""

@@ -85,15 +85,15 @@ class Token(NamedTuple):
 
 def _number(expression: str, kind: str, text: str, column: int) -> Token:
     if kind == "int":
-        value = int(text.rstrip("lL"))
-        if value > LONG_MAX:
+        number = int(text.rstrip("lL"))
+        if number > LONG_MAX:
             raise expression_error(
                 expression,
                 column,
                 f"integer {describe(text)} does not fit in a 64-bit long",
                 f"the largest is {LONG_MAX}",
             )
-        return Token("INT", text, column, value, "I" if value <= INT_MAX else "L")
+        return Token("INT", text, column, number, "I" if number <= INT_MAX else "L")
     value = float(text)
     if value == float("inf"):
         raise expression_error(
@@ -141,7 +141,7 @@ def tokenize(expression: str) -> Iterator[Token]:
         m = match(expression, pos)
         if m is None:
             raise _lex_error(expression, pos)
-        kind = m.lastgroup
+        kind = m.lastgroup or ""
         text = m.group()
         column = pos + 1
         pos = m.end()
