@@ -57,6 +57,7 @@ import structlog
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 
 from .mappedfile import _create as _create_preallocated
+from .mappedfile import segment_name
 
 __all__ = [
     "BLANK_UNIT",
@@ -172,7 +173,7 @@ class ConsumeQueue:
     # --- files --------------------------------------------------------------------------
 
     def _path(self, start: int) -> Path:
-        return self.directory / f"{start * UNIT_SIZE:020d}"
+        return self.directory / segment_name(start * UNIT_SIZE)  # as commit-log segments
 
     def _load_files(self) -> None:
         starts = []
