@@ -100,26 +100,29 @@ class LmdbStore:
         if not self.read_only:
             self.path.mkdir(parents=True, exist_ok=True)
             self._writer_lock = StoreLock(self.path).acquire()
+        env = None
         try:
-            self._env = Environment(
+            env = self._env = Environment(
                 self.path,
                 read_only=self.read_only,
                 sync=self.flush_mode is FlushMode.SYNC_FLUSH,
                 map_size=map_size,
                 max_readers=max_readers,
             )
+            if self.read_only:
+                self._snapshot = env.begin()
+                self._next_cl = 0
+                self._last_ts = 0
+            else:
+                self._next_cl, self._last_ts = env.write(self._recover)
         except BaseException:
+            if env is not None:
+                env.close()
             if self._writer_lock is not None:
                 self._writer_lock.release()
             raise
-        if self.read_only:
-            self._snapshot = self._env.begin()
-            self._next_cl = 0
-            self._last_ts = 0
-        else:
-            self._next_cl, self._last_ts = self._env.write(self._recover)
-            if self.flush_mode is FlushMode.ASYNC_FLUSH:
-                self._syncer = Syncer(self._env, interval)
+        if not self.read_only and self.flush_mode is FlushMode.ASYNC_FLUSH:
+            self._syncer = Syncer(env, interval)
         log.debug(
             "lmdb_store_opened",
             path=str(self.path),
@@ -206,8 +209,15 @@ class LmdbStore:
             cq_append = prefix >= self._cq_tail
 
             def work(txn: Any) -> None:
-                txn.cursor(db=env.log).putmulti(log_items, append=True)
-                txn.cursor(db=env.cq).putmulti(cq_items, append=cq_append)
+                # An out-of-order MDB_APPEND is refused silently (added < consumed): check, so
+                # that a bug aborts the transaction instead of losing part of a batch.
+                added = txn.cursor(db=env.log).putmulti(log_items, append=True)[1]
+                added += txn.cursor(db=env.cq).putmulti(cq_items, append=cq_append)[1]
+                if added != 2 * len(log_items):
+                    raise StoreError(
+                        f"LMDB store {str(self.path)!r}: a batch for {topic!r} queue "
+                        f"{queue_id} did not append cleanly; nothing of it was stored"
+                    )
                 if key_items:
                     txn.cursor(db=env.keyindex).putmulti(key_items, dupdata=True)
                 if new_queue:

@@ -196,3 +196,17 @@ def test_reader_adopts_a_map_grown_by_another_process(tmp_path):
         assert reader.get("M", 0, 40).messages[0].body == bytes([7]) * 200_000
     finally:
         reader.close()
+
+
+def test_a_refused_append_aborts_the_whole_batch(tmp_path):
+    """If LMDB refuses an out-of-order append, the batch fails whole instead of in part."""
+    with _open(tmp_path / "s") as store:
+        store.put("Z", 1, [Message(topic="Z", body=b"one")])
+        store._cq_tail = b""  # pretend queue 0 sorts last: its units cannot be appended
+        with pytest.raises(errors.StoreError, match="did not append cleanly"):
+            store.put("Z", 0, [Message(topic="Z", body=b"zero")])
+        assert store.max_offset("Z", 0) == 0
+        store._cq_tail = layout.queue_prefix("Z", 1)
+        (result,) = store.put("Z", 0, [Message(topic="Z", body=b"zero")])
+        assert store.message_at(result.commitlog_offset).body == b"zero"
+        assert [m.body for m in store.get("Z", 1, 0).messages] == [b"one"]
