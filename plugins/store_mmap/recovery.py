@@ -189,6 +189,9 @@ def recover(store: MmapStore) -> None:
         cq.truncate_dirty(end)
     index.truncate(end)
     _redispatch(store, files[start].file_from_offset, end, abnormal)
+    # Units below the first stored record point at segments retention deleted.
+    for cq in store._cqs.values():
+        cq.correct_min_offset(commitlog.min_offset)
 
 
 def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> None:

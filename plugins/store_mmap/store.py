@@ -180,6 +180,7 @@ class MmapStore:
             read_only=self.read_only,
         )
         if self.read_only:
+            self._correct_min_offsets()
             self._verify_visible()
             return
         self._checkpoint = StoreCheckpoint.load(self.path)
@@ -636,7 +637,13 @@ class MmapStore:
         for cq in list(self._cqs.values()):
             cq.refresh()
         self._index.refresh()
+        self._correct_min_offsets()
         self._verify_visible()
+
+    def _correct_min_offsets(self) -> None:
+        low = self._commitlog.min_offset
+        for cq in list(self._cqs.values()):
+            cq.correct_min_offset(low)
 
     def _verify_visible(self) -> None:
         """Read-only: per queue, the highest offset whose record is complete and CRC-valid.

@@ -1,0 +1,166 @@
+"""Retention of the mmap store: expired and disk-pressure deletions, queues trimmed to match."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import namedtuple
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from mqcore import Kernel
+from mqcore.message import Message
+from mqcore.plugins.store_mmap import retention
+from mqcore.store import GetStatus
+
+OPTIONS = {
+    "segment_size": 4096,
+    "consume_queue_units": 8,
+    "index_hash_slots": 64,
+    "index_max_entries": 1024,
+    # The real disk is shared with other processes: only the tests that fake its usage
+    # may trigger disk-pressure deletions.
+    "disk_max_used_space_ratio": 100,
+}
+HOUR = 3600.0
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    """An mmap store of tiny segments holding 60 messages in queue 0 and 60 in queue 1."""
+    s = Kernel(autoload=False).open_store("mmap", tmp_path / "s", **OPTIONS)
+    for i in range(20):
+        for qid in (0, 1):
+            s.put(
+                "R",
+                qid,
+                [Message(topic="R", body=b"m%d-%d" % (i, j) * 20, keys=f"k{i}") for j in range(3)],
+            )
+    yield s
+    s.close()
+
+
+def _age(store: Any, count: int, hours: float) -> list[Path]:
+    """Make the ``count`` oldest segments ``hours`` old."""
+    segments = [mf.path for mf in store._commitlog.files[:count]]
+    old = time.time() - hours * HOUR
+    for path in segments:
+        os.utime(path, (old, old))
+    return segments
+
+
+def test_young_files_are_kept(store):
+    """Nothing is older than file_reserved_time_hours: nothing is deleted."""
+    before = len(store._commitlog.files)
+    assert store.delete_expired_files() == 0
+    assert len(store._commitlog.files) == before
+    assert store.min_offset("R", 0) == 0
+
+
+def test_expired_segments_go_and_queues_follow(store):
+    """Old segments are deleted oldest first; min offsets and statuses move forward."""
+    old_view = store.get_raw("R", 0, 0).records[0]
+    old_message = store.get("R", 0, 0).messages[0]
+    first_kept = store._commitlog.files[3].file_from_offset
+    gone = _age(store, 3, 100)
+    assert store.delete_expired_files() == 3
+    assert not any(path.exists() for path in gone)
+    assert store._commitlog.min_offset == first_kept
+    for qid in (0, 1):
+        low = store.min_offset("R", qid)
+        assert low > 0
+        first = store.get("R", qid, low).messages[0]
+        assert first.commitlog_offset >= first_kept
+        # Every message still listed is readable; older offsets are too small.
+        result = store.get("R", qid, 0)
+        assert result.status is GetStatus.OFFSET_TOO_SMALL and result.next_offset == low
+        everything = store.get("R", qid, low, max_count=1000).messages
+        assert [m.queue_offset for m in everything] == list(range(low, 60))
+    # What readers took before the deletion is still intact.
+    assert bytes(old_view) == bytes(old_message.record)
+    assert old_message.body.startswith(b"m0-0")
+    # Keys of deleted messages are no longer found; recent ones are.
+    assert store.lookup("R", "k0") == []
+    assert len(store.lookup("R", "k19")) == 6
+
+
+def test_expiry_stops_at_the_first_young_segment(store):
+    """Deletion is oldest first: an old segment after a young one waits its turn."""
+    files = store._commitlog.files
+    old = time.time() - 100 * HOUR
+    os.utime(files[1].path, (old, old))
+    assert store.delete_expired_files() == 0
+    assert store.delete_expired_files(now=time.time() + 100 * HOUR) == len(files) - 1
+
+
+def test_the_segment_being_written_is_never_deleted(store):
+    """Even when everything is expired, the last segment stays and writing continues."""
+    files = store._commitlog.files
+    _age(store, len(files), 1000)
+    assert store.delete_expired_files() == len(files) - 1
+    assert len(store._commitlog.files) == 1
+    result = store.put("R", 0, [Message(topic="R", body=b"later")])
+    assert store.get("R", 0, result[0].queue_offset).messages[0].body == b"later"
+
+
+def test_disk_pressure_deletes_regardless_of_age(store, monkeypatch):
+    """Over disk_max_used_space_ratio, the oldest segments go until usage is below it."""
+    files = store._commitlog.files
+    usage = namedtuple("usage", "total used free")
+    total = 1000 * 4096
+    # 75 % is the limit; pretend to be two segments above it.
+    used = int(total * 0.75) + 2 * 4096 - 1
+    monkeypatch.setattr(
+        retention.shutil, "disk_usage", lambda path: usage(total, used, total - used)
+    )
+    store.options = attrs.evolve(store.options, disk_max_used_space_ratio=75)
+    assert retention.disk_used_ratio(store.path) > 75
+    assert store.delete_expired_files() == 2
+    assert store._commitlog.min_offset == files[2].file_from_offset
+
+
+def test_reopen_after_retention_keeps_min_offsets(store, tmp_path):
+    """A store reopened after deletions starts its queues where retention left them."""
+    _age(store, 4, 100)
+    store.delete_expired_files()
+    lows = [store.min_offset("R", q) for q in (0, 1)]
+    highs = [store.max_offset("R", q) for q in (0, 1)]
+    store.close()
+    with Kernel(autoload=False).open_store("mmap", tmp_path / "s", **OPTIONS) as again:
+        assert [again.min_offset("R", q) for q in (0, 1)] == lows
+        assert [again.max_offset("R", q) for q in (0, 1)] == highs
+        msgs = again.get("R", 0, lows[0], max_count=100).messages
+        assert [m.queue_offset for m in msgs] == list(range(lows[0], highs[0]))
+
+
+@pytest.mark.timeout(30)
+def test_cleaner_thread_runs_and_stops_with_the_store(tmp_path, monkeypatch):
+    """The background cleaner runs delete_expired_files periodically; close() joins it."""
+    monkeypatch.setattr(retention, "CLEAN_INTERVAL", 0.01)
+    monkeypatch.setattr(retention.CleanService.__init__, "__defaults__", (0.01,))
+    calls = []
+    real = retention.delete_expired_files
+
+    def counting(store: Any, now: float | None = None) -> int:
+        calls.append(now)
+        return real(store, now)
+
+    monkeypatch.setattr(retention, "delete_expired_files", counting)
+    with Kernel(autoload=False).open_store("mmap", tmp_path / "s", **OPTIONS) as s:
+        s.put("R", 0, [Message(topic="R", body=b"x")])
+        deadline = time.monotonic() + 10
+        while not calls:
+            assert time.monotonic() < deadline, "the cleaner never ran"
+            time.sleep(0.01)
+    thread_names = [t.name for t in __import__("threading").enumerate()]
+    assert "mqcore-mmap-clean" not in thread_names
+
+
+def test_disk_used_ratio_is_a_percentage(tmp_path):
+    """The ratio of the real disk is between 0 and 100."""
+    assert 0 <= retention.disk_used_ratio(tmp_path) <= 100
+    assert shutil.disk_usage(tmp_path).total > 0
