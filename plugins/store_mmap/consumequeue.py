@@ -47,7 +47,6 @@ import mmap
 import os
 import struct
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -56,7 +55,7 @@ import structlog
 
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 
-from .mappedfile import _create as _create_preallocated
+from .filemaps import FileMaps
 from .mappedfile import segment_name
 
 __all__ = [
@@ -110,26 +109,6 @@ def _valid_prefix(buf: bytes | memoryview | mmap.mmap) -> int:
     return first_bad
 
 
-def create_zeroed_file(path: Path, size: int, preallocate: bool) -> int:
-    """Create ``path`` with ``size`` zero bytes, renamed into place whole; returns an fd.
-
-    ``preallocate`` reserves the disk blocks now (``posix_fallocate``): a full disk then fails
-    here as :class:`~mqcore.errors.DiskFullError`, instead of as SIGBUS on a later write
-    through the map into a hole. Without it the file is sparse, cheap to create.
-    """
-    if preallocate:
-        return _create_preallocated(path, size)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.ftruncate(fd, size)
-        os.rename(tmp, path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 class ConsumeQueue:
     """The consume queue of one (topic, queue id); see the module docstring for the API."""
 
@@ -160,10 +139,10 @@ class ConsumeQueue:
         #: commit-log offset + size of the last unit; -1 when the queue holds none
         self.max_physical_offset = -1
         self._starts: list[int] = []  # unit start of every file, ascending
-        self._maps: OrderedDict[int, mmap.mmap] = OrderedDict()  # LRU of read maps
-        self._tail: tuple[int, mmap.mmap] | None = None  # the file being written, pinned
-        self._dirty: set[int] = set()
-        self._lock = threading.Lock()  # guards _starts, _maps, _tail, _dirty
+        self._maps: FileMaps[int] = FileMaps(
+            self._path, self.file_size, read_only=read_only, max_mapped=max_mapped_files
+        )
+        self._lock = threading.Lock()  # guards changes of _starts
         self._closed = False
         if not read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -209,48 +188,14 @@ class ConsumeQueue:
                 )
         self._starts = starts
 
-    def _open_map(self, start: int) -> mmap.mmap | None:
-        try:
-            fd = os.open(self._path(start), os.O_RDONLY if self.read_only else os.O_RDWR)
-        except FileNotFoundError:
-            return None  # deleted by retention while a reader looked it up
-        try:
-            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
-            return mmap.mmap(fd, self.file_size, access=access)
-        finally:
-            os.close(fd)
-
     def _map(self, start: int) -> mmap.mmap | None:
         """The map of the file starting at unit ``start`` (None if there is no such file)."""
-        with self._lock:
-            if self._closed:
-                return None  # never map again after close(): reads come back empty
-            if self._tail is not None and self._tail[0] == start:
-                return self._tail[1]
-            mm = self._maps.get(start)
-            if mm is not None:
-                self._maps.move_to_end(start)
-                return mm
-            i = bisect.bisect_left(self._starts, start)
-            if i == len(self._starts) or self._starts[i] != start:
-                return None
-            mm = self._open_map(start)
-            if mm is None:
-                return None
-            self._maps[start] = mm
-            while len(self._maps) > self.max_mapped_files:
-                # Dropping the reference unmaps once no reader's view is alive.
-                self._maps.popitem(last=False)
-            return mm
+        return self._maps.get(start)
 
     def _create_file(self, start: int) -> mmap.mmap:
-        fd = create_zeroed_file(self._path(start), self.file_size, self.preallocate)
-        try:
-            mm = mmap.mmap(fd, self.file_size, access=mmap.ACCESS_WRITE)
-        finally:
-            os.close(fd)
+        mm = self._maps.create(start, self.preallocate)
         with self._lock:
-            self._starts.append(start)
+            bisect.insort(self._starts, start)
         log.debug(
             "consume_queue_file_created", topic=self.topic, queue_id=self.queue_id, start=start
         )
@@ -258,30 +203,16 @@ class ConsumeQueue:
 
     def _tail_map(self, start: int) -> mmap.mmap:
         """The writer's map of the file starting at ``start``, creating the file if needed."""
-        tail = self._tail
-        if tail is not None and tail[0] == start:
-            return tail[1]
         i = bisect.bisect_left(self._starts, start)
-        if i < len(self._starts) and self._starts[i] == start:  # reserved ahead, or reopened
-            mm = self._map(start)
-            assert mm is not None
-        else:
-            mm = self._create_file(start)
-        with self._lock:
-            if self._tail is not None:
-                self._maps[self._tail[0]] = self._tail[1]  # demote to the LRU
-                while len(self._maps) > self.max_mapped_files:
-                    self._maps.popitem(last=False)
-            self._maps.pop(start, None)
-            self._tail = (start, mm)
+        if i == len(self._starts) or self._starts[i] != start:
+            self._create_file(start)
+        mm = self._maps.pin(start)
+        assert mm is not None
         return mm
 
     def _remove_file(self, start: int) -> None:
+        self._maps.forget(start)
         with self._lock:
-            self._maps.pop(start, None)
-            if self._tail is not None and self._tail[0] == start:
-                self._tail = None
-            self._dirty.discard(start)
             self._starts.remove(start)
         try:
             os.unlink(self._path(start))
@@ -342,8 +273,7 @@ class ConsumeQueue:
         writer truncated or rebuilt the queue meanwhile, the queue is recovered afresh.
         """
         self._check_open()
-        with self._lock:
-            self._maps.clear()  # a file may have been replaced by a rebuilt one
+        self._maps.clear()  # a file may have been replaced by a rebuilt one
         self._load_files()
         end = self.max_offset
         if (
@@ -399,8 +329,7 @@ class ConsumeQueue:
         pos = (end - start) * UNIT_SIZE
         if pos < self.file_size and mm[pos:].count(0) != self.file_size - pos:
             mm[pos:] = bytes(self.file_size - pos)
-            with self._lock:
-                self._dirty.add(start)
+            self._maps.mark_dirty(start)
 
     # --- writing ------------------------------------------------------------------------
 
@@ -468,7 +397,7 @@ class ConsumeQueue:
         per = self.units_per_file
         while done < count:
             start = end - end % per
-            tail = self._tail
+            tail = self._maps.tail
             mm = tail[1] if tail is not None and tail[0] == start else self._tail_map(start)
             n = min(count - done, start + per - end)
             pos = (end - start) * UNIT_SIZE
@@ -478,9 +407,7 @@ class ConsumeQueue:
             mm[pos + 12 : pos + n * UNIT_SIZE] = chunk[12:]
             mm[pos : pos + 8] = chunk[:8]
             mm[pos + 8 : pos + 12] = chunk[8:12]
-            if start not in self._dirty:  # checked after the write: a flush racing us is safe
-                with self._lock:
-                    self._dirty.add(start)
+            self._maps.mark_dirty(start)
             done += n
             end += n
             self.max_offset = end  # publish after the bytes are in place
@@ -500,8 +427,7 @@ class ConsumeQueue:
         for start in range(first, self.max_offset + count, per):
             i = bisect.bisect_left(self._starts, start)
             if i == len(self._starts) or self._starts[i] != start:
-                mm = self._create_file(start)
-                del mm  # mapped again when written
+                self._create_file(start)
 
     def _start_at(self, queue_offset: int) -> None:
         for start in list(self._starts):
@@ -510,8 +436,7 @@ class ConsumeQueue:
         mm = self._tail_map(start)
         blanks = queue_offset - start
         mm[: blanks * UNIT_SIZE] = BLANK_UNIT * blanks
-        with self._lock:
-            self._dirty.add(start)
+        self._maps.mark_dirty(start)
         self.min_offset = self.max_offset = queue_offset
         self.max_physical_offset = -1
         log.info(
@@ -526,8 +451,7 @@ class ConsumeQueue:
     def _raw_view(self, queue_offset: int, count: int) -> memoryview:
         """Units [queue_offset, +count) inside one file, without bounds checks."""
         start = queue_offset - queue_offset % self.units_per_file
-        tail = self._tail  # the hot case, a reader keeping up with the writer: no lock
-        mm = tail[1] if tail is not None and tail[0] == start else self._map(start)
+        mm = self._maps.get(start)
         if mm is None:
             return _EMPTY
         pos = (queue_offset - start) * UNIT_SIZE
@@ -693,44 +617,15 @@ class ConsumeQueue:
 
     def flush(self) -> None:
         """Write dirty units to disk (msync, or fdatasync for files no longer mapped)."""
-        if self._closed or self.read_only:
-            return
-        with self._lock:
-            dirty, self._dirty = self._dirty, set()
-            tail = self._tail
-            maps = {start: self._maps.get(start) for start in dirty}
-        for start, mm in sorted(maps.items()):
-            if tail is not None and tail[0] == start:
-                mm = tail[1]
-            if mm is not None:
-                mm.flush()
-                continue
-            try:
-                fd = os.open(self._path(start), os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # deleted by retention meanwhile
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
+        if not self._closed:
+            self._maps.flush()
 
     def close(self) -> None:
         """Flush and unmap; the object is unusable afterwards. Safe to call twice."""
         if self._closed:
             return
-        self.flush()
-        with self._lock:
-            self._closed = True
-            maps = list(self._maps.values())
-            if self._tail is not None:
-                maps.append(self._tail[1])
-            self._maps.clear()
-            self._tail = None
-        for mm in maps:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a caller still holds a view; the map goes with its last reference
+        self._closed = True
+        self._maps.close()
 
     def destroy(self) -> None:
         """Close and delete every file of this queue (topic deletion)."""

@@ -41,7 +41,6 @@ import os
 import struct
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -51,7 +50,7 @@ import structlog
 from mqcore.codec import string_hash_code
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 
-from .consumequeue import create_zeroed_file
+from .filemaps import FileMaps, create_zeroed_file
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IndexService", "index_key_hash"]
 
@@ -141,10 +140,10 @@ class IndexService:
         self._entries_at = HEADER_SIZE + max_hash_slots * _SLOT_SIZE
         self.file_size = self._entries_at + max_index_count * ENTRY_SIZE
         self._files: list[_File] = []
-        self._maps: OrderedDict[Path, mmap.mmap] = OrderedDict()  # LRU, the last file excluded
-        self._tail: tuple[Path, mmap.mmap] | None = None
-        self._dirty: set[Path] = set()
-        self._lock = threading.Lock()  # guards _files, _maps, _tail, _dirty
+        self._maps: FileMaps[Path] = FileMaps(
+            Path, self.file_size, read_only=read_only, max_mapped=max_mapped_files
+        )
+        self._lock = threading.Lock()  # guards changes of _files
         self._closed = False
         if not read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -179,49 +178,16 @@ class IndexService:
                 meta.begin_phy = meta.end_phy = prev.end_phy
                 meta.begin_ts = meta.end_ts = prev.end_ts
             files.append(meta)
-        with self._lock:
-            self._files = files
-            self._maps.clear()
-            self._tail = None
+        self._files = files
+        self._maps.clear()
         if files and not self.read_only:
             last = files[-1]
             self._remove_entries(last, last.count, self._written_end(last))
 
-    def _open_map(self, path: Path) -> mmap.mmap | None:
-        try:
-            fd = os.open(path, os.O_RDONLY if self.read_only else os.O_RDWR)
-        except FileNotFoundError:
-            return None  # deleted by retention while a query looked it up
-        try:
-            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
-            return mmap.mmap(fd, self.file_size, access=access)
-        finally:
-            os.close(fd)
-
     def _map(self, meta: _File) -> mmap.mmap | None:
-        with self._lock:
-            if self._closed:
-                return None  # never map again after close()
-            if self._tail is not None and self._tail[0] == meta.path:
-                return self._tail[1]
-            mm = self._maps.get(meta.path)
-            if mm is not None:
-                self._maps.move_to_end(meta.path)
-                return mm
-        mm = self._open_map(meta.path)
-        if mm is None:
-            return None
-        with self._lock:
-            if self._closed:
-                mm.close()
-                return None
-            if self._files and meta is self._files[-1] and not self.read_only:
-                self._tail = (meta.path, mm)  # the writer's file stays mapped
-            else:
-                self._maps[meta.path] = mm
-                while len(self._maps) > self.max_mapped_files:
-                    self._maps.popitem(last=False)  # unmapped once no view is alive
-        return mm
+        if not self.read_only and self._files and meta is self._files[-1]:
+            return self._maps.pin(meta.path)  # the writer's file stays mapped
+        return self._maps.get(meta.path)
 
     def _new_file(self) -> _File:
         """Start a file after the last one (RocketMQ's getAndCreateLastIndexFile)."""
@@ -240,22 +206,14 @@ class IndexService:
         finally:
             os.close(fd)
         with self._lock:
-            if self._tail is not None:
-                self._maps[self._tail[0]] = self._tail[1]
-                self._tail = None
-                while len(self._maps) > self.max_mapped_files:
-                    self._maps.popitem(last=False)
             self._files.append(meta)
         log.debug("index_file_created", path=str(path))
         return meta
 
     def _delete_file(self, meta: _File) -> None:
+        self._maps.forget(meta.path)
         with self._lock:
             self._files.remove(meta)
-            self._maps.pop(meta.path, None)
-            if self._tail is not None and self._tail[0] == meta.path:
-                self._tail = None
-            self._dirty.discard(meta.path)
         try:
             meta.path.unlink()
         except FileNotFoundError:
@@ -313,8 +271,7 @@ class IndexService:
         elif keep < published:
             meta.end_phy, meta.end_ts = meta.begin_phy, meta.begin_ts
         mm[:HEADER_SIZE] = meta.header()
-        with self._lock:
-            self._dirty.add(meta.path)
+        self._maps.mark_dirty(meta.path)
         log.info("index_entries_removed", path=str(meta.path), kept=keep, removed=end - keep)
 
     # --- writing ------------------------------------------------------------------------
@@ -357,8 +314,7 @@ class IndexService:
                     if meta is not None and mm is not None:
                         meta.count = count
                         mm[:HEADER_SIZE] = meta.header()
-                        with self._lock:
-                            self._dirty.add(meta.path)
+                        self._maps.mark_dirty(meta.path)
                     meta = self._new_file()
                     mm = self._map(meta)
                     assert mm is not None
@@ -382,8 +338,7 @@ class IndexService:
         if added and meta is not None and mm is not None:
             meta.count = count  # publish
             mm[:HEADER_SIZE] = meta.header()
-            with self._lock:
-                self._dirty.add(meta.path)
+            self._maps.mark_dirty(meta.path)
         return added
 
     # --- reading ------------------------------------------------------------------------
@@ -508,33 +463,15 @@ class IndexService:
 
     def flush(self) -> None:
         """msync every file written since the last flush."""
-        if self._closed or self.read_only:
-            return
-        with self._lock:
-            dirty, self._dirty = self._dirty, set()
-        for meta in list(self._files):
-            if meta.path in dirty:
-                mm = self._map(meta)
-                if mm is not None:
-                    mm.flush()
+        if not self._closed:
+            self._maps.flush()
 
     def close(self) -> None:
         """Flush and unmap; safe to call twice."""
         if self._closed:
             return
-        self.flush()
-        with self._lock:
-            self._closed = True
-            maps = list(self._maps.values())
-            if self._tail is not None:
-                maps.append(self._tail[1])
-            self._maps.clear()
-            self._tail = None
-        for mm in maps:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a view is still alive; the map goes with its last reference
+        self._closed = True
+        self._maps.close()
 
     def __repr__(self) -> str:
         return f"IndexService({str(self.directory)!r}, files={len(self._files)})"
