@@ -15,8 +15,9 @@ API used by the store (writes are serialised by the store's lock; reads take no 
 - ``ConsumeQueue(root, topic, queue_id, units_per_file=300_000, read_only=False,
   max_mapped_files=4, preallocate=False)``: opens (and recovers, see
   :meth:`ConsumeQueue.recover`) the queue. ``preallocate`` reserves each file's disk blocks
-  when it is created (see :func:`create_zeroed_file`); ``reserve(count)`` creates the files
-  of the next ``count`` units ahead, so a full disk is reported before the commit log write.
+  when it is created (see :func:`.filemaps.create_zeroed_file`); ``reserve(count)`` creates
+  the files of the next ``count`` units ahead, so a full disk is reported before the commit
+  log write.
 - ``append_units(first_queue_offset, units, *, fill_gap=False)``: ``units`` is a packed buffer
   of whole units or a sequence of ``(commitlog_offset, size, tags_code)``; rolls files
   mid-batch; ``first_queue_offset`` must equal ``max_offset``.
