@@ -5,7 +5,10 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import random
 import struct
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -422,6 +425,56 @@ def test_concurrent_reader_sees_only_written_units(tmp_path):
         thread.join(10)
         queue.close()
     assert errors == []
+
+
+_WRITER = """
+import sys
+import structlog
+from mqcore.plugins.store_mmap.consumequeue import ConsumeQueue
+structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: acks
+queue = ConsumeQueue(sys.argv[1], "T", 0, units_per_file=7)
+at = queue.max_offset
+n = 1
+while True:
+    # unit i points at commit-log offset 10 * i: the content is known from the offset
+    at = queue.append_units(at, [(10 * i, 10, i) for i in range(at, at + n)])
+    print(at, flush=True)
+    n = n % 11 + 1
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_sigkill_while_appending_loses_no_acknowledged_unit(tmp_path):
+    """A writer killed at random moments: after reopening, units form an exact prefix."""
+    rnd = random.Random(7)
+    acked = 0
+    for _ in range(4):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            for _ in range(rnd.randrange(5, 400)):
+                line = proc.stdout.readline()
+                assert line, "the writer died on its own"
+                acked = int(line)
+        finally:
+            proc.kill()
+            proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        queue = ConsumeQueue(tmp_path, "T", 0, units_per_file=7)
+        try:
+            assert queue.max_offset >= acked
+            got = read_all(queue)
+            assert got == [(10 * i, 10, i) for i in range(queue.max_offset)]
+            assert queue.max_physical_offset == 10 * queue.max_offset
+        finally:
+            queue.close()
 
 
 def _naive_valid_prefix(data: bytes) -> int:
