@@ -122,7 +122,7 @@ def has_filter(kind: str) -> bool:
     return kind.upper() in {n.upper() for n in Kernel().names("filter")}
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def helpers() -> Any:
     """The data helpers above (test modules cannot import this conftest)."""
     import types

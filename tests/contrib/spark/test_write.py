@@ -1,0 +1,87 @@
+"""df.write.format("mqcore"): appending, the writer lock, and the missing-extra message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from mqcore import Kernel, Message
+from mqcore.errors import StoreLockedError
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _stores() -> list[str]:
+    wanted = [s for s in os.environ.get("MQCORE_TEST_STORES", "").split(",") if s]
+    return [s for s in Kernel(autoload=False).names("store") if not wanted or s in wanted]
+
+
+@pytest.mark.parametrize("store_name", _stores()[:1])
+def test_write_rows_with_properties(spark: Any, tmp_path: Path, store_name: str) -> None:
+    """Rows become messages: body, tags, keys, properties; queue_id picks the queue."""
+    rows = [
+        (b"a", "TagA", "k1", {"x": "1"}, 0),
+        (b"b", None, None, {}, 1),
+        (b"c", "TagC", "k3 k4", {"y": "2"}, 5),
+    ]
+    df = spark.createDataFrame(
+        rows, "body binary, tags string, keys string, properties map<string,string>, queue_id int"
+    )
+    target = tmp_path / "store"
+    Kernel().open_store(store_name, target).close()  # a store directory no broker holds
+    (
+        df.coalesce(1)
+        .write.format("mqcore")
+        .mode("append")
+        .option("path", str(target))
+        .option("topic", "W")
+        .option("queue_nums", "2")
+        .save()
+    )
+    with Kernel().open_store(store_name, target, read_only=True) as store:
+        assert store.queue_ids("W") == [0, 1]
+        got = {m.body: m for q in (0, 1) for m in store.get("W", q, 0, max_count=10).messages}
+    assert set(got) == {b"a", b"b", b"c"}
+    assert (got[b"a"].tags, got[b"a"].keys, got[b"a"].properties) == ("TagA", "k1", {"x": "1"})
+    assert (got[b"c"].queue_id, got[b"c"].key_list) == (1, ["k3", "k4"])
+    assert got[b"b"].tags is None
+
+
+@pytest.mark.parametrize("store_name", _stores())
+def test_second_writer_gets_the_documented_error(
+    spark: Any, tmp_path: Path, store_name: str
+) -> None:
+    """A directory held by a writer: the store and the Spark sink both say who holds it."""
+    path = tmp_path / "store"
+    with Kernel().open_store(store_name, path) as holder:
+        holder.put("H", 0, [Message(topic="H", body=b"%d" % i) for i in range(10)])
+        with pytest.raises(StoreLockedError, match=f"process {os.getpid()}"):
+            Kernel().open_store(store_name, path)
+        df = spark.createDataFrame([(b"x",)], "body binary")
+        writer = df.write.format("mqcore").mode("append").option("path", str(path))
+        with pytest.raises(Exception, match=rf"locked by process {os.getpid()}.*network server"):
+            writer.option("topic", "H").save()
+        holder.put("H", 0, [Message(topic="H", body=b"after")])
+    with Kernel().open_store(store_name, path, read_only=True) as store:
+        bodies = [m.body for m in store.get("H", 0, 0, max_count=100).messages]
+    assert bodies == [b"%d" % i for i in range(10)] + [b"after"]
+
+
+def test_import_without_pyspark_names_the_extra() -> None:
+    """Without pyspark, importing the package says which extra to install."""
+    code = (
+        "import sys; sys.modules['pyspark'] = None\n"
+        "try:\n    import mqcore.contrib.spark\n"
+        "except ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "pip install 'mqcore[spark]'" in out.stdout
