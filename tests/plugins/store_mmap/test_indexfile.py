@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+import random
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -311,6 +314,57 @@ def test_preallocated_index_reports_a_full_disk(tmp_path, monkeypatch):
         assert service.query("T", "k", 10) == [30, 20, 10]
     finally:
         service.close()
+
+
+_WRITER = """
+import sys
+import structlog
+from mqcore.plugins.store_mmap.indexfile import IndexService
+structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))  # stdout: acks
+index = IndexService(sys.argv[1], max_hash_slots=5, max_index_count=50)
+phy = index.end_phy_offset + 1
+while True:
+    # record phy has keys k<phy % 7> and u<phy>
+    batch = [("T", [f"k{p % 7}", f"u{p}"], p, 1000 * p) for p in range(phy, phy + 5)]
+    index.put_keys(batch)
+    phy += 5
+    print(phy - 1, flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_sigkill_while_putting_keys_loses_no_acknowledged_key(tmp_path):
+    """A writer killed at random moments: every acknowledged key is found after reopening."""
+    rnd = random.Random(11)
+    acked = 0
+    for _ in range(4):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            for _ in range(rnd.randrange(3, 60)):
+                line = proc.stdout.readline()
+                assert line, "the writer died on its own"
+                acked = int(line)
+        finally:
+            proc.kill()
+            proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        service = IndexService(tmp_path, max_hash_slots=5, max_index_count=50)
+        try:
+            end = service.end_phy_offset
+            assert end >= acked
+            for p in rnd.sample(range(1, end + 1), min(20, end)):
+                assert service.query("T", f"u{p}", 5) == [p]
+            assert service.query("T", "k3", 10_000) == list(range(end - (end - 3) % 7, 0, -7))
+        finally:
+            service.close()
 
 
 def test_wrong_sizes_are_reported(tmp_path):
