@@ -96,7 +96,8 @@ def _print_table(result: BenchResult, show_rss: bool) -> None:
     if show_rss:
         parts = [f"peak RSS: {result.peak_rss_mib:,.1f} MiB"]
         for name, value in result.rss_peaks.items():
-            parts.append(f"peak {name.replace('_', ' ')}: {value:,.1f} MiB")
+            label = {"rss_anon": "anonymous", "rss_file": "file-backed"}.get(name, name)
+            parts.append(f"{label}: {value:,.1f} MiB")
         console.print("  ".join(parts))
 
 
