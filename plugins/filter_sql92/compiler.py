@@ -59,6 +59,10 @@ def _fail(message: str) -> Any:
     raise FilterEvaluationError(message)
 
 
+def _null(_evaluated: object) -> None:
+    return None
+
+
 def _ordering(op: str, lv: Any, lt: str, rv: Any, rt: str) -> bool | None:
     """A comparison for operand types that have no inlined code (rare)."""
     if lv is None or rv is None:
@@ -92,6 +96,7 @@ class _Codegen:
             "_equality": javatypes.equality,
             "_ordering": _ordering,
             "_fail": _fail,
+            "_null": _null,
         }
         self.sources: list[str] = []
         self.names: dict[tuple[str, Any], str] = {}
@@ -184,6 +189,9 @@ class _Codegen:
     def operand(self, node: Node) -> _Operand:
         if isinstance(node, Prop):
             return _Operand(self.prop(node), "S")
+        if isinstance(node, Neg) and node.effect is not None:
+            # NULL, once the condition under the minus has been evaluated
+            return _Operand(f"_null({self.function(node.effect)}(p))", "N")
         if isinstance(node, (Const, Neg)):
             if node.jtype == "N":
                 return _Operand("None", "N", True, None)
@@ -232,6 +240,12 @@ class _Codegen:
         op = node.op
         left, right = self.operand(node.left), self.operand(node.right)
         if left.jtype == "N" or right.jtype == "N":
+            # NULL either way, but RocketMQ evaluates the left side, then the right one
+            # unless the left is NULL, and a condition under a minus sign may fail.
+            if not (left.static and right.static):
+                out.append(f"v = {left.code}")
+                if not right.static:
+                    out.append(f"if v is not None: {right.code}")
             out.append("r = None")
         elif left.static and right.static:
             sign = javatypes.compare(left.value, left.jtype, right.value, right.jtype)

@@ -65,11 +65,13 @@ class Prop:
 @attrs.frozen(slots=True)
 class Neg:
     """Unary minus, folded: ``value`` is the negated number, or None (``jtype`` N) when the
-    operand is not a number, which RocketMQ evaluates to NULL."""
+    operand is not a number, which RocketMQ evaluates to NULL. A condition under the minus
+    is kept as ``effect``: RocketMQ still evaluates it, and its evaluation may fail."""
 
     value: Any
     jtype: str
     column: int
+    effect: Node | None = None
     depth: int = 1
 
     def __str__(self) -> str:

@@ -114,7 +114,15 @@ class Builder:
         """Unary minus, folded at once: only numbers negate, anything else gives NULL."""
         if isinstance(operand, (Const, Neg)) and operand.jtype in _NUMBER:
             return Neg(-operand.value, operand.jtype, column)
-        return Neg(None, "N", column)
+        if isinstance(operand, Neg):
+            effect = operand.effect
+        elif isinstance(operand, (Const, Prop)):
+            effect = None  # reading a literal or a property cannot fail
+        else:
+            effect = operand
+        if effect is None:
+            return Neg(None, "N", column)
+        return self._deep(Neg(None, "N", column, effect, effect.depth + 1))
 
     # -- comparisons --------------------------------------------------------------------
 

@@ -105,6 +105,11 @@ NULLS_AND_STRINGS = [
     ("a = -'x'", {}, True),  # minus on a string is NULL
     ("a = -'x'", {"a": "x"}, False),
     ("-a IS NULL", {"a": "5"}, True),
+    # a condition under a minus sign is still evaluated, and its failure counts
+    ("- (a = 0) CONTAINS 'x'", {"a": "2147483648"}, "error"),
+    ("- (a = 0) IS NULL", {"a": "0"}, True),
+    ("b > -(a = 0)", {"a": "x", "b": "1"}, "error"),
+    ("b > -(a = 0)", {"a": "x"}, None),  # b is NULL: the right side is not evaluated
     ("NULL IS NULL", {}, True),
     ("5 IS NULL", {}, False),
     ("'x' IS NOT NULL", {}, True),
