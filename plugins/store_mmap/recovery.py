@@ -97,12 +97,30 @@ def _valid_data_after(files: list[MappedFile], index: int, pos: int) -> tuple[in
     return None
 
 
-def find_end(files: list[MappedFile], start_index: int, start_pos: int = 0) -> tuple[int, int]:
+def _torn_batch_head(view: memoryview, pos: int, base: int, acked_start: int) -> bool:
+    """Whether a hole at ``pos`` followed by valid records is an interrupted batch copy.
+
+    A batch is written with one memcpy, and glibc's memcpy stores the first 32-64 bytes
+    *last* for mid-sized copies: a process killed during a put can leave the batch's
+    records in place but its first header still zero. That batch was never acknowledged
+    (its consume-queue units are written after the copy), so no unit may point past the
+    hole. Anything else (a non-zero damaged header, or acknowledged records after it) is
+    corruption of acknowledged data.
+    """
+    head = bytes(view[pos : pos + 8])
+    return head.count(0) == len(head) and acked_start <= base + pos
+
+
+def find_end(
+    files: list[MappedFile], start_index: int, start_pos: int = 0, acked_start: int = -1
+) -> tuple[int, int]:
     """Validate records from (``start_index``, ``start_pos``); returns the end of valid data.
 
     The end is ``(segment index, position)``; a segment that ends with a blank marker is
-    followed by the next one. Raises :class:`StoreCorruptedError` when valid records follow
-    an invalid one.
+    followed by the next one. ``acked_start`` is the commit-log offset of the last record a
+    consume queue points at: a put returns only after its units are written, so nothing
+    after it was ever acknowledged. Raises :class:`StoreCorruptedError` when an invalid
+    record is followed by valid ones that were acknowledged.
     """
     index, pos = start_index, start_pos
     while index < len(files):
@@ -113,6 +131,8 @@ def find_end(files: list[MappedFile], start_index: int, start_pos: int = 0) -> t
                 kind, size = check_record(view, pos, limit, base_offset=base)
             except CodecError as exc:
                 later = _valid_data_after(files, index, pos)
+                if later is not None and _torn_batch_head(view, pos, base, acked_start):
+                    later = None
                 if later is not None:
                     where = files[later[0]].file_from_offset + later[1]
                     raise StoreCorruptedError(
@@ -175,7 +195,12 @@ def recover(store: MmapStore) -> None:
         holder = commitlog.file_for(max(first, dispatched - 1))
         if holder is not None:
             start = min(start, files.index(holder))
-    end_index, end_pos = find_end(files, start)
+    acked_start = -1
+    for cq in cqs.values():
+        last = cq.unit_at(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
+        if last is not None and last[0] > acked_start:
+            acked_start = last[0]
+    end_index, end_pos = find_end(files, start, 0, acked_start)
     end = files[end_index].file_from_offset + end_pos
     if end_index + 1 < len(files) or end_pos < files[end_index].wrote_position or abnormal:
         log.warning(

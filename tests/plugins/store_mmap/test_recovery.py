@@ -212,3 +212,27 @@ def test_safe_start_follows_rocketmq(tmp_path, kernel):
         third_ts = recovery._first_timestamp(files[2])
         assert recovery.safe_start(files, True, third_ts) >= 2
         assert recovery.safe_start(files, True, 10**15) == len(files) - 1
+
+
+def test_interrupted_batch_copy_with_zero_head_is_a_torn_tail(kernel, tmp_path):
+    """memcpy may store a batch's first bytes last: records after a zero head, never
+    dispatched, are an unacknowledged batch and are cut, not reported as corruption."""
+    crashed, acked = _crashed_copy(kernel, tmp_path, batches=4)
+    segment, pos, size = _last_record(crashed)
+    end = pos + size
+    batch = codec.pack(
+        codec.prepare([Message(topic="R", body=b"late-%d" % i) for i in range(3)], 1),
+        queue_id=0,
+        queue_offset=6,
+        commitlog_offset=int(segment.name) + end,
+        store_timestamp=2,
+        store_host=codec.host_bytes("127.0.0.1:10911"),
+    )
+    data = bytearray(segment.read_bytes())
+    assert end + len(batch) < len(data)
+    data[end : end + len(batch)] = batch
+    data[end : end + 32] = bytes(32)  # the head the copy had not stored yet
+    segment.write_bytes(bytes(data))
+    with kernel.open_store("mmap", crashed, **OPTIONS) as store:
+        assert [m.msg_id for m in _all(store)] == [r.msg_id for r in acked]
+        assert store._commitlog.max_offset == int(segment.name) + end
