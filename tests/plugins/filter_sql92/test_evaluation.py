@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from mqcore import Message
+from mqcore.codec import decode, encode, record_properties
 
 NUMBERS = [
     # Integer literal: the property goes through Integer.valueOf (32 bits, no blanks)
@@ -249,3 +250,16 @@ def test_stages_of_the_sql92_filter(sql):
 
 def test_compiled_filters_are_cached_per_expression(kernel):
     assert kernel.filter("SQL92", "a > 5") is kernel.filter("sql92", "a > 5")
+
+
+def test_broker_stage_reads_stored_properties_without_the_body(sql):
+    """The commit-log stage sees TAGS and user properties of a record; the body is never read."""
+    record = bytearray(
+        encode(Message(topic="T", body=b"B" * 64, tags="TagA", properties={"a": "7"}))
+    )
+    body_at = record.find(b"B" * 64)
+    record[body_at : body_at + 64] = b"\xff" * 64  # garbage body: nothing may look at it
+    f = sql("TAGS = 'TagA' AND a > 5")
+    assert f.matches_properties(record_properties(record, 0))
+    assert f.matches(decode(record))
+    assert not sql("TAGS = 'TagB'").matches_properties(record_properties(record, 0))
