@@ -88,7 +88,8 @@ def push(opts: ReadOptions, filters: Iterable[Any]) -> tuple[ReadOptions, list[A
             bounds = _range(f)
             if bounds is not None:
                 current: Bounds = getattr(opts, field)
-                opts = attrs.evolve(opts, **{field: current.narrow(bounds.low, bounds.high)})
+                changes: dict[str, Any] = {field: current.narrow(bounds.low, bounds.high)}
+                opts = attrs.evolve(opts, **changes)
                 continue
             if column == "queue_id":
                 ids = _values(f, int)
@@ -101,8 +102,10 @@ def push(opts: ReadOptions, filters: Iterable[Any]) -> tuple[ReadOptions, list[A
             values = _values(f, str)
             if values is not None:
                 current_set = getattr(opts, field)
-                merged = values if current_set is None else current_set & values
-                opts = attrs.evolve(opts, **{field: merged})
+                narrowed: dict[str, Any] = {
+                    field: values if current_set is None else current_set & values
+                }
+                opts = attrs.evolve(opts, **narrowed)
                 continue
         left.append(f)
     return opts, left
