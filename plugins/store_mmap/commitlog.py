@@ -19,6 +19,7 @@ import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -32,6 +33,7 @@ __all__ = ["CommitLog"]
 log = structlog.get_logger(__name__)
 
 _BLANK_HEADER = struct.Struct(">ii")
+_WARM_AHEAD = 16 * 1024 * 1024  # wake the page warmer when less is warmed ahead
 
 
 class CommitLog:
@@ -57,6 +59,8 @@ class CommitLog:
         self.pool = pool
         self.files: list[MappedFile] = []
         self._current: MappedFile | None = None  # the segment being written
+        #: set by the store: a PageWarmer to wake as the writer advances
+        self.warmer: Any = None
         if not read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -190,6 +194,10 @@ class CommitLog:
 
     # --- writing ----------------------------------------------------------------------
 
+    def current(self) -> MappedFile | None:
+        """The segment being written (None before the first write)."""
+        return self._current
+
     def _writable(self) -> MappedFile:
         mf = self._current
         if mf is not None and not mf.is_full:
@@ -264,6 +272,9 @@ class CommitLog:
                     born_host=born_host,
                 )
             )
+            warmer = self.warmer
+            if warmer is not None and mf.wrote_position + _WARM_AHEAD > mf.warmed_position:
+                warmer.wake()
             return [(phys, len(prepared))]
         self._ensure_room([p[0] for p in prepared])
         chunks: list[tuple[int, int]] = []
@@ -294,6 +305,8 @@ class CommitLog:
             )
             chunks.append((phys, k))
             i += k
+        if self.warmer is not None:
+            self.warmer.wake()
         return chunks
 
     def commit(self) -> int:

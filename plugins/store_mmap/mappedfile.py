@@ -18,15 +18,19 @@ Readers use :meth:`MappedFile.view`, a zero-copy memoryview of the map.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from mqcore.errors import DiskFullError, StoreCorruptedError
+
+from .pagewarmer import populate_write
 
 __all__ = ["MappedFile", "TransientStorePool", "segment_name"]
 
@@ -174,6 +178,11 @@ class MappedFile:
                 os.close(fd)
             raise
         self._fd = fd  # kept for fdatasync/pwrite, which release the GIL (msync does not)
+        #: bytes from the start already faulted in by the page warmer
+        self.warmed_position = 0
+        self.warm_failed = False
+        self._warm_lock = threading.Lock()
+        self._anchor: Any = None  # pins the map while its address is used by the warmer
         if not read_only:
             try:
                 # Ask the kernel to read the (preallocated, zero) pages ahead: writing through
@@ -282,6 +291,22 @@ class MappedFile:
             return memoryview(bytes(self._buffer[pos : pos + size]))
         return self.view[pos : pos + size]
 
+    def warm(self, upto: int) -> bool:
+        """Fault in the pages up to ``upto`` (page warmer thread; see :mod:`.pagewarmer`)."""
+        with self._warm_lock:
+            if self._closed or self.read_only or self.warm_failed:
+                return False
+            if self._anchor is None:
+                self._anchor = ctypes.c_char.from_buffer(self._mm)
+            start = self.warmed_position - self.warmed_position % _PAGE
+            if upto <= start:
+                return True
+            if not populate_write(ctypes.addressof(self._anchor) + start, upto - start):
+                self.warm_failed = True
+                return False
+            self.warmed_position = upto
+            return True
+
     def find(self, pattern: bytes, start: int, end: int | None = None) -> int:
         """Position of ``pattern`` in the map between ``start`` and ``end``, or -1 (C speed)."""
         return self._mm.find(pattern, start, self.file_size if end is None else end)
@@ -305,7 +330,9 @@ class MappedFile:
         """Unmap and close (idempotent). Views handed out keep the map alive until dropped."""
         if self._closed:
             return
-        self._closed = True
+        with self._warm_lock:  # the warmer must be done with the address before unmapping
+            self._closed = True
+            self._anchor = None
         buffer, self._buffer = self._buffer, None
         if buffer is not None and self._pool is not None:
             self._pool.give_back(buffer)

@@ -67,6 +67,7 @@ from .flushservice import CommitService, FlushService
 from .indexfile import IndexService
 from .mappedfile import TransientStorePool
 from .options import MAX_BODY_SIZE, MmapStoreOptions
+from .pagewarmer import PageWarmer
 
 __all__ = ["MmapStore"]
 
@@ -143,6 +144,7 @@ class MmapStore:
         self._lock: StoreLock | None = None
         self._flusher: FlushService | None = None
         self._committer: CommitService | None = None
+        self._warmer: PageWarmer | None = None
         self._cleaner: retention.CleanService | None = None
         self._checkpoint: StoreCheckpoint | None = None
         self._last_store_ts = 0
@@ -195,6 +197,10 @@ class MmapStore:
         ).start()
         if pool is not None:
             self._committer = CommitService(self._commitlog.commit).start()
+        else:
+            # Transient buffers take the writes off the map; otherwise warm it ahead.
+            self._warmer = PageWarmer(self._commitlog.current).start()
+            self._commitlog.warmer = self._warmer if self._warmer.enabled else None
         self._cleaner = retention.CleanService(self).start()
         log.info(
             "mmap_store_opened",
@@ -706,7 +712,7 @@ class MmapStore:
         self._release_all(clean=not self.read_only)
 
     def _release_all(self, clean: bool = False) -> None:
-        for service in (self._cleaner, self._committer, self._flusher):
+        for service in (self._cleaner, self._warmer, self._committer, self._flusher):
             if service is not None:
                 service.stop()
         error: BaseException | None = None
