@@ -114,9 +114,11 @@ class _Codegen:
         return name
 
     def prop(self, node: Prop) -> str:
+        """Code reading property ``node`` (NULL when missing)."""
         return f"p.get({self.constant(node.name, '_k')})"
 
     def new_function(self, body: list[str]) -> str:
+        """Add a generated function with ``body``; returns its name."""
         name = f"_f{self.functions}"
         self.functions += 1
         self.sources.append("\n".join([f"def {name}(p):", *("    " + line for line in body)]))
@@ -187,6 +189,7 @@ class _Codegen:
     # -- operands -------------------------------------------------------------------------
 
     def operand(self, node: Node) -> _Operand:
+        """How to read ``node`` as one side of a comparison."""
         if isinstance(node, Prop):
             return _Operand(self.prop(node), "S")
         if isinstance(node, Neg) and node.effect is not None:
@@ -199,6 +202,7 @@ class _Codegen:
         return _Operand(f"{self.function(node)}(p)", "B")
 
     def equality(self, node: Compare, out: list[str]) -> None:
+        """RocketMQ's ``=``: both sides evaluated, then its NULL rules and conversions."""
         left, right = self.operand(node.left), self.operand(node.right)
         if left.static and right.static:
             try:
@@ -237,6 +241,7 @@ class _Codegen:
         return f"{_CONVERT[jtype]}({var})"
 
     def ordering(self, node: Compare, out: list[str]) -> None:
+        """``>``, ``>=``, ``<``, ``<=``: NULL on either side gives NULL."""
         op = node.op
         left, right = self.operand(node.left), self.operand(node.right)
         if left.jtype == "N" or right.jtype == "N":
@@ -281,6 +286,7 @@ class _Codegen:
             )
 
     def str_match(self, node: StrMatch, out: list[str]) -> None:
+        """CONTAINS, STARTSWITH, ENDSWITH: FALSE for anything but a string."""
         if not node.search:
             out.append("r = False")  # RocketMQ: an empty search string never matches
             return
@@ -300,6 +306,7 @@ class _Codegen:
 
     @staticmethod
     def static_match(node: StrMatch, value: _Operand) -> bool:
+        """The result of a string match on a literal, known now."""
         if value.jtype != "S" or not value.static:
             return False  # NULL, numbers and booleans are not strings: FALSE either way
         text: str = value.value

@@ -62,17 +62,20 @@ class _Parser:
         self.current: Token | None = None
 
     def next(self) -> Token:
+        """Consume and return the next token."""
         if self.current is not None:
             self.previous = self.current
         token = self.current = next(self.tokens)
         return token
 
     def error(self, token: Token, message: str, hint: str | None = None) -> Exception:
+        """An error pointing at ``token``."""
         return expression_error(self.expression, token.column, message, hint)
 
     # -- reductions -----------------------------------------------------------------------
 
     def apply(self, op: _Op) -> None:
+        """Build the node of ``op`` from the operands on top of the stack."""
         b, operands, column = self.build, self.operands, op.token.column
         if op.kind == "prefix-":
             operands.append(b.make_neg(operands.pop(), column))
@@ -89,6 +92,7 @@ class _Parser:
                 operands.append(b.make_compare(op.kind, left, right, column))
 
     def reduce(self, prec: int) -> None:
+        """Apply stacked operators that bind at least as tightly as ``prec``."""
         ops = self.ops
         while ops and ops[-1].prec >= prec:
             self.apply(ops.pop())
@@ -138,6 +142,7 @@ class _Parser:
         return True
 
     def string(self, after: Token) -> Token:
+        """The string literal that must follow ``after``."""
         token = self.next()
         if token.kind != "STRING":
             raise self.error(
@@ -148,6 +153,7 @@ class _Parser:
         return token
 
     def in_list(self, op: Token) -> list[str]:
+        """The parenthesised string list of IN."""
         token = self.next()
         if token.kind != "(":
             raise self.error(token, f"expected '(' after {describe(op.text)}", found(token))
@@ -214,6 +220,7 @@ class _Parser:
         return False
 
     def run(self) -> Node:
+        """Parse the whole expression."""
         expecting_operand = True
         while True:
             token = self.next()

@@ -103,6 +103,7 @@ class Builder:
         right = self.as_boolean(right, op)
 
         def cost(child: Node) -> int:
+            """Nesting added by ``child``: none for a chain of the same operator."""
             same = isinstance(child, Logic) and child.op == op
             return child.depth if same else child.depth + 1
 
