@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 import pytest
 
@@ -289,3 +290,33 @@ def test_interrupted_segment_creation_is_cleaned_up(tmp_path):
         assert len(log.files) == 1
     finally:
         log.close()
+
+
+@pytest.mark.timeout(30)
+def test_page_warmer_keeps_ahead_of_the_writer(tmp_path):
+    """The warmer faults in pages ahead of the write position; closing stops it cleanly."""
+    from mqcore.plugins.store_mmap.pagewarmer import PageWarmer
+
+    log = CommitLog(tmp_path, 4 * 1024 * 1024)
+    warmer = PageWarmer(log.current, window=1024 * 1024)
+    try:
+        if not warmer.enabled:
+            pytest.skip("madvise(MADV_POPULATE_WRITE) is not available here")
+        log.warmer = warmer.start()
+        _put(log, _prepared(4))
+        mf = log.current()
+        assert mf is not None
+        warmer.wake()
+        deadline = time.monotonic() + 10
+        while mf.warmed_position < 1024 * 1024 and not mf.warm_failed:
+            assert time.monotonic() < deadline, "the warmer never ran"
+            time.sleep(0.01)
+        if mf.warm_failed:
+            pytest.skip("the kernel refused MADV_POPULATE_WRITE on this file system")
+        assert mf.warmed_position >= 1024 * 1024
+        # Records written over warmed pages read back intact.
+        assert [r.queue_offset for r in _records(log)] == [0, 1, 2, 3]
+    finally:
+        warmer.stop()
+        log.close()
+    assert mf.warm(2 * 1024 * 1024) is False  # closed: the warmer may not touch the map
