@@ -138,3 +138,9 @@ def test_matches_exactly_the_listed_tags(tags, other):
     for tag in listed:
         assert f.matches(msg(tag)) and f.matches_tags_code(string_hash_code(tag))
     assert f.matches(msg(other)) == (other in listed)
+
+
+def test_both_filters_are_bundled_and_can_be_blocked():
+    assert {"SQL92", "TAG"} <= set(Kernel(autoload=False).names("filter"))
+    names = Kernel(autoload=False, disabled_plugins=["filter_sql92"]).names("filter")
+    assert "TAG" in names and "SQL92" not in names
