@@ -44,7 +44,16 @@ class Sql92Filter:
                 column=1 if isinstance(expression, str) else None,
             )
         self.expression = expression
-        evaluate, source = compile_tree(parse(expression))
+        try:
+            # The parser is iterative; the code generator recurses once per nesting level.
+            evaluate, source = compile_tree(parse(expression))
+        except RecursionError:
+            # Nesting is capped well below the recursion limit; only a caller already
+            # deep in its own stack can get here.
+            raise FilterExpressionError(
+                "the expression nests too deeply to compile from this point of the call stack",
+                expression=expression,
+            ) from None
         self._evaluate = evaluate
         #: the generated Python source, for the curious
         self.source = source

@@ -97,3 +97,24 @@ def test_many_dashes_stay_linear():
     """Without a line break "--" is two minus signs; lexing them must not be quadratic."""
     assert Sql92Filter("a > " + "-" * 200_000 + " 5").evaluate({"a": "6"}) is True
     assert Sql92Filter("a > 1" + " -- note\n" * 10_000).evaluate({"a": "2"}) is True
+
+
+def test_compiling_deep_in_the_call_stack_fails_cleanly():
+    """Even with the stack nearly used up, only FilterExpressionError escapes."""
+    text = alternating(MAX_DEPTH - 2)
+    outcomes = set()
+
+    def nested(n: int) -> None:
+        if n:
+            nested(n - 1)
+            return
+        try:
+            Sql92Filter(text)
+            outcomes.add("compiled")
+        except FilterExpressionError:
+            outcomes.add("refused")
+
+    limit = sys.getrecursionlimit()
+    for depth in (limit - 400, limit - 200, limit - 120):
+        nested(depth)
+    assert outcomes == {"compiled", "refused"}  # with room it compiles; without, a clean error
