@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import shutil
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+import structlog
 
 from mqcore import Kernel, Message
 
@@ -126,6 +129,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
+    # A script, not the library: it may decide that logs go to stderr, warnings only.
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
     counts = [int(p) for p in args.partitions.split(",")]
     tmp = tempfile.mkdtemp(prefix="mqcore-spark-bench-")
     path = os.path.join(tmp, "store")

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Mapping
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import structlog
 
 from mqcore import codec
 from mqcore.errors import InvalidArgumentError, StoreError
 from mqcore.kernel import Kernel
-from mqcore.message import PROPERTY_DELAY, PROPERTY_KEYS, PROPERTY_TAGS
+from mqcore.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+)
 from mqcore.store import GetStatus
 
 from .layout import Location
@@ -58,7 +66,7 @@ COLUMNS = (
 # times, prepared offset, body length.
 _HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
 _HEADER_SIZE = _HEADER.size
-_FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY})
+_FIELD_NAMES = pa.array(sorted({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY}), pa.string())
 _PROPERTY_COLUMNS = frozenset({"tags", "keys", "properties"})
 _CHUNK = 2048  # records per get_raw call
 _MAX_BYTES = 64 * 1024 * 1024
@@ -179,6 +187,56 @@ def stream_bounds(
     return out
 
 
+def _property_text(rec: Any, header: tuple[Any, ...]) -> bytes:
+    """The record's encoded property string, located from its unpacked header."""
+    tpos = _HEADER_SIZE + header[16]
+    ppos = tpos + 1 + rec[tpos]
+    return bytes(rec[ppos + 2 : ppos + 2 + ((rec[ppos] << 8) | rec[ppos + 1])])
+
+
+def _scatter(n: int, rows: pa.Array, values: pa.Array) -> pa.Array:
+    """A string array of ``n`` nulls with ``values`` put at ``rows``."""
+    out: list[str | None] = [None] * n
+    for row, value in zip(rows.to_pylist(), values.to_pylist(), strict=True):
+        out[row] = value
+    return pa.array(out, pa.string())
+
+
+def _property_columns(
+    records: list[Any], headers: list[tuple[Any, ...]], wanted: set[str]
+) -> dict[str, Any]:
+    """tags, keys and properties of a batch, parsed with Arrow kernels rather than per record.
+
+    Properties are ``name\x01value\x02`` pairs (see :func:`mqcore.message.format_properties`):
+    split every record's string on ``\x02`` then each pair on its first ``\x01``; pairs
+    without a separator are skipped, as RocketMQ skips them.
+    """
+    n = len(records)
+    texts = pa.array(list(map(_property_text, records, headers)), pa.binary()).cast(pa.string())
+    items = pc.split_pattern(texts, PROPERTY_SEPARATOR)
+    pairs = items.flatten()
+    rows = items.value_parent_indices()
+    complete = pc.match_substring(pairs, NAME_VALUE_SEPARATOR)
+    pairs, rows = pairs.filter(complete), rows.filter(complete)
+    split = pc.split_pattern(pairs, NAME_VALUE_SEPARATOR, max_splits=1)
+    names, values = pc.list_element(split, 0), pc.list_element(split, 1)
+    cols: dict[str, Any] = {}
+    for column, name in (("tags", PROPERTY_TAGS), ("keys", PROPERTY_KEYS)):
+        if column in wanted:
+            mask = pc.equal(names, name)
+            cols[column] = _scatter(n, rows.filter(mask), values.filter(mask))
+    if "properties" in wanted:
+        keep = pc.invert(pc.is_in(names, value_set=_FIELD_NAMES))
+        per_row = [0] * n
+        for row in rows.filter(keep).to_pylist():
+            per_row[row] += 1
+        offsets = pa.array([0, *accumulate(per_row)], pa.int32())
+        cols["properties"] = pa.MapArray.from_arrays(
+            offsets, names.filter(keep), values.filter(keep)
+        )
+    return cols
+
+
 def _columns(records: list[Any], topic: str, names: tuple[str, ...]) -> dict[str, list[Any]]:
     """Python lists for the wanted columns of ``records`` (each a whole record)."""
     unpack = _HEADER.unpack_from
@@ -202,15 +260,7 @@ def _columns(records: list[Any], topic: str, names: tuple[str, ...]) -> dict[str
     if "reconsume_times" in wanted:
         cols["reconsume_times"] = [h[14] for h in headers]
     if wanted & _PROPERTY_COLUMNS:
-        props = [codec.record_properties(rec, 0) for rec in records]
-        if "tags" in wanted:
-            cols["tags"] = [p.get(PROPERTY_TAGS) for p in props]
-        if "keys" in wanted:
-            cols["keys"] = [p.get(PROPERTY_KEYS) for p in props]
-        if "properties" in wanted:
-            cols["properties"] = [
-                [(k, v) for k, v in p.items() if k not in _FIELD_PROPERTIES] for p in props
-            ]
+        cols.update(_property_columns(records, headers, wanted))
     if "body" in wanted:
         cols["body"] = [
             bytes(rec[_HEADER_SIZE : _HEADER_SIZE + h[16]])
@@ -222,7 +272,11 @@ def _columns(records: list[Any], topic: str, names: tuple[str, ...]) -> dict[str
 def _batch(records: list[Any], topic: str, schema: pa.Schema) -> pa.RecordBatch:
     names = tuple(schema.names)
     cols = _columns(records, topic, names)
-    arrays = [pa.array(cols[name], type=schema.field(name).type) for name in names]
+    arrays = []
+    for name in names:
+        kind = schema.field(name).type
+        col = cols[name]
+        arrays.append(col.cast(kind) if isinstance(col, pa.Array) else pa.array(col, type=kind))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
