@@ -1,8 +1,10 @@
 """One preallocated commit-log segment file, mapped into memory (RocketMQ's MappedFile).
 
-A segment is created at its full size with ``posix_fallocate``, so that writing through the
-map can never hit a hole on a full disk (which would kill the process with SIGBUS); running
-out of space shows up here, at creation, as :class:`~mqcore.errors.DiskFullError`.
+A segment is created at its full size, with real disk blocks (``posix_fallocate``) for its
+first :data:`ALLOCATION_CHUNK` bytes and then a chunk at a time ahead of the writer, so that
+writing through the map never hits a hole on a full disk (which would kill the process with
+SIGBUS), while a fresh store does not take a whole 1 GiB segment of disk at once. Running
+out of space shows up as :class:`~mqcore.errors.DiskFullError` before anything is written.
 
 Three positions, all relative to the start of the file, only ever move forward (except when
 recovery cuts a torn tail):
@@ -37,6 +39,8 @@ __all__ = ["MappedFile", "TransientStorePool", "segment_name"]
 log = structlog.get_logger(__name__)
 
 _PAGE = mmap.PAGESIZE
+#: disk blocks of a segment are allocated this much at a time, ahead of the writer
+ALLOCATION_CHUNK = 64 * 1024 * 1024
 
 
 def segment_name(start_offset: int) -> str:
@@ -61,13 +65,22 @@ def _disk_full(path: Path, what: str, exc: OSError) -> DiskFullError:
     return error
 
 
-def _create(path: Path, size: int) -> int:
-    """Create ``path`` with ``size`` preallocated bytes, atomically: a crash never leaves a
-    short segment behind, only a ``.tmp`` file that the next writer removes."""
+def _create(path: Path, size: int, preallocate: int | None = None) -> int:
+    """Create ``path`` with ``size`` bytes, atomically: a crash never leaves a short segment
+    behind, only a ``.tmp`` file that the next writer removes.
+
+    The first ``preallocate`` bytes (all by default) get real disk blocks now; the rest is a
+    hole until :meth:`MappedFile.append` allocates it, a chunk at a time.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        _grow(fd, size)
+        if preallocate is not None and preallocate < size:
+            os.ftruncate(fd, size)
+            if preallocate > 0:
+                _grow(fd, preallocate)
+        else:
+            _grow(fd, size)
         os.rename(tmp, path)
     except OSError as exc:
         os.close(fd)
@@ -159,7 +172,12 @@ class MappedFile:
         self._buffer: bytearray | None = None
         self._closed = False
         flags = os.O_RDONLY if read_only else os.O_RDWR
-        fd = _create(self.path, file_size) if create else os.open(self.path, flags | os.O_CLOEXEC)
+        if create:
+            fd = _create(self.path, file_size, min(file_size, ALLOCATION_CHUNK))
+            self.allocated = min(file_size, ALLOCATION_CHUNK)
+        else:
+            fd = os.open(self.path, flags | os.O_CLOEXEC)
+            self.allocated = 0  # unknown: checked (cheaply) again on the first append
         try:
             if not create:
                 actual = os.fstat(fd).st_size
@@ -220,10 +238,27 @@ class MappedFile:
 
     # --- writing ----------------------------------------------------------------------
 
+    def allocate(self, end: int) -> None:
+        """Make sure the disk blocks up to ``end`` exist (a chunk at a time).
+
+        Raises :class:`DiskFullError` when the disk is full: a write through the map into a
+        hole would otherwise kill the process with SIGBUS.
+        """
+        target = min(self.file_size, end + ALLOCATION_CHUNK - end % ALLOCATION_CHUNK)
+        try:
+            _grow(self._fd, target)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _disk_full(self.path, "allocating space in", exc) from exc
+            raise
+        self.allocated = target
+
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` (the caller checked it fits); returns its position in the file."""
         pos = self.wrote_position
         end = pos + len(data)
+        if end > self.allocated:
+            self.allocate(end)
         buffer = self._buffer
         if buffer is not None:
             buffer[pos:end] = data
@@ -298,6 +333,11 @@ class MappedFile:
                 return False
             if self._anchor is None:
                 self._anchor = ctypes.c_char.from_buffer(self._mm)
+            if upto > self.allocated:
+                try:
+                    self.allocate(upto)  # ahead of the writer, off its thread
+                except DiskFullError:
+                    upto = self.allocated  # never fault in a hole: the writer reports it
             start = self.warmed_position - self.warmed_position % _PAGE
             if upto <= start:
                 return True

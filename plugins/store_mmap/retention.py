@@ -30,9 +30,11 @@ CLEAN_INTERVAL = 10.0  # seconds between passes (RocketMQ's cleanResourceInterva
 
 
 def disk_used_ratio(path: str | os.PathLike[str]) -> float:
-    """Percentage of the disk holding ``path`` that is in use."""
+    """Percentage of the disk holding ``path`` that is in use (df's Use%)."""
     usage = shutil.disk_usage(path)
-    return 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+    # As df's Use%: blocks reserved for root (or otherwise unavailable) count as neither.
+    capacity = usage.used + usage.free
+    return 100.0 * usage.used / capacity if capacity else 0.0
 
 
 def delete_expired_files(store: MmapStore, now: float | None = None) -> int:
@@ -45,8 +47,8 @@ def delete_expired_files(store: MmapStore, now: float | None = None) -> int:
     if len(files) < 2:
         return 0
     usage = shutil.disk_usage(store.path)
-    used = usage.total - usage.free
-    limit = usage.total * float(opts.disk_max_used_space_ratio) / 100.0
+    used = usage.used
+    limit = (usage.used + usage.free) * float(opts.disk_max_used_space_ratio) / 100.0
     count = 0
     for mf in files[:-1]:  # never the segment being written
         try:

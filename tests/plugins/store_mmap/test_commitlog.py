@@ -320,3 +320,29 @@ def test_page_warmer_keeps_ahead_of_the_writer(tmp_path):
         warmer.stop()
         log.close()
     assert mf.warm(2 * 1024 * 1024) is False  # closed: the warmer may not touch the map
+
+
+def test_segment_blocks_are_allocated_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """A new segment reserves its first chunk; appends allocate more; a full disk refuses
+    the append before writing into a hole."""
+    monkeypatch.setattr(mappedfile, "ALLOCATION_CHUNK", 64 * 1024)
+    path = tmp_path / segment_name(0)
+    mf = MappedFile(path, 1024 * 1024, create=True)
+    try:
+        assert os.path.getsize(path) == 1024 * 1024
+        assert mf.allocated == 64 * 1024
+        assert os.stat(path).st_blocks * 512 < 512 * 1024  # the rest is still a hole
+        mf.append(b"x" * (100 * 1024))
+        assert mf.allocated == 128 * 1024
+        assert os.stat(path).st_blocks * 512 >= 128 * 1024
+
+        def no_space(*args):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(mappedfile, "_grow", no_space)
+        with pytest.raises(DiskFullError, match="allocating"):
+            mf.append(b"y" * (64 * 1024))
+        assert mf.wrote_position == 100 * 1024
+        assert bytes(mf.read(100 * 1024, 10)) == bytes(10)
+    finally:
+        mf.close()

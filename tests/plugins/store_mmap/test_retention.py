@@ -112,10 +112,11 @@ def test_disk_pressure_deletes_regardless_of_age(store, monkeypatch):
     files = store._commitlog.files
     usage = namedtuple("usage", "total used free")
     total = 1000 * 4096
-    # 75 % is the limit; pretend to be two segments above it.
+    # 75 % of used + free is the limit; pretend to be two segments above it. ``total`` is
+    # larger than used + free, as on file systems that reserve blocks: those do not count.
     used = int(total * 0.75) + 2 * 4096 - 1
     monkeypatch.setattr(
-        retention.shutil, "disk_usage", lambda path: usage(total, used, total - used)
+        retention.shutil, "disk_usage", lambda path: usage(total + 10**9, used, total - used)
     )
     store.options = attrs.evolve(store.options, disk_max_used_space_ratio=75)
     assert retention.disk_used_ratio(store.path) > 75

@@ -278,7 +278,7 @@ def test_disk_full_loses_nothing_and_stays_readable(opened, monkeypatch):
     store = opened()
     acked = store.put("T", 0, _msgs(10))
     monkeypatch.setattr(
-        mappedfile, "_grow", lambda fd, size: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
+        mappedfile, "_grow", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
     )
     with pytest.raises(DiskFullError) as info:
         for _ in range(100):
