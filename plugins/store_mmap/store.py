@@ -229,6 +229,8 @@ class MmapStore:
             queue_id,
             units_per_file=int(self.options.consume_queue_units),
             read_only=self.read_only,
+            # Real blocks: a write through the map into a hole on a full disk is a SIGBUS.
+            preallocate=not self.read_only,
         )
 
     def _cq_for_write(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -300,6 +302,9 @@ class MmapStore:
             store_ts = _now_ms()
             if store_ts < self._last_store_ts:
                 store_ts = self._last_store_ts  # the wall clock stepped back: stay monotonic
+            # Files the units will need exist before the log is written (a full disk fails
+            # here, with nothing written).
+            cq.reserve(count)
             start_phys = self._commitlog.max_offset
             try:
                 chunks = self._commitlog.put_batch(
