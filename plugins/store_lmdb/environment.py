@@ -33,6 +33,8 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 _MAX_DBS = 8
+#: Bytes read or written after which the map is replaced to release its resident pages.
+UNMAP_EVERY = 64 * 1024 * 1024
 
 
 class Environment:
@@ -49,6 +51,8 @@ class Environment:
     ) -> None:
         self.path = path
         self.read_only = read_only
+        self._map_lock = threading.Lock()  # map replacement vs the background sync
+        self._touched = 0  # bytes through the map since it was last (re)mapped
         if read_only and not (path / "data.mdb").exists():
             raise StoreError(
                 f"no LMDB store at {str(path)!r} (data.mdb is missing); open it once without "
@@ -93,8 +97,27 @@ class Environment:
     def grow(self) -> None:
         """Double the map. The caller must hold no transaction of this environment."""
         old = self.map_size
-        self.env.set_mapsize(old * 2)
+        with self._map_lock:
+            self.env.set_mapsize(old * 2)
+        self._touched = 0
         log.info("lmdb_map_grown", path=str(self.path), old_size=old, new_size=old * 2)
+
+    def touched(self, nbytes: int) -> None:
+        """Count ``nbytes`` read or written through the map (see :meth:`release_pages`)."""
+        self._touched += nbytes
+
+    def release_pages(self) -> None:
+        """Past :data:`UNMAP_EVERY` touched bytes, map the file again to drop its pages.
+
+        Every page a reader touches stays mapped, so a process that reads a large backlog
+        would end up with the whole file in its resident set. Mapping the file again (same
+        size) releases those pages from this process; they stay in the page cache. The
+        caller must hold no transaction of this environment.
+        """
+        if self._touched >= UNMAP_EVERY:
+            self._touched = 0
+            with self._map_lock:
+                self.env.set_mapsize(self.map_size)
 
     def begin(self) -> Any:
         """A read transaction on the newest committed snapshot (adopting a grown map)."""
@@ -102,7 +125,8 @@ class Environment:
             return self.env.begin(buffers=False)
         except lmdb.MapResizedError:
             # The writer (another process) grew the file beyond our map: adopt its size.
-            self.env.set_mapsize(0)
+            with self._map_lock:
+                self.env.set_mapsize(0)
             return self.env.begin(buffers=False)
 
     def write(self, work: Callable[[Any], T]) -> T:
@@ -132,7 +156,9 @@ class Environment:
 
     def sync(self) -> None:
         """fsync everything committed so far."""
-        self.env.sync(True)
+        # LMDB reads the meta page through the map to sync: never while it is replaced.
+        with self._map_lock:
+            self.env.sync(True)
 
     def close(self) -> None:
         """Close the environment (transactions must be finished)."""

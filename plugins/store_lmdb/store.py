@@ -224,6 +224,8 @@ class LmdbStore:
                     txn.put(layout.QUEUE_META + prefix, b"", db=env.meta)
 
             env.write(work)
+            env.touched(len(buf))
+            env.release_pages()
             self._next_cl = start_cl + len(buf)
             self._queue_next[prefix] = next_q + len(prepared)
             self._last_ts = ts
@@ -267,11 +269,15 @@ class LmdbStore:
             self._check_open()
             txn = self._txn()
             try:
-                return scan.read_queue(
+                found = scan.read_queue(
                     txn, self._env, prefix, offset, max_count, max_bytes, message_filter
                 )
             finally:
                 self._end_txn(txn)
+            self._env.touched(sum(map(len, found[1])))
+            if not self.read_only:  # a read-only store's snapshot pins the map until refresh
+                self._env.release_pages()
+            return found
 
     def get(
         self,
@@ -424,6 +430,7 @@ class LmdbStore:
             if self.read_only:
                 self._snapshot.abort()
                 self._snapshot = None
+                self._env.release_pages()
                 self._snapshot = self._env.begin()
 
     def close(self) -> None:

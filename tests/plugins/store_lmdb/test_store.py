@@ -210,3 +210,36 @@ def test_a_refused_append_aborts_the_whole_batch(tmp_path):
         (result,) = store.put("Z", 0, [Message(topic="Z", body=b"zero")])
         assert store.message_at(result.commitlog_offset).body == b"zero"
         assert [m.body for m in store.get("Z", 1, 0).messages] == [b"one"]
+
+
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.timeout(60)
+def test_mapped_pages_are_released_while_reading_and_syncing(tmp_path, monkeypatch):
+    """The map is replaced every UNMAP_EVERY bytes, beside the background sync, safely."""
+    from mqcore.plugins.store_lmdb import environment
+
+    monkeypatch.setattr(environment, "UNMAP_EVERY", 256 * 1024)
+    body = bytes(range(256)) * 40
+    with _open(tmp_path / "s", flush_interval_ms=1) as store:
+        for _ in range(100):
+            store.put("R", 0, [Message(topic="R", body=body)] * 16)
+        offset = 0
+        while offset < 1600:
+            got = store.get("R", 0, offset)
+            assert all(m.body == body for m in got.messages)
+            offset = got.next_offset
+        assert _rss_file_kib() < 40 * 1024
+    reader = _open(tmp_path / "s", read_only=True)
+    try:
+        assert len(reader.get("R", 0, 0, max_count=400, max_bytes=1 << 30).messages) == 400
+        reader.refresh()  # releases the pages the snapshot pinned
+        assert reader.get("R", 0, 1599).messages[0].body == body
+    finally:
+        reader.close()
