@@ -160,6 +160,8 @@ def main() -> None:
         "messages": args.messages,
         "size": args.size,
         "cpus": os.cpu_count(),
+        # Other work on the machine skews a parallel speed-up: report how busy it was.
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
         "records_per_s": {k: round(v) for k, v in rates.items()},
     }
@@ -172,7 +174,7 @@ def main() -> None:
     if args.markdown:
         print(
             f"{args.messages:,} messages of {args.size} bytes, {args.store} store, "
-            f"{os.cpu_count()} CPUs\n"
+            f"{os.cpu_count()} CPUs, load average {result['load_avg_1m']}\n"
         )
         print("| reader | records/s |\n|---|---:|")
         for name, rate in rates.items():
