@@ -30,7 +30,7 @@ from mqcore.message import Message
 from .layout import Location, resolve_write
 from .options import WRITE_OPTIONS
 
-__all__ = ["REPLAY_ID", "WriteResult", "Writer"]
+__all__ = ["REPLAY_ID", "WriteResult", "Writer", "held_error"]
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +48,8 @@ class WriteResult(WriterCommitMessage):
     written: int
 
 
-def _held_error(location: Location, exc: StoreLockedError) -> StoreLockedError:
+def held_error(location: Location, exc: StoreLockedError) -> StoreLockedError:
+    """The sink's error for a held target directory: who holds it, and what to do."""
     error = StoreLockedError(
         f"{exc} -- the mqcore sink writes only to a store directory no broker or other writer "
         f"holds; writing into a running broker needs its network server (not available yet): "
@@ -92,7 +93,7 @@ class Writer(DataSourceArrowWriter):
         try:
             StoreLock(self.location.store_dir).acquire().release()
         except StoreLockedError as exc:
-            raise _held_error(self.location, exc) from None
+            raise held_error(self.location, exc) from None
         queue_nums = int(opts["queue_nums"]) if opts.get("queue_nums") else None
         if self.location.topics_file is not None:
             topics = TopicManager(self.location.topics_file)
@@ -116,7 +117,7 @@ class Writer(DataSourceArrowWriter):
                 return kernel.open_store(self.location.store, self.location.store_dir)
             except StoreLockedError as exc:
                 if time.monotonic() >= deadline:
-                    raise _held_error(self.location, exc) from None
+                    raise held_error(self.location, exc) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 

@@ -167,6 +167,9 @@ class StreamReader(_Setup, DataSourceStreamReader):
             for qid, (low, high) in queues.items():
                 off = given.get(int(qid), -2 if start != "latest" else -1)
                 out[topic][qid] = low if off == -2 else high if off == -1 else off
+            # Queues the JSON names that hold nothing yet start where it says (or at 0).
+            for qid_int, off in given.items():
+                out[topic].setdefault(str(qid_int), max(off, 0))
         return out
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mqcore.errors import MQError
+from mqcore.errors import MQError, StoreLockedError
 
 __all__ = ["load_transform", "replay", "run_replay"]
 
@@ -132,6 +132,7 @@ def run_replay(
         from mqcore.contrib.spark.layout import resolve_read, resolve_write
         from mqcore.contrib.spark.options import ReadOptions
         from mqcore.contrib.spark.records import plan_slices
+        from mqcore.contrib.spark.sink import held_error
     except ImportError as exc:
         raise click.ClickException(str(exc)) from exc
     from mqcore.kernel import Kernel
@@ -160,7 +161,10 @@ def run_replay(
     dst = resolve_write(target, store)
     if os.path.realpath(dst.store_dir) == os.path.realpath(src.store_dir):
         raise click.ClickException("--to is the store --from reads; replay into another one")
-    StoreLock(dst.store_dir).acquire().release()
+    try:
+        StoreLock(dst.store_dir).acquire().release()
+    except StoreLockedError as exc:
+        raise held_error(dst, exc) from None
     before = _topic_total(dst, to_topic)
     to_read = sum(s.count for s in slices)
 
