@@ -34,6 +34,8 @@ log = structlog.get_logger(__name__)
 
 _BLANK_HEADER = struct.Struct(">ii")
 _WARM_AHEAD = 16 * 1024 * 1024  # wake the page warmer when less is warmed ahead
+#: bytes written or read through the maps between two releases of their pages
+RELEASE_EVERY = 64 * 1024 * 1024
 
 
 class CommitLog:
@@ -61,6 +63,7 @@ class CommitLog:
         self._current: MappedFile | None = None  # the segment being written
         #: set by the store: a PageWarmer to wake as the writer advances
         self.warmer: Any = None
+        self._since_release = 0
         if not read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -275,6 +278,9 @@ class CommitLog:
             warmer = self.warmer
             if warmer is not None and mf.wrote_position + _WARM_AHEAD > mf.warmed_position:
                 warmer.wake()
+            self._since_release += total_size
+            if self._since_release >= RELEASE_EVERY:
+                self.release_cold_pages()
             return [(phys, len(prepared))]
         self._ensure_room([p[0] for p in prepared])
         chunks: list[tuple[int, int]] = []
@@ -332,14 +338,23 @@ class CommitLog:
         return self.flushed_offset
 
     def release_cold_pages(self) -> None:
-        """Unmap (from this process, not the page cache) the flushed pages of every segment.
+        """Unmap from this process (not from the page cache) the pages of every segment.
 
-        Run after each periodic flush: the resident set stays flat however much data streams
-        through, and readers map pages back on demand.
+        Pages below each segment's write position go (dirty ones stay dirty in the page
+        cache: ``MADV_DONTNEED`` on a shared file mapping loses nothing); the warmed pages
+        ahead of the writer stay. Readers and the writer map pages back on demand, with a
+        minor fault. Called every :data:`RELEASE_EVERY` bytes written or read, and after
+        each periodic flush, so the resident set stays flat however much data streams by.
         """
+        self._since_release = 0
         for mf in self.files:
-            if mf.flushed_position:
-                mf.release_pages(mf.flushed_position)
+            mf.release_pages(mf.wrote_position)
+
+    def note_io(self, nbytes: int) -> None:
+        """Count bytes written or read through the maps; release pages now and then."""
+        self._since_release += nbytes
+        if self._since_release >= RELEASE_EVERY:
+            self.release_cold_pages()
 
     # --- recovery and retention --------------------------------------------------------
 

@@ -357,6 +357,7 @@ class MappedFile:
         Keeps the resident set flat while gigabytes stream through the map; a later read
         simply maps the page again (a minor fault).
         """
+        upto = min(upto, self.file_size)
         length = upto - upto % _PAGE
         if length > 0 and not self._closed:
             try:

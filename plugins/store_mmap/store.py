@@ -135,6 +135,7 @@ class MmapStore:
         self._closed = False
         self._write_lock = threading.Lock()
         self._cq_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
         self._store_host = host_bytes(opts.store_host)
         ip, port = self._store_host
         self._msgid_prefix = f"{ip.hex().upper()}{port:08X}"
@@ -480,6 +481,7 @@ class MmapStore:
                 total += size
             if picked:
                 status = GetStatus.FOUND
+                self._commitlog.note_io(total)
         finally:
             units.release()
         return status, picked, offset + scanned, low, high
@@ -619,6 +621,11 @@ class MmapStore:
 
     def _flush_all(self) -> None:
         """Flush commit log, consume queues and index, then record progress in the checkpoint."""
+        # The flush thread and flush()/close() may both get here; the checkpoint is one file.
+        with self._flush_lock:
+            self._flush_all_locked()
+
+    def _flush_all_locked(self) -> None:
         ts = self._last_store_ts
         self._flush_log()
         for cq in list(self._cqs.values()):
