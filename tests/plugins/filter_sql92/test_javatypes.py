@@ -126,6 +126,8 @@ def test_java_double_rejects(text):
         ("TRUE", True),
         ("tRUe", True),
         ("yes", False),
+        ("t", False),
+        ("truex", False),
         (" true", False),
         ("1", False),
         ("", False),
