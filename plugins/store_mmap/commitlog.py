@@ -260,7 +260,9 @@ class CommitLog:
         chunks: the records of each chunk are consecutive from that offset. The caller checked
         that every record fits in an empty segment.
         """
-        mf = self._writable()
+        mf = self._current
+        if mf is None or mf.wrote_position >= mf.file_size:
+            mf = self._writable()
         free = mf.file_size - mf.wrote_position - BLANK_SIZE
         if total_size <= free:  # the common case: the whole batch fits
             phys = mf.file_from_offset + mf.wrote_position

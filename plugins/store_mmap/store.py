@@ -279,7 +279,7 @@ class MmapStore:
             )
         if not messages:
             return []
-        now = _now_ms()
+        now = time.time_ns() // 1_000_000
         try:
             prepared = prepare(
                 messages,
@@ -289,23 +289,29 @@ class MmapStore:
             )
         except CodecError as exc:
             raise InvalidArgumentError(str(exc)) from exc
-        sizes = [p[0] for p in prepared]
-        total = sum(sizes)
-        if max(sizes) > self._size_alarm:
+        count = len(prepared)
+        if count == 1:  # one message per put is common: skip the batch machinery
+            sizes: list[int] = []
+            total = biggest = prepared[0][0]
+        else:
+            sizes = [p[0] for p in prepared]
+            total = sum(sizes)
+            biggest = max(sizes)
+        if biggest > self._size_alarm:
             self._check_sizes(prepared)
         born = host_bytes(born_host) if born_host else None
-        count = len(prepared)
         with self._write_lock:
             if self._closed:
                 raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
-            cq = self._cq_for_write(topic, queue_id)
+            cq = self._cqs.get((topic, queue_id)) or self._cq_for_write(topic, queue_id)
             qoff = cq.max_offset
-            store_ts = _now_ms()
-            if store_ts < self._last_store_ts:
-                store_ts = self._last_store_ts  # the wall clock stepped back: stay monotonic
+            # One clock read per put; the wall clock stepping back must not show in the log.
+            store_ts = now if now >= self._last_store_ts else self._last_store_ts
             # Files the units will need exist before the log is written (a full disk fails
-            # here, with nothing written).
-            cq.reserve(count)
+            # here, with nothing written). Mid-file, the file holding qoff - 1 is there.
+            into = qoff % cq.units_per_file
+            if into == 0 or into + count > cq.units_per_file:
+                cq.reserve(count)
             start_phys = self._commitlog.max_offset
             try:
                 chunks = self._commitlog.put_batch(
@@ -317,27 +323,35 @@ class MmapStore:
                     store_host=self._store_host,
                     born_host=born,
                 )
-                # Offsets, units and results for the whole batch through C-level iteration
-                # (accumulate/map/zip): no Python bytecode per message.
-                if len(chunks) == 1:
-                    offsets = list(accumulate(sizes, initial=chunks[0][0]))
-                    end = offsets.pop()
-                else:
-                    offsets = []
-                    i = 0
-                    for phys, n in chunks:
-                        part = list(accumulate(sizes[i : i + n], initial=phys))
-                        end = part.pop()
-                        offsets += part
-                        i += n
-                units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
                 keyed = None
-                if any(map(_get_keys, prepared)):
-                    keyed = [
-                        (topic, p[10].split(), phys, store_ts)
-                        for p, phys in zip(prepared, offsets, strict=True)
-                        if p[10]
-                    ]
+                if count == 1:
+                    first = prepared[0]
+                    offsets = [chunks[0][0]]
+                    end = offsets[0] + total
+                    units: bytes = _pack_unit(offsets[0], total, first[9])
+                    if first[10]:
+                        keyed = [(topic, first[10].split(), offsets[0], store_ts)]
+                else:
+                    # Offsets, units and results for the whole batch through C-level
+                    # iteration (accumulate/map/zip): no Python bytecode per message.
+                    if len(chunks) == 1:
+                        offsets = list(accumulate(sizes, initial=chunks[0][0]))
+                        end = offsets.pop()
+                    else:
+                        offsets = []
+                        i = 0
+                        for phys, n in chunks:
+                            part = list(accumulate(sizes[i : i + n], initial=phys))
+                            end = part.pop()
+                            offsets += part
+                            i += n
+                    units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
+                    if any(map(_get_keys, prepared)):
+                        keyed = [
+                            (topic, p[10].split(), phys, store_ts)
+                            for p, phys in zip(prepared, offsets, strict=True)
+                            if p[10]
+                        ]
                 cq.append_units(qoff, units)
                 if keyed:
                     self._index.put_keys(keyed)
@@ -347,21 +361,25 @@ class MmapStore:
                 # undo the batch so that nothing of it stays, half-dispatched, in the log.
                 self._rollback(cq, start_phys)
                 raise
-        ids = _qwords(count).pack(*offsets).hex().upper()
         prefix = self._msgid_prefix
-        results = list(
-            map(
-                _make_put,
-                zip(
-                    [prefix + ids[j : j + 16] for j in range(0, 16 * count, 16)],
-                    range(qoff, qoff + count),
-                    offsets,
-                    repeat(store_ts, count),
-                    sizes,
-                    strict=True,
-                ),
+        if count == 1:
+            phys = offsets[0]
+            results = [_make_put((f"{prefix}{phys:016X}", qoff, phys, store_ts, total))]
+        else:
+            ids = _qwords(count).pack(*offsets).hex().upper()
+            results = list(
+                map(
+                    _make_put,
+                    zip(
+                        [prefix + ids[j : j + 16] for j in range(0, 16 * count, 16)],
+                        range(qoff, qoff + count),
+                        offsets,
+                        repeat(store_ts, count),
+                        sizes,
+                        strict=True,
+                    ),
+                )
             )
-        )
         if self._flusher is not None and self._flusher.sync:
             self._flusher.wait_flushed(end)
         return results
