@@ -99,10 +99,6 @@ def total_size(picked: list[tuple[Any, int, int]]) -> int:
     return sum(p[2] for p in picked)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class MmapStore:
     """The default store: RocketMQ's CommitLog / ConsumeQueue / IndexFile layout over mmap.
 
