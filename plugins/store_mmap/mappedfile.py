@@ -367,26 +367,36 @@ class MappedFile:
 
     # --- lifecycle --------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Unmap and close (idempotent). Views handed out keep the map alive until dropped."""
-        if self._closed:
-            return
-        with self._warm_lock:  # the warmer must be done with the address before unmapping
+    def _retire(self) -> bool:
+        """Stop every use by this store's threads and close the fd; False if already done."""
+        with self._warm_lock:  # the warmer must be done with the address first
+            if self._closed:
+                return False
             self._closed = True
             self._anchor = None
         buffer, self._buffer = self._buffer, None
         if buffer is not None and self._pool is not None:
             self._pool.give_back(buffer)
+        os.close(self._fd)
+        return True
+
+    def close(self) -> None:
+        """Unmap and close (idempotent). Views handed out keep the map alive until dropped."""
+        if not self._retire():
+            return
         try:
             self.view.release()
             self._mm.close()
         except BufferError:
             pass  # a reader still holds a view; the map goes with its last reference
-        os.close(self._fd)
 
     def destroy(self) -> None:
-        """Close and delete the file."""
-        self.close()
+        """Delete the file while the store runs (retention, a cut).
+
+        The map is *not* closed: a lock-free reader may be between looking this segment up
+        and slicing its view. It is unmapped when the last reference to it goes.
+        """
+        self._retire()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

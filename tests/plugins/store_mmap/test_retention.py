@@ -165,3 +165,65 @@ def test_disk_used_ratio_is_a_percentage(tmp_path):
     """The ratio of the real disk is between 0 and 100."""
     assert 0 <= retention.disk_used_ratio(tmp_path) <= 100
     assert shutil.disk_usage(tmp_path).total > 0
+
+
+@pytest.mark.timeout(60)
+def test_readers_writer_and_retention_run_together(tmp_path):
+    """Lock-free readers keep working while a writer appends and retention deletes."""
+    import threading
+
+    from mqcore import codec
+
+    s = Kernel(autoload=False).open_store("mmap", tmp_path / "c", **OPTIONS)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    seen = [0]
+
+    def writer() -> None:
+        try:
+            i = 0
+            while not stop.is_set():
+                s.put("C", 0, [Message(topic="C", body=b"w%d" % (i + j) * 30) for j in range(4)])
+                i += 4
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            offset = 0
+            while not stop.is_set():
+                result = s.get_raw("C", 0, offset, max_count=16)
+                if result.status is GetStatus.OFFSET_TOO_SMALL:
+                    offset = result.next_offset
+                    continue
+                for record in result.records:
+                    codec.check_record(record, 0)  # complete and CRC-valid
+                    msg = codec.decode(record)
+                    assert msg.queue_offset == offset, (msg.queue_offset, offset)
+                    offset += 1
+                    seen[0] += 1
+                if result.status is GetStatus.FOUND:
+                    assert result.next_offset == offset
+        except BaseException as exc:
+            errors.append(exc)
+
+    def cleaner() -> None:
+        try:
+            while not stop.is_set():
+                s.delete_expired_files(now=time.time() + 1000 * HOUR)  # everything is old
+                time.sleep(0.005)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=f) for f in (writer, reader, reader, cleaner)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        s.close()
+    assert not errors, errors
+    assert seen[0] > 0
