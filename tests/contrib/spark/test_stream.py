@@ -109,6 +109,11 @@ def test_batch_reads_see_a_consistent_prefix(
 
 
 def _start_query(spark: Any, path: Path, out: Path, checkpoint: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    # A slow identity on the body keeps each micro-batch running for a while, so that the
+    # test can stop the query in the middle of one. (A lambda is pickled by value.)
+    slow = F.udf(lambda body: (time.sleep(0.0005), body)[1], "binary", useArrow=False)
     stream = (
         spark.readStream.format("mqcore")
         .option("path", str(path))
@@ -116,7 +121,7 @@ def _start_query(spark: Any, path: Path, out: Path, checkpoint: Path) -> Any:
         .option("max_records_per_trigger", "1500")
         .option("max_records_per_partition", "500")
         .load()
-        .select("queue_id", "queue_offset", "body")
+        .select("queue_id", "queue_offset", slow("body").alias("body"))
     )
     return (
         stream.writeStream.format("parquet")
@@ -138,10 +143,13 @@ def test_stream_exactly_once_across_restart(
         query = _start_query(spark, path, out, checkpoint)
         try:
             deadline = time.monotonic() + 120
-            # Let a few micro-batches run while the writer writes, then stop wherever it is.
-            while time.monotonic() < deadline and len(query.recentProgress) < 3:
-                time.sleep(0.2)
+            # Let micro-batches run while the writer writes, then stop during one.
+            while time.monotonic() < deadline and not (
+                len(query.recentProgress) >= 2 and query.status["isTriggerActive"]
+            ):
+                time.sleep(0.05)
             assert query.exception() is None
+            assert query.status["isTriggerActive"]
         finally:
             query.stop()
     finally:
