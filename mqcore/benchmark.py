@@ -79,6 +79,15 @@ class Phase:
     messages: int
     nbytes: int
     seconds: float
+    # CPU time of the whole process during the phase (the store's own threads included)
+    cpu_seconds: float | None = None
+
+    @property
+    def cpu_msgs_per_s(self) -> float | None:
+        """Messages per CPU second of the process (steadier than wall time on a busy machine)."""
+        if not self.cpu_seconds:
+            return None
+        return self.messages / self.cpu_seconds
 
     @property
     def msgs_per_s(self) -> float:
@@ -117,6 +126,8 @@ class BenchResult:
             out[f"{phase.name}_msgs_per_s"] = round(phase.msgs_per_s, 1)
             out[f"{phase.name}_mb_per_s"] = round(phase.mb_per_s, 2)
             out[f"{phase.name}_seconds"] = round(phase.seconds, 4)
+            if phase.cpu_msgs_per_s is not None:
+                out[f"{phase.name}_cpu_msgs_per_s"] = round(phase.cpu_msgs_per_s, 1)
         produce_phase = self.phases.get("produce")
         if produce_phase is not None:
             # Each thread's last put may be short, so count the calls rather than divide.
@@ -177,16 +188,16 @@ def produce(
     every = _report_every(batch)
     done = 0
     size = len(pool[0].body)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i, chunk in enumerate(_batches(pool, batch, total)):
         put(TOPIC, queue_id, chunk)
         done += len(chunk)
         if progress is not None and i % every == 0:
             progress(phase, done, total)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     if progress is not None:
         progress(phase, done, total)
-    return Phase(phase, done, done * size, seconds)
+    return Phase(phase, done, done * size, seconds, cpu)
 
 
 def produce_threads(
@@ -222,17 +233,17 @@ def produce_threads(
     for t in workers:
         t.start()
     gate.wait(timeout=60)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for t in workers:
         while t.is_alive():
             t.join(timeout=0.25)
             if progress is not None:
                 progress("produce", sum(counts), total)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     if errors:
         raise errors[0]
     done = sum(counts)
-    return Phase("produce", done, done * size, seconds)
+    return Phase("produce", done, done * size, seconds, cpu)
 
 
 def _pull(
@@ -303,7 +314,7 @@ def consume(
     phase: str = "consume",
 ) -> Phase:
     """Read ``total`` messages back as ``MessageExt`` with ``store.get``, reading each body."""
-    t0 = time.perf_counter()
+    t0, cpu = time.perf_counter(), time.process_time()
     got, nbytes = _pull(
         store.get,
         queue_id,
@@ -315,7 +326,7 @@ def consume(
         progress,
         phase,
     )
-    return Phase(phase, got, nbytes, time.perf_counter() - t0)
+    return Phase(phase, got, nbytes, time.perf_counter() - t0, time.process_time() - cpu)
 
 
 def consume_raw(
@@ -333,7 +344,7 @@ def consume_raw(
 
     Throughput in MB/s counts the payload (``total * size``), like every other phase.
     """
-    t0 = time.perf_counter()
+    t0, cpu = time.perf_counter(), time.process_time()
     got, _ = _pull(
         store.get_raw,
         queue_id,
@@ -345,7 +356,7 @@ def consume_raw(
         progress,
         phase,
     )
-    return Phase(phase, got, got * size, time.perf_counter() - t0)
+    return Phase(phase, got, got * size, time.perf_counter() - t0, time.process_time() - cpu)
 
 
 class RssSampler:
@@ -524,6 +535,7 @@ def run_bench(
                 sum(p.messages for p in parts),
                 sum(p.nbytes for p in parts),
                 sum(p.seconds for p in parts),
+                sum(p.cpu_seconds or 0.0 for p in parts),
             )
         for name in ("consume", "consume_raw"):
             if name in phases and phases[name].messages != prod.messages:
