@@ -132,6 +132,7 @@ def test_run_bench_produces_and_consumes_every_message(batch: int) -> None:
     assert ("produce", 1000, 1000) in seen and ("consume_raw", 1000, 1000) in seen
     data = result.as_dict()
     assert data["produce_msgs_per_s"] > 0 and data["consume_msgs_per_s"] > 0
+    assert data["produce_cpu_msgs_per_s"] > 0 and data["consume_raw_cpu_msgs_per_s"] > 0
     assert data["peak_rss_mib"] > 1
     assert "fsyncs_per_s" not in data  # async flush: nothing to count
     puts = data["puts_per_s"] * result.phases["produce"].seconds
