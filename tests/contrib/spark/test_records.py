@@ -160,3 +160,69 @@ def test_paths(tmp_path: Path, filled: Any) -> None:
     assert new.topics_file == tmp_path / "new" / "config" / "topics.json"
     with pytest.raises(InvalidArgumentError, match="holds a"):
         resolve_read(location.store_dir, "mmap" if location.store == "lmdb" else "lmdb")
+
+
+def test_time_range_selects_by_store_timestamp(tmp_path: Path) -> None:
+    """start/end_timestamp cut each queue where its store timestamps cross the bounds."""
+    import time
+
+    path = tmp_path / "timed"
+    name = _stores()[0]
+    stamps = []
+    with Kernel().open_store(name, path) as store:
+        for batch in range(3):
+            results = store.put("T", 0, [Message(topic="T", body=b"%d" % batch)] * 5)
+            stamps.append(results[0].store_timestamp)
+            time.sleep(0.01)
+    location = resolve_read(path)
+    opts = ReadOptions.parse(
+        {
+            "path": str(path),
+            "topic": "T",
+            "start_timestamp": str(stamps[1]),
+            "end_timestamp": str(stamps[2]),
+        }
+    )
+    with Kernel().open_store(location.store, location.store_dir, read_only=True) as store:
+        slices = plan_slices(store, location, opts)
+        assert slices == [Slice("T", 0, 5, 10)]
+        rows = list(_read_all(store, slices, timestamps=opts.timestamps))
+    assert [body for _, _, body in rows] == [b"1"] * 5
+
+
+def test_pushdown_narrows_the_read() -> None:
+    """Spark's filters on queue, offset, time, topic and tags move into the read options."""
+    from pyspark.sql.datasource import (
+        EqualTo,
+        GreaterThan,
+        GreaterThanOrEqual,
+        In,
+        LessThan,
+        LessThanOrEqual,
+        StringStartsWith,
+    )
+
+    from mqcore.contrib.spark.options import Bounds
+    from mqcore.contrib.spark.pushdown import push
+
+    opts = ReadOptions.parse({"path": "p", "topic": "A,B", "start_offset": "3"})
+    filters = [
+        In(("queue_id",), (1, 2, 5)),
+        GreaterThan(("queue_id",), 1),
+        GreaterThanOrEqual(("queue_offset",), 1),
+        LessThan(("queue_offset",), 40),
+        LessThanOrEqual(("store_timestamp",), 999),
+        EqualTo(("topic",), "B"),
+        In(("tags",), ("x", "y")),
+        EqualTo(("tags",), "y"),
+        StringStartsWith(("keys",), "k"),
+        EqualTo(("queue_id",), "1"),  # not an int: Spark keeps it
+    ]
+    narrowed, left = push(opts, filters)
+    assert left == filters[-2:]
+    assert narrowed.queue_ids == {1, 2, 5}
+    assert narrowed.queue_range == Bounds(2, None)
+    assert narrowed.offsets == Bounds(3, 40)
+    assert narrowed.timestamps == Bounds(None, 1000)
+    assert narrowed.only_topics == {"B"}
+    assert narrowed.tags == {"y"}
