@@ -44,6 +44,8 @@ def plot_medians(report: dict[str, Any], path: str) -> None:
                     va="center",
                     fontsize=7,
                 )
+    top = max((medians[s].get(p[0], 0.0) for s in systems for p in phases), default=1.0) / 1000
+    ax.set_xlim(0, top * 1.12)  # room for the value labels
     ax.set_yticks([row + height * (len(phases) - 1) / 2 for row in range(len(systems))])
     ax.set_yticklabels(systems)
     ax.invert_yaxis()
