@@ -227,3 +227,19 @@ def test_readers_writer_and_retention_run_together(tmp_path):
         s.close()
     assert not errors, errors
     assert seen[0] > 0
+
+
+def test_consume_queues_rebuilt_after_retention_start_at_the_first_stored_record(store, tmp_path):
+    """Without its consume queues, a trimmed log rebuilds queues that start past offset 0."""
+    _age(store, 3, 100)
+    store.delete_expired_files()
+    lows = [store.min_offset("R", q) for q in (0, 1)]
+    store.close()
+    shutil.rmtree(tmp_path / "s" / "consumequeue")
+    with Kernel(autoload=False).open_store("mmap", tmp_path / "s", **OPTIONS) as again:
+        for qid, low in zip((0, 1), lows, strict=True):
+            assert again.min_offset("R", qid) == low > 0
+            assert again.max_offset("R", qid) == 60
+            first = again.get("R", qid, low).messages[0]
+            assert first.queue_offset == low
+            assert again.get("R", qid, 0).status is GetStatus.OFFSET_TOO_SMALL
