@@ -200,6 +200,7 @@ class MappedFile:
         self.warmed_position = 0
         self.warm_failed = False
         self._warm_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
         self._anchor: Any = None  # pins the map while its address is used by the warmer
         if not read_only:
             try:
@@ -270,8 +271,16 @@ class MappedFile:
 
     def commit(self) -> int:
         """Copy buffered bytes into the file (transient buffers only); returns the position."""
+        if self._buffer is None:
+            return self.committed_position
+        # The commit thread and a flush may both get here: one copy at a time, so that the
+        # committed position never moves back and the buffer goes back to the pool once.
+        with self._commit_lock:
+            return self._commit_locked()
+
+    def _commit_locked(self) -> int:
         buffer = self._buffer
-        if buffer is None:
+        if buffer is None or self._closed:
             return self.committed_position
         start = self.committed_position
         end = self.wrote_position
@@ -293,13 +302,17 @@ class MappedFile:
         """fdatasync everything committed; returns the flushed position."""
         committed = self.committed_position
         if committed > self.flushed_position and not self._closed:
-            try:
-                os.fdatasync(self._fd)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise _disk_full(self.path, "flushing", exc) from exc
-                raise
-            self.flushed_position = committed
+            with self._commit_lock:  # the fd stays open meanwhile (see _retire)
+                if self._closed:
+                    return self.flushed_position
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise _disk_full(self.path, "flushing", exc) from exc
+                    raise
+                if committed > self.flushed_position:
+                    self.flushed_position = committed
         return self.flushed_position
 
     def set_positions(self, position: int) -> None:
@@ -374,10 +387,11 @@ class MappedFile:
                 return False
             self._closed = True
             self._anchor = None
-        buffer, self._buffer = self._buffer, None
-        if buffer is not None and self._pool is not None:
-            self._pool.give_back(buffer)
-        os.close(self._fd)
+        with self._commit_lock:  # a commit in flight finishes with the buffer first
+            buffer, self._buffer = self._buffer, None
+            if buffer is not None and self._pool is not None:
+                self._pool.give_back(buffer)
+            os.close(self._fd)
         return True
 
     def close(self) -> None:
