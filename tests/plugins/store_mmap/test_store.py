@@ -359,3 +359,37 @@ def test_clean_close_leaves_no_abort_marker(opened, tmp_path):
     store.close()
     assert not (tmp_path / "s" / "abort").exists()
     store.close()  # twice is fine
+
+
+@pytest.mark.timeout(60)
+def test_transient_pool_under_concurrent_reads(opened, tmp_path):
+    """Commit thread, writer and a reader together: every record read is complete."""
+    store = opened(transient_store_pool=True, segment_size=16 * 1024)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        offset = 0
+        try:
+            while not stop.is_set() or offset < store.max_offset("T", 0):
+                for msg in store.get("T", 0, offset, max_count=64).messages:
+                    codec.check_record(bytes(msg.record), 0)
+                    assert msg.queue_offset == offset
+                    offset += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(200):
+            store.put("T", 0, _msgs(5, size=40 + i % 50))
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+    bodies = [m.body for m in store.get("T", 0, 0, max_count=2000).messages]
+    store.close()
+    again = opened(segment_size=16 * 1024)
+    assert [m.body for m in again.get("T", 0, 0, max_count=2000).messages] == bodies
+    assert len(bodies) == 1000
