@@ -100,7 +100,10 @@ class _Setup:
         with _open(self.location) as store:
             stream_bounds(store, self.location, self.opts)
 
-    def _read(self, part: Slice) -> Iterator[pa.RecordBatch]:
+    def _read(self, part: Slice | None) -> Iterator[pa.RecordBatch]:
+        if part is None:
+            # Spark reads one empty partition when the plan has none (nothing selected).
+            return
         arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
         message_filter = build_filter(self.opts, _kernel())
         with _open(self.location) as store:

@@ -67,6 +67,7 @@ def test_filters(spark: Any, big: Any, helpers: Any) -> None:
     df = _read(spark, path)
     third = PER_QUEUE // 3 + (1 if PER_QUEUE % 3 > 1 else 0)
     assert df.where("tags = 'TagB'").count() == QUEUES * third
+    assert df.where("queue_id = 99").count() == 0  # no slice at all
     ranged = df.where("queue_id IN (1, 3) AND queue_offset >= 100 AND queue_offset < 250")
     rows = ranged.select("queue_id", "queue_offset").collect()
     assert sorted((r.queue_id, r.queue_offset) for r in rows) == [
