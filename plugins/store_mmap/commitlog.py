@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from mqcore.codec import BLANK_MAGIC_CODE, BLANK_SIZE, Prepared, pack
+from mqcore.codec import BLANK_MAGIC_CODE, BLANK_SIZE, Prepared, pack, pack_blank
 from mqcore.errors import StoreCorruptedError
 
 from .mappedfile import MappedFile, TransientStorePool, segment_name
@@ -61,6 +61,7 @@ class CommitLog:
         self.pool = pool
         self.files: list[MappedFile] = []
         self._current: MappedFile | None = None  # the segment being written
+        self._buffered: list[MappedFile] = []  # segments with uncommitted transient buffers
         #: set by the store: a PageWarmer to wake as the writer advances
         self.warmer: Any = None
         self._since_release = 0
@@ -117,7 +118,14 @@ class CommitLog:
 
     def _new_file(self) -> MappedFile:
         start = self.files[-1].file_end_offset if self.files else 0
+        if self.pool is not None:
+            # Full segments give their buffers back once committed: do it now, so that the
+            # new segment gets one too (RocketMQ refuses puts when the pool runs dry) and
+            # segments are always committed in order.
+            self.commit()
         mf = self._open(start, create=True)
+        if mf.uses_buffer:
+            self._buffered = [*self._buffered, mf]
         self.files = [*self.files, mf]
         return mf
 
@@ -236,9 +244,11 @@ class CommitLog:
 
     def _end_segment(self, mf: MappedFile) -> None:
         rest = mf.file_size - mf.wrote_position
-        # Header only: the rest of a fresh segment is already zero (a reused transient buffer
-        # is not, but readers stop at the marker whatever follows).
-        mf.append(_BLANK_HEADER.pack(rest, BLANK_MAGIC_CODE))
+        if mf.uses_buffer:
+            mf.append(pack_blank(rest))  # a reused buffer holds an older segment's bytes
+        else:
+            # Header only: the rest of a fresh segment is already zero.
+            mf.append(_BLANK_HEADER.pack(rest, BLANK_MAGIC_CODE))
         mf.wrote_position = mf.file_size
         if not mf.uses_buffer:
             mf.committed_position = mf.file_size
@@ -318,14 +328,12 @@ class CommitLog:
         return chunks
 
     def commit(self) -> int:
-        """Move transient buffers into the files; returns the committed offset."""
-        pending = []
-        for mf in reversed(self.files):
-            if mf.committed_position >= mf.file_size:
-                break  # segments are committed in order: everything older is done
-            pending.append(mf)
-        for mf in reversed(pending):
+        """Move transient buffers into the files, oldest first; returns the committed offset."""
+        buffered = self._buffered
+        for mf in buffered:
             mf.commit()
+        if any(not mf.uses_buffer for mf in buffered):
+            self._buffered = [mf for mf in self._buffered if mf.uses_buffer]
         return self.committed_offset
 
     def flush(self) -> int:
