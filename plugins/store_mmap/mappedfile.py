@@ -335,8 +335,12 @@ class MappedFile:
     def read(self, pos: int, size: int) -> memoryview:
         """``size`` bytes at ``pos``: a view of the map, or a copy of a not yet committed buffer."""
         if pos + size > self.committed_position and self._buffer is not None:
-            # Still in the transient buffer, which will be reused: hand out a copy.
-            return memoryview(bytes(self._buffer[pos : pos + size]))
+            # Still in the transient buffer, which will be reused: hand out a copy, taken
+            # under the commit lock so the buffer cannot go back to the pool meanwhile.
+            with self._commit_lock:
+                buffer = self._buffer
+                if buffer is not None and pos + size > self.committed_position:
+                    return memoryview(bytes(buffer[pos : pos + size]))
         return self.view[pos : pos + size]
 
     def warm(self, upto: int) -> bool:
