@@ -108,16 +108,19 @@ def _is_new(path: Path) -> bool:
 def resolve_write(path: str | os.PathLike[str] | None, store: str | None = None) -> Location:
     """Resolve a path to write: an existing store, a broker data dir, or a new directory.
 
-    A new (or empty) directory becomes a broker data directory whose store is ``store``
-    (default: ``mmap`` when registered, else the first registered store).
+    A new (or empty) directory, or a broker data directory without messages yet, gets a new
+    store in ``store/`` of backend ``store`` (default: ``mmap`` when registered, else the
+    first registered store).
     """
     if not path:
         raise InvalidArgumentError("option 'path' is required: a store or broker data directory")
     base = Path(path).absolute()
     if base.exists() and not base.is_dir():
         raise InvalidArgumentError(f"path {str(base)!r} is a file, not a directory")
-    if base.is_dir() and (base / "store").is_dir() and _is_new(base / "store"):
-        return Location(str(base / "store"), _default_store(store, base), str(base))
-    if base.is_dir() and any(base.iterdir()):
+    inner = base / "store"
+    if detect_store(base) is not None or detect_store(inner) is not None:
         return resolve_read(base, store)
-    return Location(str(base / "store"), _default_store(store, base), str(base))
+    # A new directory, or a broker data directory whose store is yet to be written.
+    if _is_new(base) or (base / "config").is_dir() or (inner.is_dir() and _is_new(inner)):
+        return Location(str(inner), _default_store(store, base), str(base))
+    return resolve_read(base, store)  # something else: fails, saying what it expected

@@ -100,7 +100,8 @@ class Writer(DataSourceArrowWriter):
             found = topics.get(self.topic)
             if found is None:
                 found = topics.ensure(self.topic, queue_nums or _DEFAULT_QUEUES)
-            queue_nums = queue_nums or found.write_queue_nums
+            # An existing topic keeps its queues: a broker serves only those.
+            queue_nums = found.write_queue_nums
         self.queue_nums = queue_nums or _DEFAULT_QUEUES
         if self.queue_nums < 1:
             raise InvalidArgumentError(f"option queue_nums={self.queue_nums} must be >= 1")

@@ -220,7 +220,9 @@ def run_replay(
 @click.option("--until", default=None, help="Store time to stop before (exclusive).")
 @click.option("--transform", default=None, help="module:function taking and returning a DataFrame.")
 @click.option("--store", default=None, help="Store backend for a new --to directory.")
-@click.option("--queues", type=int, default=None, help="Queues of a new target topic.")
+@click.option(
+    "--queues", type=int, default=None, help="Queues of a new target topic (default: as source)."
+)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
 @click.option(
     "--max-records-per-partition", type=int, default=None, help="Split queues into slices."

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from mqcore import Kernel, Message
+from mqcore.contrib.spark.layout import resolve_read
 from mqcore.errors import StoreLockedError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -85,3 +86,18 @@ def test_import_without_pyspark_names_the_extra() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert "pip install 'mqcore[spark]'" in out.stdout
+
+
+def test_existing_topic_keeps_its_queues(spark: Any, tmp_path: Path) -> None:
+    """In a broker data dir, rows go to the queues the topic table gives the topic."""
+    from mqcore.broker.topics import TopicManager
+
+    data_dir = tmp_path / "broker"
+    TopicManager(data_dir / "config" / "topics.json").ensure("K", 2)
+    df = spark.createDataFrame([(b"%d" % i, i) for i in range(6)], "body binary, queue_id int")
+    writer = df.write.format("mqcore").mode("append").option("path", str(data_dir))
+    writer.option("topic", "K").option("queue_nums", "8").save()
+    location = resolve_read(data_dir)
+    with Kernel().open_store(location.store, location.store_dir, read_only=True) as store:
+        assert store.queue_ids("K") == [0, 1]
+        assert store.max_offset("K", 0) + store.max_offset("K", 1) == 6
