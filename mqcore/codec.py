@@ -255,7 +255,7 @@ def prepare(
         else:
             code = 0
             if t != plain_topic:
-                plain_trailer = _cached_trailer(t, "")
+                plain_trailer = trailers.get((t, "")) or _cached_trailer(t, "")
                 plain_topic = t
             trailer = plain_trailer
         append(

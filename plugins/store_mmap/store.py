@@ -140,6 +140,7 @@ class MmapStore:
         self._visible: dict[tuple[str, int], int] = {}
         self._lock: StoreLock | None = None
         self._flusher: FlushService | None = None
+        self._group_commit: FlushService | None = None  # the flusher, in SYNC_FLUSH only
         self._committer: CommitService | None = None
         self._warmer: PageWarmer | None = None
         self._cleaner: retention.CleanService | None = None
@@ -192,6 +193,8 @@ class MmapStore:
             sync=self.flush_mode is FlushMode.SYNC_FLUSH,
             timeout=opts.sync_flush_timeout_ms / 1000,
         ).start()
+        if self._flusher.sync:
+            self._group_commit = self._flusher
         if pool is not None:
             self._committer = CommitService(self._commitlog.commit).start()
         else:
@@ -267,8 +270,8 @@ class MmapStore:
         over 4 MiB or a record larger than a segment, :class:`DiskFullError` when the disk is
         full (nothing of the batch is then stored).
         """
-        self._check_open()
-        if self.read_only:
+        if self._closed or self.read_only:
+            self._check_open()
             raise StoreError(
                 f"mmap store {str(self.path)!r} is open read-only; open it without "
                 "read_only=True to write"
@@ -376,8 +379,8 @@ class MmapStore:
                     ),
                 )
             )
-        if self._flusher is not None and self._flusher.sync:
-            self._flusher.wait_flushed(end)
+        if self._group_commit is not None:
+            self._group_commit.wait_flushed(end)
         return results
 
     def _rollback(self, cq: ConsumeQueue, start_phys: int) -> None:
