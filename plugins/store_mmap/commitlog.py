@@ -257,7 +257,6 @@ class CommitLog:
         self,
         prepared: Sequence[Prepared],
         total_size: int,
-        *,
         queue_id: int,
         queue_offset: int,
         store_timestamp: int,

@@ -314,13 +314,7 @@ class MmapStore:
             start_phys = self._commitlog.max_offset
             try:
                 chunks = self._commitlog.put_batch(
-                    prepared,
-                    total,
-                    queue_id=queue_id,
-                    queue_offset=qoff,
-                    store_timestamp=store_ts,
-                    store_host=self._store_host,
-                    born_host=born,
+                    prepared, total, queue_id, qoff, store_ts, self._store_host, born
                 )
                 keyed = None
                 if count == 1:
