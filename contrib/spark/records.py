@@ -252,7 +252,16 @@ def _columns(records: list[Any], topic: str, names: tuple[str, ...]) -> dict[str
     if "commitlog_offset" in wanted:
         cols["commitlog_offset"] = [h[6] for h in headers]
     if "msg_id" in wanted:
-        cols["msg_id"] = [f"{h[12].hex().upper()}{h[13]:08X}{h[6]:016X}" for h in headers]
+        # A message id is the store host, then the offset; a store has one or few hosts.
+        hosts = {
+            (ip, port): f"{ip.hex().upper()}{port:08X}%016X"
+            for ip, port in {(h[12], h[13]) for h in headers}
+        }
+        if len(hosts) == 1:
+            (fmt,) = hosts.values()
+            cols["msg_id"] = [fmt % h[6] for h in headers]
+        else:
+            cols["msg_id"] = [hosts[h[12], h[13]] % h[6] for h in headers]
     if "born_timestamp" in wanted:
         cols["born_timestamp"] = [h[8] for h in headers]
     if "store_timestamp" in wanted:
