@@ -345,12 +345,18 @@ class MessageExt:
         meta = self._meta
         if meta is None:
             buf = self._buf
-            pos = self._h[0] + HEADER_SIZE + self._h[17]
+            h = self._hdr
+            if h is None:  # only the body length is needed, not the whole header
+                pos = self._pos + HEADER_SIZE
+                pos += _BODY_LEN.unpack_from(buf, pos - 4)[0]
+            else:
+                pos = h[0] + HEADER_SIZE + h[17]
             tlen = buf[pos]
-            topic = bytes(buf[pos + 1 : pos + 1 + tlen]).decode()
+            # str(buffer, encoding) decodes a bytes slice or a memoryview without a copy.
+            topic = str(buf[pos + 1 : pos + 1 + tlen], "utf-8")
             pos += 1 + tlen
             plen = (buf[pos] << 8) | buf[pos + 1]
-            props = parse_properties(bytes(buf[pos + 2 : pos + 2 + plen]).decode())
+            props = parse_properties(str(buf[pos + 2 : pos + 2 + plen], "utf-8"))
             meta = self._meta = (topic, props)
         return meta
 
