@@ -41,6 +41,7 @@ log = structlog.get_logger(__name__)
 _PAGE = mmap.PAGESIZE
 #: disk blocks of a segment are allocated this much at a time, ahead of the writer
 ALLOCATION_CHUNK = 64 * 1024 * 1024
+_ZERO_CHUNK = 4 * 1024 * 1024  # bytes read at a time when recovery zeroes a cut tail
 
 
 def segment_name(start_offset: int) -> str:
@@ -317,13 +318,36 @@ class MappedFile:
 
     def set_positions(self, position: int) -> None:
         """Everything up to ``position`` is valid; zero the rest of the file (a cut)."""
-        if position < self.file_size and not self.read_only:
-            rest = self._mm[position:]
-            if rest.count(0) != len(rest):
-                self._mm[position:] = bytes(self.file_size - position)
+        with self._commit_lock:  # no commit may copy the cut bytes back meanwhile
+            self.wrote_position = position
+            if self._buffer is not None:
+                # Bytes below ``position`` not committed yet are still to be committed.
+                self.committed_position = min(self.committed_position, position)
+            else:
+                self.committed_position = position
+            self.flushed_position = min(self.flushed_position, position)
+            if position < self.file_size and not self.read_only and self._zero_from(position):
                 os.fdatasync(self._fd)
-        self.wrote_position = self.committed_position = position
-        self.flushed_position = min(self.flushed_position, position)
+
+    def _zero_from(self, position: int) -> bool:
+        """Zero every non-zero byte from ``position`` on; returns whether any was found.
+
+        Reads with ``pread`` in chunks (no mapping, so no resident pages) and writes zeros
+        only over the non-zero stretch of each chunk: holes of a partly allocated segment
+        stay holes (writing there could need blocks a full disk does not have).
+        """
+        changed = False
+        at = position
+        while at < self.file_size:
+            size = min(_ZERO_CHUNK, self.file_size - at)
+            chunk = os.pread(self._fd, size, at)
+            head = size - len(chunk.lstrip(b"\0"))
+            if head < size:
+                tail = len(chunk.rstrip(b"\0"))
+                os.pwrite(self._fd, bytes(tail - head), at + head)
+                changed = True
+            at += size
+        return changed
 
     # --- reading ----------------------------------------------------------------------
 

@@ -393,3 +393,28 @@ def test_transient_pool_under_concurrent_reads(opened, tmp_path):
     again = opened(segment_size=16 * 1024)
     assert [m.body for m in again.get("T", 0, 0, max_count=2000).messages] == bodies
     assert len(bodies) == 1000
+
+
+@pytest.mark.parametrize("transient", [False, True], ids=["direct", "transient"])
+def test_failed_dispatch_is_rolled_back(opened, monkeypatch, transient):
+    """A batch whose consume-queue append fails leaves nothing behind; earlier puts survive."""
+    store = opened(transient_store_pool=transient)
+    acked = store.put("T", 0, _msgs(7))
+    cq = store._cqs[("T", 0)]
+    real = cq.append_units
+
+    def full(*args: Any, **kwargs: Any) -> int:
+        raise DiskFullError(errno.ENOSPC, "disk full while growing a consume queue")
+
+    monkeypatch.setattr(cq, "append_units", full)
+    with pytest.raises(DiskFullError):
+        store.put("T", 0, _msgs(30))  # crosses segments too
+    monkeypatch.setattr(cq, "append_units", real)
+    assert store._commitlog.max_offset == acked[-1].commitlog_offset + acked[-1].size
+    later = store.put("T", 0, _msgs(3))
+    assert later[0].queue_offset == 7
+    assert later[0].commitlog_offset == acked[-1].commitlog_offset + acked[-1].size
+    expected = [r.msg_id for r in acked + later]
+    store.close()
+    again = opened()
+    assert [m.msg_id for m in again.get("T", 0, 0, max_count=100).messages] == expected
