@@ -217,6 +217,7 @@ def recover(store: MmapStore) -> None:
     # Units below the first stored record point at segments retention deleted.
     for cq in store._cqs.values():
         cq.correct_min_offset(commitlog.min_offset)
+    commitlog.release_cold_pages()  # the scan mapped pages it will not read again
 
 
 def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> None:
