@@ -302,7 +302,9 @@ class MmapStore:
         with self._write_lock:
             if self._closed:
                 raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
-            cq = self._cqs.get((topic, queue_id)) or self._cq_for_write(topic, queue_id)
+            cq = self._cqs.get((topic, queue_id))
+            if cq is None:
+                cq = self._cq_for_write(topic, queue_id)
             qoff = cq.max_offset
             # One clock read per put; the wall clock stepping back must not show in the log.
             store_ts = now if now >= self._last_store_ts else self._last_store_ts
