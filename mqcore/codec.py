@@ -31,11 +31,18 @@ from __future__ import annotations
 
 import socket
 import struct
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
+
+try:
+    # ISA-L's CRC-32 is the same checksum as zlib's, several times faster on small bodies
+    # (carry-less multiplication instead of table lookups): it is a third of the encoding
+    # cost of a 1 KiB message with zlib.
+    from isal.isal_zlib import crc32 as _crc32
+except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
+    from zlib import crc32 as _crc32
 from mqcore.message import (
     _HEADER,
     HEADER_SIZE,
@@ -217,7 +224,7 @@ def prepare(
     """
     out: list[Prepared] = []
     append = out.append
-    crc32 = zlib.crc32
+    crc32 = _crc32
     new = tuple.__new__
     prepared_cls = Prepared
     header_size = HEADER_SIZE
@@ -424,7 +431,7 @@ def check_record(
         )
     if check_crc:
         start = pos + HEADER_SIZE
-        crc = zlib.crc32(memoryview(buf)[start : start + body_len]) & 0x7FFFFFFF
+        crc = _crc32(memoryview(buf)[start : start + body_len]) & 0x7FFFFFFF
         if crc != h[2]:
             raise CorruptRecordError(
                 f"body CRC mismatch at offset {where}: stored {h[2]}, computed {crc}",
