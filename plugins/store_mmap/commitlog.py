@@ -62,6 +62,8 @@ class CommitLog:
         self.files: list[MappedFile] = []
         self._current: MappedFile | None = None  # the segment being written
         self._buffered: list[MappedFile] = []  # segments with uncommitted transient buffers
+        #: commit-log offset where the last put_batch started (undo point of a failed put)
+        self.batch_start = 0
         #: set by the store: a PageWarmer to wake as the writer advances
         self.warmer: Any = None
         self._since_release = 0
@@ -270,6 +272,8 @@ class CommitLog:
         that every record fits in an empty segment.
         """
         mf = self._current
+        # Where this batch starts, for the caller's rollback (set before anything can fail).
+        self.batch_start = mf.file_from_offset + mf.wrote_position if mf is not None else 0
         if mf is None or mf.wrote_position >= mf.file_size:
             mf = self._writable()
         free = mf.file_size - mf.wrote_position - BLANK_SIZE

@@ -313,7 +313,6 @@ class MmapStore:
             into = qoff % cq.units_per_file
             if into == 0 or into + count > cq.units_per_file:
                 cq.reserve(count)
-            start_phys = self._commitlog.max_offset
             try:
                 chunks = self._commitlog.put_batch(
                     prepared, total, queue_id, qoff, store_ts, self._store_host, born
@@ -354,7 +353,7 @@ class MmapStore:
             except BaseException:
                 # Typically a full disk when a consume-queue or index file had to grow:
                 # undo the batch so that nothing of it stays, half-dispatched, in the log.
-                self._rollback(cq, start_phys)
+                self._rollback(cq, self._commitlog.batch_start)
                 raise
         prefix = self._msgid_prefix
         if count == 1:
