@@ -76,7 +76,11 @@ class OffsetStore(Protocol):
         ...
 
     def persist_all(self, mqs: Sequence[MessageQueue]) -> None:
-        """Write cached offsets of ``mqs`` to where they persist."""
+        """Write cached offsets of ``mqs`` to where they persist (and forget other queues)."""
+        ...
+
+    def persist(self, mq: MessageQueue) -> None:
+        """Write the cached offset of one queue to where it persists."""
         ...
 
     def remove_offset(self, mq: MessageQueue) -> None:

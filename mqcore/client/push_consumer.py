@@ -301,7 +301,8 @@ class PushConsumer(ClientBase):
             removed = [(mq, self._table.pop(mq)) for mq in gone]
         for mq, (pq, _) in removed:
             pq.dropped = True
-            self.offset_store.persist_all([mq])
+            # persist(mq), not persist_all([mq]): the latter forgets every other queue.
+            self.offset_store.persist(mq)
             self.offset_store.remove_offset(mq)
             if self._orderly and self.message_model is MessageModel.CLUSTERING:
                 self.broker.unlock_batch_mq(self.group, self.client_id, [mq])
