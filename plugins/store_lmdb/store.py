@@ -307,7 +307,7 @@ class LmdbStore:
         status, records, nxt, low, high = self._read(
             topic, queue_id, offset, max_count, max_bytes, message_filter
         )
-        return RawGetResult(status, list(map(memoryview, records)), nxt, low, high)
+        return RawGetResult(status, [memoryview(r) for r in records], nxt, low, high)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest offset stored in the queue (0 for an empty queue)."""
