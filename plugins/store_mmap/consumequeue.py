@@ -73,6 +73,7 @@ UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags hash code
 UNIT_SIZE = UNIT.size  # 20
 BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)  # fills a rebuilt queue's first file before its start
 _PHY = struct.Struct(">q")
+_SIZE = struct.Struct(">i")
 _EMPTY = memoryview(b"")
 _SIGN_BITS = bytes(0x80 if i >= 0x80 else 0 for i in range(256))  # translate: keep the sign
 
@@ -415,6 +416,37 @@ class ConsumeQueue:
         phy, size, _ = UNIT.unpack_from(data, (count - 1) * UNIT_SIZE)
         self.max_physical_offset = phy + size
         return end
+
+    def append_unit(
+        self, queue_offset: int, commitlog_offset: int, size: int, tags_code: int
+    ) -> int:
+        """:meth:`append_units` for one unit (a one-message put): same checks, same order.
+
+        Anything unusual (a closed or read-only queue, a gap, a unit below the last one)
+        goes through :meth:`append_units`, which raises the documented error.
+        """
+        end = self.max_offset
+        if (
+            queue_offset != end
+            or self._closed
+            or self.read_only
+            or commitlog_offset < self.max_physical_offset
+        ):
+            return self.append_units(queue_offset, UNIT.pack(commitlog_offset, size, tags_code))
+        into = end % self.units_per_file
+        start = end - into
+        tail = self._maps.tail
+        mm = tail[1] if tail is not None and tail[0] == start else self._tail_map(start)
+        pos = into * UNIT_SIZE
+        # As in append_units: tags code, then offset, then size last, so another process
+        # reads the unit as free space until it is whole.
+        _PHY.pack_into(mm, pos + 12, tags_code)
+        _PHY.pack_into(mm, pos, commitlog_offset)
+        _SIZE.pack_into(mm, pos + 8, size)
+        self._maps.mark_dirty(start)
+        self.max_offset = end + 1  # publish after the bytes are in place
+        self.max_physical_offset = commitlog_offset + size
+        return end + 1
 
     def reserve(self, count: int) -> None:
         """Create now the files the next ``count`` units will need.

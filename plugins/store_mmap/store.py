@@ -322,7 +322,6 @@ class MmapStore:
                     first = prepared[0]
                     offsets = [chunks[0][0]]
                     end = offsets[0] + total
-                    units: bytes = _pack_unit(offsets[0], total, first[9])
                     if first[10]:
                         keyed = [(topic, first[10].split(), offsets[0], store_ts)]
                 else:
@@ -346,7 +345,10 @@ class MmapStore:
                             for p, phys in zip(prepared, offsets, strict=True)
                             if p[10]
                         ]
-                cq.append_units(qoff, units)
+                if count == 1:
+                    cq.append_unit(qoff, offsets[0], total, first[9])
+                else:
+                    cq.append_units(qoff, units)
                 if keyed:
                     self._index.put_keys(keyed)
                 self._last_store_ts = store_ts

@@ -558,3 +558,30 @@ def test_offsets_strictly_increase_across_rolls_reopens_and_cuts(tmp_path_factor
         assert all(a < b for a, b in itertools.pairwise(phys))
     finally:
         queue.close()
+
+
+def test_append_unit_matches_append_units_across_rolls_and_reopen(cq, tmp_path):
+    """The one-unit fast path writes what the batch path writes, rolls files and reopens."""
+    expected = units(0, 3 * PER_FILE + 1)
+    for i, (phy, size, code) in enumerate(expected):
+        assert cq.append_unit(i, phy, size, code) == i + 1
+    assert read_all(cq) == expected
+    assert cq.max_physical_offset == expected[-1][0] + expected[-1][1]
+    cq.close()
+    again = ConsumeQueue(tmp_path, "TopicA", 3, units_per_file=PER_FILE)
+    try:
+        assert read_all(again) == expected
+    finally:
+        again.close()
+
+
+def test_append_unit_refuses_what_append_units_refuses(cq):
+    cq.append_unit(0, 100, 10, 1)
+    with pytest.raises(InvalidArgumentError, match="contiguous"):
+        cq.append_unit(5, 110, 10, 1)
+    with pytest.raises(InvalidArgumentError, match="dispatched twice"):
+        cq.append_unit(1, 50, 10, 1)
+    assert cq.max_offset == 1
+    cq.close()
+    with pytest.raises(StoreClosedError):
+        cq.append_unit(1, 110, 10, 1)
