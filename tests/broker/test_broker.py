@@ -116,8 +116,9 @@ def test_long_poll_wakes_on_arrival(broker: Broker) -> None:
 
     def produce() -> None:
         time.sleep(0.3)
-        sent_at.append(time.monotonic())
         _send(broker, 1, queue_id=2)
+        # "Arrived" means stored: the clock starts when the send returns.
+        sent_at.append(time.monotonic())
 
     t = threading.Thread(target=produce)
     t.start()

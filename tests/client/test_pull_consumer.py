@@ -87,8 +87,9 @@ def test_blocking_pull_returns_when_a_message_arrives(broker: Broker) -> None:
 
         def later() -> None:
             time.sleep(0.3)
-            sent.append(time.monotonic())
             _fill(broker, [(b"late", "L")], queue_id=1)
+            # "Arrived" means stored: the clock starts when the send returns.
+            sent.append(time.monotonic())
 
         t = threading.Thread(target=later)
         t.start()
