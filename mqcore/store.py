@@ -29,6 +29,7 @@ __all__ = [
     "PutResult",
     "RawGetResult",
     "Store",
+    "position_status",
 ]
 
 DEFAULT_MAX_BYTES = 256 * 1024  # RocketMQ's maxTransferBytesOnMessageInMemory
@@ -77,6 +78,22 @@ class PutResult(NamedTuple):
     commitlog_offset: int
     store_timestamp: int
     size: int
+
+
+def position_status(offset: int, low: int, high: int) -> tuple[GetStatus, int] | None:
+    """RocketMQ's getMessage rules for where ``offset`` falls in a queue holding
+    ``[low, high)``: ``(status, next offset)`` when there is nothing to read there, or
+    ``None`` when the offset is readable. Every store answers these cases the same way.
+    """
+    if high == 0:
+        return GetStatus.NO_MESSAGE_IN_QUEUE, 0
+    if offset < low:
+        return GetStatus.OFFSET_TOO_SMALL, low
+    if offset == high:
+        return GetStatus.NO_NEW_MSG, offset
+    if offset > high:
+        return GetStatus.OFFSET_OVERFLOW_BADLY, low if low == 0 else high
+    return None
 
 
 @attrs.frozen

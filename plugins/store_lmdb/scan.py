@@ -17,7 +17,7 @@ from typing import Any
 from mqcore import codec
 from mqcore.interfaces import MessageFilter
 from mqcore.plugins.store_lmdb import layout
-from mqcore.store import GetStatus
+from mqcore.store import GetStatus, position_status
 
 __all__ = ["MAX_SCAN", "queue_bounds", "read_queue"]
 
@@ -62,14 +62,9 @@ def read_queue(
 ) -> tuple[GetStatus, list[bytes], int, int, int]:
     """RocketMQ's getMessage on one queue: (status, records, next offset, min, max)."""
     low, high = queue_bounds(txn, env.cq, prefix)
-    if high == 0:
-        return GetStatus.NO_MESSAGE_IN_QUEUE, [], 0, low, high
-    if offset < low:
-        return GetStatus.OFFSET_TOO_SMALL, [], low, low, high
-    if offset == high:
-        return GetStatus.NO_NEW_MSG, [], offset, low, high
-    if offset > high:
-        return GetStatus.OFFSET_OVERFLOW_BADLY, [], low if low == 0 else high, low, high
+    early = position_status(offset, low, high)
+    if early is not None:
+        return early[0], [], early[1], low, high
     cq = txn.cursor(db=env.cq)
     if not cq.set_key(prefix + _OFFSET.pack(offset)):
         return GetStatus.OFFSET_FOUND_NULL, [], offset + 1, low, high

@@ -57,6 +57,7 @@ from mqcore.store import (
     GetStatus,
     PutResult,
     RawGetResult,
+    position_status,
 )
 
 from . import recovery, retention
@@ -438,12 +439,9 @@ class MmapStore:
             raise InvalidArgumentError(
                 f"max_count ({max_count}) and max_bytes ({max_bytes}) must be >= 1"
             )
-        if offset < low:
-            return GetStatus.OFFSET_TOO_SMALL, [], low, low, high
-        if offset == high:
-            return GetStatus.NO_NEW_MSG, [], offset, low, high
-        if offset > high:
-            return GetStatus.OFFSET_OVERFLOW_BADLY, [], low if low == 0 else high, low, high
+        early = position_status(offset, low, high)
+        if early is not None:
+            return early[0], [], early[1], low, high
         # As RocketMQ: a filtered get may scan past max_count units (up to 16000 bytes of
         # them) to find max_count matching messages.
         scan = max_count if message_filter is None else max(_MAX_FILTER_UNITS, max_count)
