@@ -7,8 +7,6 @@ import itertools
 import os
 import random
 import struct
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -445,28 +443,12 @@ while True:
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-def test_sigkill_while_appending_loses_no_acknowledged_unit(tmp_path):
+def test_sigkill_while_appending_loses_no_acknowledged_unit(tmp_path, kill_writer):
     """A writer killed at random moments: after reopening, units form an exact prefix."""
     rnd = random.Random(7)
     acked = 0
     for _ in range(4):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(tmp_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            for _ in range(rnd.randrange(5, 400)):
-                line = proc.stdout.readline()
-                assert line, "the writer died on its own"
-                acked = int(line)
-        finally:
-            proc.kill()
-            proc.wait(10)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        acked = kill_writer(_WRITER, tmp_path, rnd, 5, 400)
         queue = ConsumeQueue(tmp_path, "T", 0, units_per_file=7)
         try:
             assert queue.max_offset >= acked

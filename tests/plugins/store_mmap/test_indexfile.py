@@ -5,8 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import random
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -334,28 +332,12 @@ while True:
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-def test_sigkill_while_putting_keys_loses_no_acknowledged_key(tmp_path):
+def test_sigkill_while_putting_keys_loses_no_acknowledged_key(tmp_path, kill_writer):
     """A writer killed at random moments: every acknowledged key is found after reopening."""
     rnd = random.Random(11)
     acked = 0
     for _ in range(4):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(tmp_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            for _ in range(rnd.randrange(3, 60)):
-                line = proc.stdout.readline()
-                assert line, "the writer died on its own"
-                acked = int(line)
-        finally:
-            proc.kill()
-            proc.wait(10)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        acked = kill_writer(_WRITER, tmp_path, rnd, 3, 60)
         service = IndexService(tmp_path, max_hash_slots=5, max_index_count=50)
         try:
             end = service.end_phy_offset
