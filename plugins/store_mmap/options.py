@@ -56,6 +56,11 @@ class MmapStoreOptions:
     file_reserved_time_hours: float = attrs.field(default=72, validator=_at_least(0))
     disk_max_used_space_ratio: float = attrs.field(default=75, validator=_ratio)
     transient_store_pool: bool = attrs.field(default=False, converter=bool)
+    #: Prefault commit-log pages ahead of the writer on a background thread (RocketMQ's
+    #: ``warmMappedFileEnable``, also off by default): on kernels that map file pages in
+    #: large folios the writer takes few faults, and the warming thread then only contends
+    #: with it (see docs/benchmarks.md).
+    warm_mapped_file: bool = attrs.field(default=False, converter=bool)
     index_hash_slots: int = attrs.field(default=5_000_000, validator=_at_least(1))
     index_max_entries: int = attrs.field(default=20_000_000, validator=_at_least(2))
 

@@ -198,8 +198,8 @@ class MmapStore:
             self._group_commit = self._flusher
         if pool is not None:
             self._committer = CommitService(self._commitlog.commit).start()
-        else:
-            # Transient buffers take the writes off the map; otherwise warm it ahead.
+        elif opts.warm_mapped_file:
+            # Transient buffers take the writes off the map; otherwise warm it ahead if asked.
             self._warmer = PageWarmer(self._commitlog.current).start()
             self._commitlog.warmer = self._warmer if self._warmer.enabled else None
         self._cleaner = retention.CleanService(self).start()

@@ -50,7 +50,11 @@ VARIANTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
             },
         ),
         ("seg64k-cq64", {"segment_size": 64 * 1024, "consume_queue_units": 64}),
-        ("seg1m", {"segment_size": 1024 * 1024, "consume_queue_units": 1024}),
+        # The page warmer is off by default; this variant keeps it under the contract.
+        (
+            "seg1m-warm",
+            {"segment_size": 1024 * 1024, "consume_queue_units": 1024, "warm_mapped_file": True},
+        ),
     ],
     "lmdb": [
         ("map1m", {"map_size": 1024 * 1024}),
