@@ -1,17 +1,34 @@
-"""Key and value layout of the LMDB store's sub-databases.
+"""Key and value layout of the LMDB store's sub-databases (format version 2).
 
-One LMDB environment holds four named sub-databases:
+One LMDB environment holds four named sub-databases. The commit log and the consume
+queues keep **one LMDB item per put batch**, not one per message:
 
-=============  ===========================================  ===================================
-name           key                                          value
-=============  ===========================================  ===================================
-``commitlog``  commit-log offset, 8 bytes big-endian         one record in the codec layout
-``cq``         topic (length-prefixed), queue id 4, offset 8  unit: commit-log offset 8, size 4,
-                                                            tags hash code 8 (big-endian)
-``keyindex``   topic (length-prefixed), message key           commit-log offset 8 (dupsort, so
-                                                            the values of a key sort oldest first)
-``meta``       ``b"version"``; ``b"q"`` + topic + queue id     format version; ``b""`` (a queue)
-=============  ===========================================  ===================================
+=============  =============================================  =================================
+name           key                                            value
+=============  =============================================  =================================
+``commitlog``  the batch's first commit-log offset, 8 bytes     the batch's records in the codec
+               big-endian                                     layout, concatenated (exactly the
+                                                              buffer ``codec.pack`` returned)
+``cq``         topic (length-prefixed), queue id 4, the        the batch's units concatenated:
+               batch's LAST queue offset 8                    commit-log offset 8, size 4, tags
+                                                              hash code 8 each (big-endian)
+``keyindex``   topic (length-prefixed), message key            the record's own commit-log offset
+                                                              8 (dupsort: oldest first)
+``meta``       ``b"version"``; ``b"q"`` + topic + queue id       format version; ``b""`` (a queue)
+=============  =============================================  =================================
+
+Why per batch: a put is one encode (``codec.pack``) and one write transaction anyway, and
+LMDB's cost is per item (a B-tree insert, a cursor step) far more than per byte; per-message
+items also cost Python work per message (a key, a tuple, a slice). With one item per batch a
+put is two inserts whatever its size, and a get reads one consume-queue item and one
+commit-log item for a whole pull, copies the log item out of LMDB once, and hands out
+views into that copy.
+
+Keying a consume-queue item by its batch's *last* offset means ``set_range(prefix + X)``
+lands directly on the item that holds queue offset ``X``: the first key >= X is the batch
+ending at or after X. The batch's first offset is its key minus its unit count plus one.
+A unit's commit-log offset minus the batch's first one (the first unit's) is the record's
+position inside the commit-log item, so a unit locates its record without a search.
 
 Big-endian integers make LMDB's byte order the numeric order, so a cursor walks a queue in
 offset order and the commit log in append order. Commit-log offsets are logical byte
@@ -21,6 +38,7 @@ the mmap store, so message ids and ``commitlog_offset`` mean the same on both ba
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 
@@ -34,12 +52,14 @@ __all__ = [
     "LOG_DB",
     "META_DB",
     "OFFSET",
+    "UNIT_SIZE",
     "cq_key",
     "index_key",
     "queue_meta_key",
     "queue_prefix",
     "split_queue_meta_key",
     "topic_prefix",
+    "units_struct",
 ]
 
 LOG_DB = b"commitlog"
@@ -47,17 +67,24 @@ CQ_DB = b"cq"
 KEYINDEX_DB = b"keyindex"
 META_DB = b"meta"
 VERSION_KEY = b"version"
-FORMAT_VERSION = b"1"
+FORMAT_VERSION = b"2"
 QUEUE_META = b"q"
 
 OFFSET = struct.Struct(">Q")  # commit-log offsets and queue offsets as keys
 QUEUE_ID = struct.Struct(">I")
 CQ_UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags hash code: RocketMQ's 20 bytes
+UNIT_SIZE = CQ_UNIT.size
 
 # LMDB refuses keys over 511 bytes; a long message key is indexed by its digest instead
 # (lookups compare the record's own keys, so a digest can never return a wrong message).
 _MAX_INDEX_KEY = 400
 _DIGEST_MARK = b"\xff#"
+
+
+@functools.lru_cache(maxsize=1024)
+def units_struct(count: int) -> struct.Struct:
+    """Packs or unpacks ``count`` consume-queue units in one call (flat: cl, size, code...)."""
+    return struct.Struct(">" + "qiq" * count)
 
 
 def topic_prefix(topic: str) -> bytes:

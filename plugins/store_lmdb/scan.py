@@ -1,17 +1,19 @@
-"""Reading a queue of the LMDB store: bounds, status rules and the consume-queue scan.
+"""Reading the LMDB store: queue bounds, status rules, the consume-queue scan, record lookup.
 
-The plain scan (no filter) is the consumer's hot path, so it does its per-message work in C:
-the consume-queue units and, when they point at adjacent records (the usual case: a batch
-is written in one piece), the records too are read with one cursor walk each
-(``islice(cursor.iternext())``), and the units are decoded with one ``iter_unpack``.
-Filtered scans go unit by unit, as RocketMQ does, because each unit may be skipped.
+A queue is a run of consume-queue items, one per put batch, each keyed by the batch's last
+queue offset (see :mod:`.layout`). A plain get positions one cursor on the item holding
+its start offset, decodes the units it needs with one ``struct`` call, copies the batch's
+commit-log item out of LMDB once and describes each record as a position and a size in
+that copy: the caller builds ``MessageExt`` views or memoryviews over it without copying
+again. A pull rarely touches a second batch. Filtered scans go unit by unit, as RocketMQ
+does, because each unit may be skipped; they too copy each batch's log item once.
 """
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
-from itertools import accumulate, islice
-from operator import itemgetter
+from itertools import accumulate
 from typing import Any
 
 from mqcore import codec
@@ -19,17 +21,22 @@ from mqcore.interfaces import MessageFilter
 from mqcore.plugins.store_lmdb import layout
 from mqcore.store import GetStatus, position_status
 
-__all__ = ["MAX_SCAN", "queue_bounds", "read_queue"]
+__all__ = ["MAX_SCAN", "Chunk", "batch_timestamp", "queue_bounds", "read_queue", "record_at"]
 
 # Units a filtered get may scan before it returns what it has (or NO_MATCHED_MSG); RocketMQ
 # bounds a filtered pull the same way (16000 bytes of consume queue = 800 units).
 MAX_SCAN = 800
 
 _OFFSET = layout.OFFSET
-_UNIT_UNPACK = layout.CQ_UNIT.unpack
-_UNIT_ITER = layout.CQ_UNIT.iter_unpack
-_CL = itemgetter(0)
-_SIZE = itemgetter(1)
+_OFFSET_PACK = layout.OFFSET.pack
+_UNIT = layout.UNIT_SIZE
+_UNIT_UNPACK_FROM = layout.CQ_UNIT.unpack_from
+_FIRST_CL = layout.OFFSET.unpack_from  # a unit starts with its commit-log offset
+_SIZE = struct.Struct(">i")  # a record starts with its total size
+_TIMESTAMP = struct.Struct(">q")
+
+#: One batch's share of a read: ``(log item copy, record starts in it, record sizes)``.
+Chunk = tuple[bytes, list[int], list[int]]
 
 
 def queue_bounds(txn: Any, cq_db: Any, prefix: bytes) -> tuple[int, int]:
@@ -41,8 +48,9 @@ def queue_bounds(txn: Any, cq_db: Any, prefix: bytes) -> tuple[int, int]:
     key = cur.key()
     if key[:plen] != prefix:
         return 0, 0
-    low = _OFFSET.unpack_from(key, plen)[0]
-    # The unit just before the next queue's first key is this queue's last.
+    # The first item ends at its key's offset and holds len // 20 units.
+    low = _OFFSET.unpack_from(key, plen)[0] + 1 - len(cur.value()) // _UNIT
+    # The item just before the next queue's first key is this queue's last.
     after = prefix[:-4] + layout.QUEUE_ID.pack(layout.QUEUE_ID.unpack(prefix[-4:])[0] + 1)
     if cur.set_range(after):
         cur.prev()
@@ -59,109 +67,150 @@ def read_queue(
     max_count: int,
     max_bytes: int,
     message_filter: MessageFilter | None,
-) -> tuple[GetStatus, list[bytes], int, int, int]:
-    """RocketMQ's getMessage on one queue: (status, records, next offset, min, max)."""
+) -> tuple[GetStatus, list[Chunk], int, int, int]:
+    """RocketMQ's getMessage on one queue: (status, chunks, next offset, min, max)."""
     low, high = queue_bounds(txn, env.cq, prefix)
     early = position_status(offset, low, high)
     if early is not None:
         return early[0], [], early[1], low, high
     cq = txn.cursor(db=env.cq)
-    if not cq.set_key(prefix + _OFFSET.pack(offset)):
-        return GetStatus.OFFSET_FOUND_NULL, [], offset + 1, low, high
-    log_cur = txn.cursor(db=env.log)
+    cq.set_range(prefix + _OFFSET_PACK(offset))  # offset < high: an item of this queue
     if message_filter is None:
         count = min(max_count, high - offset)
-        records = _adjacent(cq, log_cur, prefix, offset, count, max_bytes)
-        if records is None:
-            cq.set_key(prefix + _OFFSET.pack(offset))
-            records = _plain(cq, log_cur, count, max_bytes)
-        scanned = len(records)
+        chunks, scanned = _plain(txn, env.log, cq, prefix, offset, count, max_bytes)
     else:
         limit = min(high - offset, max(MAX_SCAN, max_count))
-        records, scanned = _filtered(cq, log_cur, limit, max_count, max_bytes, message_filter)
-    status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MSG
-    return status, records, offset + scanned, low, high
+        chunks, scanned = _filtered(
+            txn, env.log, cq, prefix, offset, limit, max_count, max_bytes, message_filter
+        )
+    if scanned == 0:  # the unit's record is gone (cannot happen without retention)
+        return GetStatus.OFFSET_FOUND_NULL, [], offset + 1, low, high
+    status = GetStatus.FOUND if chunks else GetStatus.NO_MATCHED_MSG
+    return status, chunks, offset + scanned, low, high
 
 
-def _adjacent(
-    cq: Any, log_cur: Any, prefix: bytes, offset: int, count: int, max_bytes: int
-) -> list[bytes] | None:
-    """The fast path: ``count`` units whose records are adjacent in the log (or ``None``).
-
-    Only the first and the last unit are read. The units' records are distinct and in log
-    order, so if the ``count``-th record from the first one is the last unit's, the records
-    in between are exactly the queue's: one cursor walk reads them, and their sizes come from
-    their lengths.
-    """
-    first = _UNIT_UNPACK(cq.value())[0]
-    if count > 1:
-        if not cq.set_key(prefix + _OFFSET.pack(offset + count - 1)):
-            return None
-        last_key = _OFFSET.pack(_UNIT_UNPACK(cq.value())[0])
-        cq.set_key(prefix + _OFFSET.pack(offset))
-    else:
-        last_key = _OFFSET.pack(first)
-    if not log_cur.set_key(_OFFSET.pack(first)):
-        return None
-    records = list(islice(log_cur.iternext(keys=False, values=True), count))
-    if len(records) != count or log_cur.key() != last_key:
-        return None
-    total = list(accumulate(map(len, records)))
-    if total[-1] > max_bytes:
-        # The first message always goes, even alone over the limit (RocketMQ's rule).
-        del records[max(1, bisect_right(total, max_bytes)) :]
-    return records
-
-
-def _plain(cq: Any, log_cur: Any, count: int, max_bytes: int) -> list[bytes]:
-    """Up to ``count`` records from the cursor's unit on, within ``max_bytes`` (any layout)."""
-    units = list(_UNIT_ITER(b"".join(islice(cq.iternext(keys=False, values=True), count))))
-    sizes = list(map(_SIZE, units))
-    total = list(accumulate(sizes))
-    n = len(units)
-    if total[-1] > max_bytes:
-        n = max(1, bisect_right(total, max_bytes))
-    keys = [_OFFSET.pack(cl) for cl in map(_CL, units[:n])]
-    found = dict(log_cur.getmulti(keys))
-    # A unit whose record is gone ends the read (it cannot happen without retention).
-    out = []
-    for key in keys:
-        record = found.get(key)
-        if record is None:
+def _plain(
+    txn: Any, log_db: Any, cq: Any, prefix: bytes, offset: int, count: int, max_bytes: int
+) -> tuple[list[Chunk], int]:
+    """Up to ``count`` records from ``offset`` on, within ``max_bytes``; (chunks, records)."""
+    plen = len(prefix)
+    chunks: list[Chunk] = []
+    got = 0
+    total = 0
+    while True:
+        key, units = cq.item()
+        n = len(units) // _UNIT
+        first_q = _OFFSET.unpack_from(key, plen)[0] + 1 - n
+        skip = offset + got - first_q  # units of this item before the one wanted next
+        take = min(n - skip, count - got)
+        flat = layout.units_struct(take).unpack_from(units, skip * _UNIT)
+        sizes = list(flat[1::3])
+        ends = list(accumulate(sizes, initial=total))
+        full = ends[-1] > max_bytes
+        if full:
+            # The first message always goes, even alone over the limit (RocketMQ's rule).
+            take = max(1 if got == 0 else 0, bisect_right(ends, max_bytes) - 1)
+            del sizes[take:]
+            if take == 0:
+                break
+        base = _FIRST_CL(units, 0)[0]
+        data = txn.get(_OFFSET_PACK(base), db=log_db)
+        if data is None:
             break
-        out.append(record)
-    return out
+        chunks.append((data, [cl - base for cl in flat[0 : 3 * take : 3]], sizes))
+        got += take
+        total = ends[take]
+        if full or got >= count or not cq.next() or cq.key()[:plen] != prefix:
+            break
+    return chunks, got
 
 
 def _filtered(
+    txn: Any,
+    log_db: Any,
     cq: Any,
-    log_cur: Any,
+    prefix: bytes,
+    offset: int,
     limit: int,
     max_count: int,
     max_bytes: int,
     message_filter: MessageFilter,
-) -> tuple[list[bytes], int]:
+) -> tuple[list[Chunk], int]:
     """Scan at most ``limit`` units, keeping records that pass ``message_filter``."""
     tags_ok = message_filter.matches_tags_code
     props_ok = message_filter.matches_properties if message_filter.uses_properties else None
-    records: list[bytes] = []
+    plen = len(prefix)
+    chunks: list[Chunk] = []
+    picked = 0
     total = 0
     scanned = 0
-    expect = -1  # commit-log offset where the log cursor's next record starts
-    for value in cq.iternext(keys=False, values=True):
-        cl, size, code = _UNIT_UNPACK(value)
-        if records and (len(records) >= max_count or total + size > max_bytes):
+    done = False
+    while not done:
+        key, units = cq.item()
+        n = len(units) // _UNIT
+        skip = offset + scanned - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)
+        base = _FIRST_CL(units, 0)[0]
+        data: bytes | None = None
+        starts: list[int] = []
+        sizes: list[int] = []
+        for i in range(skip, n):
+            cl, size, code = _UNIT_UNPACK_FROM(units, i * _UNIT)
+            if picked and (picked >= max_count or total + size > max_bytes):
+                done = True
+                break
+            scanned += 1
+            if tags_ok(code):
+                if data is None:
+                    data = txn.get(_OFFSET_PACK(base), db=log_db)
+                    if data is None:  # the batch is gone: count it scanned, keep nothing
+                        scanned += n - i - 1
+                        break
+                pos = cl - base
+                if props_ok is None or props_ok(codec.record_properties(data, pos)):
+                    starts.append(pos)
+                    sizes.append(size)
+                    picked += 1
+                    total += size
+            if scanned >= limit:
+                done = True
+                break
+        if starts:
+            chunks.append((data, starts, sizes))  # type: ignore[arg-type]
+        if not done and (not cq.next() or cq.key()[:plen] != prefix):
             break
-        scanned += 1
-        # Records of one batch are adjacent in the log: step the cursor instead of seeking.
-        if tags_ok(code) and (
-            (cl == expect and log_cur.next()) or log_cur.set_key(_OFFSET.pack(cl))
-        ):
-            record = log_cur.value()
-            expect = cl + size
-            if props_ok is None or props_ok(codec.record_properties(record, 0)):
-                records.append(record)
-                total += size
-        if scanned >= limit:
-            break
-    return records, scanned
+    return chunks, scanned
+
+
+def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> tuple[bytes, int] | None:
+    """``(log item copy, position)`` of the record starting at ``commitlog_offset``, or None.
+
+    The record lives in the item with the greatest key <= the offset; walking the item's
+    records by their sizes confirms the offset is a record's start, not a byte inside one.
+    """
+    if commitlog_offset < 0:
+        return None
+    cur = txn.cursor(db=log_db)
+    key = _OFFSET_PACK(commitlog_offset)
+    if cur.set_range(key):
+        if cur.key() != key and not cur.prev():
+            return None
+    elif not cur.last():
+        return None
+    data = cur.value()
+    want = commitlog_offset - _OFFSET.unpack(cur.key())[0]
+    end = len(data) - codec.HEADER_SIZE  # a record starts no later than this
+    if want > end:
+        return None
+    pos = 0
+    while pos < want:
+        size = _SIZE.unpack_from(data, pos)[0]
+        if size <= 0:
+            return None
+        pos += size
+    return (data, pos) if pos == want else None
+
+
+def batch_timestamp(txn: Any, log_db: Any, units: bytes) -> int:
+    """Store timestamp of the batch whose consume-queue item is ``units`` (one per put)."""
+    data = txn.get(_OFFSET_PACK(_FIRST_CL(units, 0)[0]), db=log_db)
+    return int(_TIMESTAMP.unpack_from(data, codec.POS_STORE_TIMESTAMP)[0])

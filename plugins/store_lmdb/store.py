@@ -2,9 +2,10 @@
 
 A ``put`` encodes its batch once with :func:`mqcore.codec.prepare` and :func:`~mqcore.codec.pack`
 (records are byte-identical to the mmap store's) and writes it in one write transaction:
-the records (appended to the commit log), one consume-queue unit per record, the key index
-and, for a new queue, its meta entry. LMDB commits a transaction atomically, so a killed
-writer leaves either the whole batch or none of it: there is no torn tail to cut.
+the packed buffer as one commit-log item, the batch's consume-queue units as one item (see
+:mod:`.layout`), the key index and, for a new queue, its meta entry. LMDB commits a
+transaction atomically, so a killed writer leaves either the whole batch or none of it:
+there is no torn tail to cut.
 
 A writable store takes the directory's writer lock (:class:`mqcore.lockfile.StoreLock`).
 A ``read_only`` store reads one snapshot (a long-lived read transaction), a consistent
@@ -13,14 +14,14 @@ prefix of what the writer committed, until :meth:`LmdbStore.refresh` starts a ne
 
 from __future__ import annotations
 
-import functools
 import operator
 import os
 import struct
 import threading
 import time
 from collections.abc import Sequence
-from itertools import accumulate, islice, repeat
+from itertools import accumulate, chain, repeat
+from operator import add
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,7 @@ OPTIONS: dict[str, Any] = {
 }
 
 _OFFSET = layout.OFFSET
-_UNIT_UNPACK = layout.CQ_UNIT.unpack
-_UNIT_PACK = layout.CQ_UNIT.pack
+_OFFSET_PACK = layout.OFFSET.pack
 _TIMESTAMP = struct.Struct(">q")
 _SIZE = operator.attrgetter("size")
 _TAGS_CODE = operator.attrgetter("tags_code")
@@ -111,6 +111,7 @@ class LmdbStore:
             )
             if self.read_only:
                 self._snapshot = env.begin()
+                self._check_version(self._snapshot.get(layout.VERSION_KEY, db=env.meta))
                 self._next_cl = 0
                 self._last_ts = 0
             else:
@@ -136,19 +137,26 @@ class LmdbStore:
         version = txn.get(layout.VERSION_KEY, db=self._env.meta)
         if version is None:
             txn.put(layout.VERSION_KEY, layout.FORMAT_VERSION, db=self._env.meta)
-        elif version != layout.FORMAT_VERSION:
-            raise StoreError(
-                f"LMDB store at {str(self.path)!r} has format version {version!r}; this "
-                f"mqcore reads version {layout.FORMAT_VERSION!r}"
-            )
+        self._check_version(version)
         cur = txn.cursor(db=self._env.cq)
         self._cq_tail = cur.key()[: -_OFFSET.size] if cur.last() else b""
         cur = txn.cursor(db=self._env.log)
         if not cur.last():
             return 0, 0
-        record = cur.value()
-        end = _OFFSET.unpack(cur.key())[0] + len(record)
-        return end, _TIMESTAMP.unpack_from(record, codec.POS_STORE_TIMESTAMP)[0]
+        batch = cur.value()  # the last put's records: they share one store timestamp
+        end = _OFFSET.unpack(cur.key())[0] + len(batch)
+        return end, _TIMESTAMP.unpack_from(batch, codec.POS_STORE_TIMESTAMP)[0]
+
+    def _check_version(self, version: bytes | None) -> None:
+        """Refuse a directory written in another format (``None``: a new, empty store)."""
+        if version is not None and version != layout.FORMAT_VERSION:
+            raise StoreError(
+                f"LMDB store at {str(self.path)!r} has format version "
+                f"{version.decode(errors='replace')}; this mqcore reads version "
+                f"{layout.FORMAT_VERSION.decode()} only (version 1 kept one item per message "
+                f"and is not converted): read it with the mqcore that wrote it, or move the "
+                f"directory away and start a new store"
+            )
 
     # -- writing ------------------------------------------------------------------------
 
@@ -190,30 +198,31 @@ class LmdbStore:
             start_cl = self._next_cl
             # Store timestamps never go backwards, so offset_for_timestamp can bisect a queue.
             ts = max(now, self._last_ts)
-            buf = memoryview(
-                codec.pack(
-                    prepared,
-                    queue_id=queue_id,
-                    queue_offset=next_q,
-                    commitlog_offset=start_cl,
-                    store_timestamp=ts,
-                    store_host=self._host,
-                    born_host=born,
-                )
+            buf = codec.pack(
+                prepared,
+                queue_id=queue_id,
+                queue_offset=next_q,
+                commitlog_offset=start_cl,
+                store_timestamp=ts,
+                store_host=self._host,
+                born_host=born,
             )
-            log_items, cq_items, key_items, results = _batch_items(
-                buf, prepared, prefix, start_cl, next_q, ts, self._id_format
+            units, key_items, results = _batch_items(
+                prepared, prefix, start_cl, next_q, ts, self._id_format
             )
+            log_key = _OFFSET_PACK(start_cl)
+            cq_key = prefix + _OFFSET_PACK(next_q + len(prepared) - 1)
             env = self._env
             # MDB_APPEND skips the B-tree search, but only for keys past the database's last.
             cq_append = prefix >= self._cq_tail
 
             def work(txn: Any) -> None:
-                # An out-of-order MDB_APPEND is refused silently (added < consumed): check, so
-                # that a bug aborts the transaction instead of losing part of a batch.
-                added = txn.cursor(db=env.log).putmulti(log_items, append=True)[1]
-                added += txn.cursor(db=env.cq).putmulti(cq_items, append=cq_append)[1]
-                if added != 2 * len(log_items):
+                # An out-of-order MDB_APPEND is refused (put returns False): check, so that a
+                # bug aborts the transaction instead of storing half a batch.
+                if not (
+                    txn.put(log_key, buf, append=True, db=env.log)
+                    and txn.put(cq_key, units, append=cq_append, overwrite=False, db=env.cq)
+                ):
                     raise StoreError(
                         f"LMDB store {str(self.path)!r}: a batch for {topic!r} queue "
                         f"{queue_id} did not append cleanly; nothing of it was stored"
@@ -259,7 +268,7 @@ class LmdbStore:
         max_count: int,
         max_bytes: int,
         message_filter: MessageFilter | None,
-    ) -> tuple[GetStatus, list[bytes], int, int, int]:
+    ) -> tuple[GetStatus, list[scan.Chunk], int, int, int]:
         prefix = layout.queue_prefix(topic, queue_id)
         if max_count < 1 or max_bytes < 1:
             raise InvalidArgumentError(
@@ -274,7 +283,8 @@ class LmdbStore:
                 )
             finally:
                 self._end_txn(txn)
-            self._env.touched(sum(map(len, found[1])))
+            for chunk in found[1]:
+                self._env.touched(len(chunk[0]))
             if not self.read_only:  # a read-only store's snapshot pins the map until refresh
                 self._env.release_pages()
             return found
@@ -289,10 +299,17 @@ class LmdbStore:
         message_filter: MessageFilter | None = None,
     ) -> GetResult:
         """Up to ``max_count`` messages from ``offset`` that pass ``message_filter``."""
-        status, records, nxt, low, high = self._read(
+        status, chunks, nxt, low, high = self._read(
             topic, queue_id, offset, max_count, max_bytes, message_filter
         )
-        return GetResult(status, list(map(MessageExt, records)), nxt, low, high)
+        if len(chunks) == 1:
+            data, starts, _ = chunks[0]
+            messages = list(map(MessageExt, repeat(data, len(starts)), starts))
+        else:
+            messages = []
+            for data, starts, _ in chunks:
+                messages.extend(map(MessageExt, repeat(data, len(starts)), starts))
+        return GetResult(status, messages, nxt, low, high)
 
     def get_raw(
         self,
@@ -304,10 +321,15 @@ class LmdbStore:
         message_filter: MessageFilter | None = None,
     ) -> RawGetResult:
         """Like :meth:`get`, returning the encoded records as memoryviews (copied out of LMDB)."""
-        status, records, nxt, low, high = self._read(
+        status, chunks, nxt, low, high = self._read(
             topic, queue_id, offset, max_count, max_bytes, message_filter
         )
-        return RawGetResult(status, [memoryview(r) for r in records], nxt, low, high)
+        records: list[memoryview] = []
+        for data, starts, sizes in chunks:
+            # One copy of the batch (taken in the read transaction); the views share it.
+            view = memoryview(data)
+            records.extend(map(view.__getitem__, map(slice, starts, map(add, starts, sizes))))
+        return RawGetResult(status, records, nxt, low, high)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest offset stored in the queue (0 for an empty queue)."""
@@ -335,13 +357,14 @@ class LmdbStore:
             txn = self._txn()
             try:
                 lo, hi = scan.queue_bounds(txn, self._env.cq, prefix)
-                cq_db, log_db = self._env.cq, self._env.log
-                # Store timestamps are non-decreasing along a queue: bisect on them.
+                cq = txn.cursor(db=self._env.cq)
+                log_db = self._env.log
+                # Store timestamps are non-decreasing along a queue: bisect on them. A batch's
+                # records share one timestamp, so the item holding ``mid`` answers for it.
                 while lo < hi:
                     mid = (lo + hi) // 2
-                    unit = txn.get(prefix + _OFFSET.pack(mid), db=cq_db)
-                    record = txn.get(_OFFSET.pack(_UNIT_UNPACK(unit)[0]), db=log_db)
-                    ts = _TIMESTAMP.unpack_from(record, codec.POS_STORE_TIMESTAMP)[0]
+                    cq.set_range(prefix + _OFFSET_PACK(mid))
+                    ts = scan.batch_timestamp(txn, log_db, cq.value())
                     if ts < timestamp_ms:
                         lo = mid + 1
                     else:
@@ -363,10 +386,10 @@ class LmdbStore:
                     return out
                 log_db = self._env.log
                 for value in cur.iternext_dup():
-                    record = txn.get(value, db=log_db)
-                    if record is None:
+                    found = scan.record_at(txn, log_db, _OFFSET.unpack(value)[0])
+                    if found is None:
                         continue
-                    msg = MessageExt(record)
+                    msg = MessageExt(*found)
                     # The index may hold a digest of a long key: confirm on the record.
                     if key in msg.key_list:
                         out.append(msg)
@@ -384,10 +407,10 @@ class LmdbStore:
             self._check_open()
             txn = self._txn()
             try:
-                record = txn.get(_OFFSET.pack(commitlog_offset), db=self._env.log)
+                found = scan.record_at(txn, self._env.log, commitlog_offset)
             finally:
                 self._end_txn(txn)
-        return None if record is None else MessageExt(record)
+        return None if found is None else MessageExt(*found)
 
     def _queues(self, start: bytes) -> list[tuple[str, int]]:
         out = []
@@ -464,47 +487,34 @@ class LmdbStore:
         return f"LmdbStore({str(self.path)!r}, {mode})"
 
 
-@functools.lru_cache(maxsize=128)
-def _cq_key_struct(prefix_size: int) -> struct.Struct:
-    """Packs a queue prefix and a queue offset into a consume-queue key in one call."""
-    return struct.Struct(f">{prefix_size}sQ")
-
-
 def _batch_items(
-    buf: memoryview,
     prepared: list[codec.Prepared],
     prefix: bytes,
     start_cl: int,
     next_q: int,
     ts: int,
     id_format: str,
-) -> tuple[list[Any], list[Any], list[Any], list[PutResult]]:
-    """Log items, consume-queue items, key-index items and results of one packed batch.
+) -> tuple[bytes, list[tuple[bytes, bytes]], list[PutResult]]:
+    """The consume-queue item, key-index items and results of one packed batch.
 
-    Everything per message runs in C (``map``/``zip`` over struct packers and slices):
-    at a few hundred thousand messages a second, a Python loop body is the bottleneck.
+    Everything per message runs in C (``map``/``zip`` over struct packers, one ``struct``
+    call for all the units): at several hundred thousand messages a second, a Python loop
+    body is the bottleneck.
     """
     n = len(prepared)
     sizes = list(map(_SIZE, prepared))
-    bounds = list(accumulate(sizes, initial=0))  # record i is buf[bounds[i]:bounds[i + 1]]
     offsets = list(accumulate(sizes[:-1], initial=start_cl))
-    log_keys = list(map(_OFFSET.pack, offsets))
-    records = map(buf.__getitem__, map(slice, bounds, islice(bounds, 1, None)))
-    log_items = list(zip(log_keys, records, strict=True))
-    qoffs = range(next_q, next_q + n)
-    cq_items = list(
-        zip(
-            map(_cq_key_struct(len(prefix)).pack, repeat(prefix, n), qoffs),
-            map(_UNIT_PACK, offsets, sizes, map(_TAGS_CODE, prepared)),
-            strict=True,
-        )
+    units = layout.units_struct(n).pack(
+        *chain.from_iterable(zip(offsets, sizes, map(_TAGS_CODE, prepared), strict=True))
     )
     key_items: list[tuple[bytes, bytes]] = []
     if any(map(_KEYS, prepared)):
         tprefix = prefix[: -layout.QUEUE_ID.size]
-        for p, log_key in zip(prepared, log_keys, strict=True):
+        for p, cl in zip(prepared, offsets, strict=True):
             if p.keys:
+                log_key = _OFFSET_PACK(cl)
                 key_items.extend((layout.index_key(tprefix, k), log_key) for k in p.keys.split())
+    qoffs = range(next_q, next_q + n)
     results = list(
         map(
             _new_tuple,
@@ -512,7 +522,7 @@ def _batch_items(
             zip(map(id_format.__mod__, offsets), qoffs, offsets, repeat(ts, n), sizes, strict=True),
         )
     )
-    return log_items, cq_items, key_items, results
+    return units, key_items, results
 
 
 def _positive_int(name: str, value: Any) -> int:
