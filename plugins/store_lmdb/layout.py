@@ -57,6 +57,7 @@ __all__ = [
     "index_key",
     "queue_meta_key",
     "queue_prefix",
+    "sizes_struct",
     "split_queue_meta_key",
     "topic_prefix",
     "units_struct",
@@ -87,6 +88,12 @@ def units_struct(count: int) -> struct.Struct:
     return struct.Struct(">" + "qiq" * count)
 
 
+@functools.lru_cache(maxsize=1024)
+def sizes_struct(count: int) -> struct.Struct:
+    """Unpacks only the sizes of ``count`` consume-queue units in one call."""
+    return struct.Struct(">" + "8xi8x" * count)
+
+
 def topic_prefix(topic: str) -> bytes:
     """The topic as it starts every key: one length byte, then its UTF-8 bytes."""
     raw = topic.encode()
@@ -95,6 +102,7 @@ def topic_prefix(topic: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
+@functools.lru_cache(maxsize=4096)
 def queue_prefix(topic: str, queue_id: int) -> bytes:
     """Key prefix of every consume-queue unit of ``(topic, queue_id)``."""
     if not 0 <= queue_id < 2**31:

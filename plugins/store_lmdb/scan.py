@@ -11,6 +11,7 @@ does, because each unit may be skipped; they too copy each batch's log item once
 
 from __future__ import annotations
 
+import functools
 import struct
 from bisect import bisect_right
 from itertools import accumulate
@@ -41,7 +42,10 @@ Chunk = tuple[bytes, list[int], list[int]]
 
 def queue_bounds(txn: Any, cq_db: Any, prefix: bytes) -> tuple[int, int]:
     """(min offset, max offset) of the queue under ``prefix``; (0, 0) when it has no unit."""
-    cur = txn.cursor(db=cq_db)
+    return _bounds(txn.cursor(db=cq_db), prefix)
+
+
+def _bounds(cur: Any, prefix: bytes) -> tuple[int, int]:
     plen = len(prefix)
     if not cur.set_range(prefix):
         return 0, 0
@@ -51,12 +55,17 @@ def queue_bounds(txn: Any, cq_db: Any, prefix: bytes) -> tuple[int, int]:
     # The first item ends at its key's offset and holds len // 20 units.
     low = _OFFSET.unpack_from(key, plen)[0] + 1 - len(cur.value()) // _UNIT
     # The item just before the next queue's first key is this queue's last.
-    after = prefix[:-4] + layout.QUEUE_ID.pack(layout.QUEUE_ID.unpack(prefix[-4:])[0] + 1)
-    if cur.set_range(after):
+    if cur.set_range(_next_queue(prefix)):
         cur.prev()
     else:
         cur.last()
     return low, _OFFSET.unpack_from(cur.key(), plen)[0] + 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _next_queue(prefix: bytes) -> bytes:
+    """The prefix of the queue after ``prefix`` (same topic, queue id + 1)."""
+    return prefix[:-4] + layout.QUEUE_ID.pack(layout.QUEUE_ID.unpack(prefix[-4:])[0] + 1)
 
 
 def read_queue(
@@ -69,11 +78,11 @@ def read_queue(
     message_filter: MessageFilter | None,
 ) -> tuple[GetStatus, list[Chunk], int, int, int]:
     """RocketMQ's getMessage on one queue: (status, chunks, next offset, min, max)."""
-    low, high = queue_bounds(txn, env.cq, prefix)
+    cq = txn.cursor(db=env.cq)
+    low, high = _bounds(cq, prefix)
     early = position_status(offset, low, high)
     if early is not None:
         return early[0], [], early[1], low, high
-    cq = txn.cursor(db=env.cq)
     cq.set_range(prefix + _OFFSET_PACK(offset))  # offset < high: an item of this queue
     if message_filter is None:
         count = min(max_count, high - offset)
@@ -100,26 +109,27 @@ def _plain(
     while True:
         key, units = cq.item()
         n = len(units) // _UNIT
-        first_q = _OFFSET.unpack_from(key, plen)[0] + 1 - n
-        skip = offset + got - first_q  # units of this item before the one wanted next
+        skip = offset + got - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)  # units to pass over
         take = min(n - skip, count - got)
-        flat = layout.units_struct(take).unpack_from(units, skip * _UNIT)
-        sizes = list(flat[1::3])
-        ends = list(accumulate(sizes, initial=total))
-        full = ends[-1] > max_bytes
+        # A batch's records are adjacent in its log item: the first unit's commit-log offset
+        # and the sizes place them all.
+        sizes = list(layout.sizes_struct(take).unpack_from(units, skip * _UNIT))
+        full = total + sum(sizes) > max_bytes
         if full:
+            ends = list(accumulate(sizes, initial=total))
             # The first message always goes, even alone over the limit (RocketMQ's rule).
             take = max(1 if got == 0 else 0, bisect_right(ends, max_bytes) - 1)
-            del sizes[take:]
             if take == 0:
                 break
+            del sizes[take:]
         base = _FIRST_CL(units, 0)[0]
         data = txn.get(_OFFSET_PACK(base), db=log_db)
         if data is None:
             break
-        chunks.append((data, [cl - base for cl in flat[0 : 3 * take : 3]], sizes))
+        starts = list(accumulate(sizes, initial=_FIRST_CL(units, skip * _UNIT)[0] - base))
+        total = starts.pop() - starts[0] + total
+        chunks.append((data, starts, sizes))
         got += take
-        total = ends[take]
         if full or got >= count or not cq.next() or cq.key()[:plen] != prefix:
             break
     return chunks, got

@@ -14,13 +14,14 @@ prefix of what the writer committed, until :meth:`LmdbStore.refresh` starts a ne
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import struct
 import threading
 import time
 from collections.abc import Sequence
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, repeat
 from operator import add
 from pathlib import Path
 from typing import Any
@@ -487,6 +488,12 @@ class LmdbStore:
         return f"LmdbStore({str(self.path)!r}, {mode})"
 
 
+@functools.lru_cache(maxsize=256)
+def _ids_format(id_format: str, count: int) -> str:
+    """``count`` message-id formats, each followed by a comma (ids hold only hex digits)."""
+    return (id_format + ",") * count
+
+
 def _batch_items(
     prepared: list[codec.Prepared],
     prefix: bytes,
@@ -504,9 +511,11 @@ def _batch_items(
     n = len(prepared)
     sizes = list(map(_SIZE, prepared))
     offsets = list(accumulate(sizes[:-1], initial=start_cl))
-    units = layout.units_struct(n).pack(
-        *chain.from_iterable(zip(offsets, sizes, map(_TAGS_CODE, prepared), strict=True))
-    )
+    flat: list[int] = [0] * (3 * n)  # cl, size, tags code per unit: one pack call for all
+    flat[0::3] = offsets
+    flat[1::3] = sizes
+    flat[2::3] = map(_TAGS_CODE, prepared)
+    units = layout.units_struct(n).pack(*flat)
     key_items: list[tuple[bytes, bytes]] = []
     if any(map(_KEYS, prepared)):
         tprefix = prefix[: -layout.QUEUE_ID.size]
@@ -514,12 +523,14 @@ def _batch_items(
             if p.keys:
                 log_key = _OFFSET_PACK(cl)
                 key_items.extend((layout.index_key(tprefix, k), log_key) for k in p.keys.split())
-    qoffs = range(next_q, next_q + n)
+    # The message ids in one formatting call: the store host part is fixed, the offset varies.
+    ids = (_ids_format(id_format, n) % tuple(offsets)).split(",")
+    ids.pop()
     results = list(
         map(
             _new_tuple,
             repeat(PutResult, n),
-            zip(map(id_format.__mod__, offsets), qoffs, offsets, repeat(ts, n), sizes, strict=True),
+            zip(ids, range(next_q, next_q + n), offsets, repeat(ts, n), sizes, strict=True),
         )
     )
     return units, key_items, results
