@@ -120,14 +120,18 @@ class Environment:
                 self.env.set_mapsize(self.map_size)
 
     def begin(self) -> Any:
-        """A read transaction on the newest committed snapshot (adopting a grown map)."""
+        """A read transaction on the newest committed snapshot (adopting a grown map).
+
+        It runs with ``buffers=True``: keys and values are memoryviews into the map, valid
+        until the transaction ends, so a reader copies only the bytes it keeps.
+        """
         try:
-            return self.env.begin(buffers=False)
+            return self.env.begin(buffers=True)
         except lmdb.MapResizedError:
             # The writer (another process) grew the file beyond our map: adopt its size.
             with self._map_lock:
                 self.env.set_mapsize(0)
-            return self.env.begin(buffers=False)
+            return self.env.begin(buffers=True)
 
     def write(self, work: Callable[[Any], T]) -> T:
         """Run ``work(txn)`` in one write transaction, growing the map until it fits."""

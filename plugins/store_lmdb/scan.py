@@ -2,11 +2,15 @@
 
 A queue is a run of consume-queue items, one per put batch, each keyed by the batch's last
 queue offset (see :mod:`.layout`). A plain get positions one cursor on the item holding
-its start offset, decodes the units it needs with one ``struct`` call, copies the batch's
-commit-log item out of LMDB once and describes each record as a position and a size in
-that copy: the caller builds ``MessageExt`` views or memoryviews over it without copying
-again. A pull rarely touches a second batch. Filtered scans go unit by unit, as RocketMQ
-does, because each unit may be skipped; they too copy each batch's log item once.
+its start offset, decodes the sizes it needs with one ``struct`` call, copies the wanted
+span of the batch's commit-log item out of LMDB once and describes each record as a
+position and a size in that copy: the caller builds ``MessageExt`` views or memoryviews
+over it without copying again. A pull rarely touches a second batch. Filtered scans go
+unit by unit, as RocketMQ does, because each unit may be skipped; they copy the records
+they keep, one buffer per batch.
+
+Read transactions run with ``buffers=True``: values are views into the map, valid only
+until the transaction ends, so everything returned from here is a copy (``bytes``).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ _FIRST_CL = layout.OFFSET.unpack_from  # a unit starts with its commit-log offse
 _SIZE = struct.Struct(">i")  # a record starts with its total size
 _TIMESTAMP = struct.Struct(">q")
 
-#: One batch's share of a read: ``(log item copy, record starts in it, record sizes)``.
+#: One batch's share of a read: ``(copy of its records read, their starts in it, sizes)``.
 Chunk = tuple[bytes, list[int], list[int]]
 
 
@@ -111,8 +115,8 @@ def _plain(
         n = len(units) // _UNIT
         skip = offset + got - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)  # units to pass over
         take = min(n - skip, count - got)
-        # A batch's records are adjacent in its log item: the first unit's commit-log offset
-        # and the sizes place them all.
+        # A batch's records are adjacent in its log item: the first wanted unit's commit-log
+        # offset and the sizes place them all.
         sizes = list(layout.sizes_struct(take).unpack_from(units, skip * _UNIT))
         full = total + sum(sizes) > max_bytes
         if full:
@@ -123,12 +127,16 @@ def _plain(
                 break
             del sizes[take:]
         base = _FIRST_CL(units, 0)[0]
-        data = txn.get(_OFFSET_PACK(base), db=log_db)
-        if data is None:
+        view = txn.get(_OFFSET_PACK(base), db=log_db)
+        if view is None:
             break
-        starts = list(accumulate(sizes, initial=_FIRST_CL(units, skip * _UNIT)[0] - base))
-        total = starts.pop() - starts[0] + total
+        starts = list(accumulate(sizes, initial=0))
+        span = starts.pop()
+        first = _FIRST_CL(units, skip * _UNIT)[0] - base
+        # The one copy out of the map: only the records asked for, not the whole batch.
+        data = bytes(view) if span == len(view) else bytes(view[first : first + span])
         chunks.append((data, starts, sizes))
+        total += span
         got += take
         if full or got >= count or not cq.next() or cq.key()[:plen] != prefix:
             break
@@ -160,8 +168,8 @@ def _filtered(
         n = len(units) // _UNIT
         skip = offset + scanned - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)
         base = _FIRST_CL(units, 0)[0]
-        data: bytes | None = None
-        starts: list[int] = []
+        view: Any = None
+        parts: list[Any] = []
         sizes: list[int] = []
         for i in range(skip, n):
             cl, size, code = _UNIT_UNPACK_FROM(units, i * _UNIT)
@@ -170,29 +178,32 @@ def _filtered(
                 break
             scanned += 1
             if tags_ok(code):
-                if data is None:
-                    data = txn.get(_OFFSET_PACK(base), db=log_db)
-                    if data is None:  # the batch is gone: count it scanned, keep nothing
-                        scanned += n - i - 1
+                if view is None:
+                    view = txn.get(_OFFSET_PACK(base), db=log_db)
+                    if view is None:  # the batch is gone (no retention yet: cannot happen)
+                        done = True
                         break
                 pos = cl - base
-                if props_ok is None or props_ok(codec.record_properties(data, pos)):
-                    starts.append(pos)
+                if props_ok is None or props_ok(codec.record_properties(view, pos)):
+                    parts.append(view[pos : pos + size])
                     sizes.append(size)
                     picked += 1
                     total += size
             if scanned >= limit:
                 done = True
                 break
-        if starts:
-            chunks.append((data, starts, sizes))  # type: ignore[arg-type]
+        if parts:
+            # The picked records of this batch, copied out of the map into one buffer.
+            starts = list(accumulate(sizes, initial=0))
+            starts.pop()
+            chunks.append((b"".join(parts), starts, sizes))
         if not done and (not cq.next() or cq.key()[:plen] != prefix):
             break
     return chunks, scanned
 
 
-def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> tuple[bytes, int] | None:
-    """``(log item copy, position)`` of the record starting at ``commitlog_offset``, or None.
+def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> bytes | None:
+    """A copy of the record starting at ``commitlog_offset``, or None.
 
     The record lives in the item with the greatest key <= the offset; walking the item's
     records by their sizes confirms the offset is a record's start, not a byte inside one.
@@ -206,21 +217,22 @@ def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> tuple[bytes, int]
             return None
     elif not cur.last():
         return None
-    data = cur.value()
+    view = cur.value()
     want = commitlog_offset - _OFFSET.unpack(cur.key())[0]
-    end = len(data) - codec.HEADER_SIZE  # a record starts no later than this
-    if want > end:
+    if want > len(view) - codec.HEADER_SIZE:  # no record starts that late in the batch
         return None
     pos = 0
     while pos < want:
-        size = _SIZE.unpack_from(data, pos)[0]
+        size = _SIZE.unpack_from(view, pos)[0]
         if size <= 0:
             return None
         pos += size
-    return (data, pos) if pos == want else None
+    if pos != want:
+        return None
+    return bytes(view[pos : pos + _SIZE.unpack_from(view, pos)[0]])
 
 
-def batch_timestamp(txn: Any, log_db: Any, units: bytes) -> int:
+def batch_timestamp(txn: Any, log_db: Any, units: Any) -> int:
     """Store timestamp of the batch whose consume-queue item is ``units`` (one per put)."""
-    data = txn.get(_OFFSET_PACK(_FIRST_CL(units, 0)[0]), db=log_db)
-    return int(_TIMESTAMP.unpack_from(data, codec.POS_STORE_TIMESTAMP)[0])
+    view = txn.get(_OFFSET_PACK(_FIRST_CL(units, 0)[0]), db=log_db)
+    return int(_TIMESTAMP.unpack_from(view, codec.POS_STORE_TIMESTAMP)[0])

@@ -112,7 +112,8 @@ class LmdbStore:
             )
             if self.read_only:
                 self._snapshot = env.begin()
-                self._check_version(self._snapshot.get(layout.VERSION_KEY, db=env.meta))
+                version = self._snapshot.get(layout.VERSION_KEY, db=env.meta)
+                self._check_version(None if version is None else bytes(version))
                 self._next_cl = 0
                 self._last_ts = 0
             else:
@@ -387,10 +388,10 @@ class LmdbStore:
                     return out
                 log_db = self._env.log
                 for value in cur.iternext_dup():
-                    found = scan.record_at(txn, log_db, _OFFSET.unpack(value)[0])
-                    if found is None:
+                    record = scan.record_at(txn, log_db, _OFFSET.unpack(value)[0])
+                    if record is None:
                         continue
-                    msg = MessageExt(*found)
+                    msg = MessageExt(record)
                     # The index may hold a digest of a long key: confirm on the record.
                     if key in msg.key_list:
                         out.append(msg)
@@ -408,10 +409,10 @@ class LmdbStore:
             self._check_open()
             txn = self._txn()
             try:
-                found = scan.record_at(txn, self._env.log, commitlog_offset)
+                record = scan.record_at(txn, self._env.log, commitlog_offset)
             finally:
                 self._end_txn(txn)
-        return None if found is None else MessageExt(*found)
+        return None if record is None else MessageExt(record)
 
     def _queues(self, start: bytes) -> list[tuple[str, int]]:
         out = []
@@ -421,7 +422,8 @@ class LmdbStore:
             try:
                 cur = txn.cursor(db=self._env.meta)
                 if cur.set_range(start):
-                    for key in cur.iternext(keys=True, values=False):
+                    for view in cur.iternext(keys=True, values=False):
+                        key = bytes(view)  # a view into the map: copy it to compare and decode
                         if not key.startswith(start):
                             break
                         out.append(layout.split_queue_meta_key(key))
