@@ -17,12 +17,13 @@ name           key                                            value
 ``meta``       ``b"version"``; ``b"q"`` + topic + queue id       format version; ``b""`` (a queue)
 =============  =============================================  =================================
 
-Why per batch: a put is one encode (``codec.pack``) and one write transaction anyway, and
-LMDB's cost is per item (a B-tree insert, a cursor step) far more than per byte; per-message
-items also cost Python work per message (a key, a tuple, a slice). With one item per batch a
-put is two inserts whatever its size, and a get reads one consume-queue item and one
-commit-log item for a whole pull, copies the log item out of LMDB once, and hands out
-views into that copy.
+Why per batch: a put is one encode (``codec.pack``) and one write transaction anyway. Each
+LMDB item costs a B-tree insert when written and a cursor step when read, and each costs
+Python work (a key, a tuple, a slice, a call); per batch, that work is paid once for 32
+messages instead of 32 times. A put is two inserts whatever its size, and a get reads one
+consume-queue item and one commit-log item for a whole pull, copies the records it returns
+out of LMDB once, and hands out views into that copy. What remains per message is what
+LMDB does per byte (copying pages), the same for any layout.
 
 Keying a consume-queue item by its batch's *last* offset means ``set_range(prefix + X)``
 lands directly on the item that holds queue offset ``X``: the first key >= X is the batch
