@@ -6,6 +6,11 @@
 - SYNC_FLUSH (RocketMQ's GroupCommitService): a writer asks for its offset to be on disk and
   waits. The flush thread takes every request queued so far and serves them with *one*
   ``fdatasync``, so under concurrency fsyncs per second stay far below puts per second.
+  Writers that were just served need a moment to come back with their next put, and an
+  fsync started meanwhile serves only the few that made it; so when several writers have
+  recently been waiting at once, the thread holds a flush for up to ``group_delay`` until
+  as many wait again (PostgreSQL's ``commit_delay`` with ``commit_siblings``). A lone
+  writer is never held.
   A wait longer than the timeout raises :class:`~mqcore.errors.FlushTimeoutError` (the data
   stays written; only its durability is unconfirmed).
 - Transient pool (RocketMQ's CommitRealTimeService): a thread copies the in-memory write
@@ -37,7 +42,12 @@ class FlushService:
     :param interval: seconds between periodic full flushes.
     :param sync: group commit for :meth:`wait_flushed`.
     :param timeout: seconds a SYNC_FLUSH writer waits before :class:`FlushTimeoutError`.
+    :param group_delay: longest wait, in seconds, for the usual number of concurrent writers
+        to queue up before a group commit (0 disables it).
     """
+
+    #: seconds over which the usual number of concurrent writers is measured
+    SIBLINGS_WINDOW = 1.0
 
     def __init__(
         self,
@@ -47,6 +57,7 @@ class FlushService:
         interval: float,
         sync: bool,
         timeout: float,
+        group_delay: float = 0.0,
         name: str = "mqcore-mmap-flush",
     ) -> None:
         self._flush_log = flush_log
@@ -54,11 +65,23 @@ class FlushService:
         self.interval = interval
         self.sync = sync
         self.timeout = timeout
-        self._cond = threading.Condition()
+        self.group_delay = group_delay
+        lock = threading.Lock()
+        # Two conditions on one lock: writers wait on ``_flushed_cond`` and wake only the
+        # flush thread (``_work``), so a new request never wakes the other waiting writers.
+        self._flushed_cond = threading.Condition(lock)
+        self._work = threading.Condition(lock)
         self._requested = 0
         self._flushed = 0
         self._error: BaseException | None = None
         self._stopping = False
+        # Offsets of the writers waiting for a flush that has not covered them yet, and the
+        # most seen at once in the current and the previous window: the "siblings" a delayed
+        # group commit waits for. (A count of blocked threads would include writers already
+        # served but not yet scheduled.)
+        self._pending: list[int] = []
+        self._peak = 0
+        self._peak_before = 0
         #: fsyncs of the commit log made for waiting writers (group commits)
         self.group_commits = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -70,73 +93,108 @@ class FlushService:
 
     def wait_flushed(self, offset: int) -> None:
         """SYNC_FLUSH: block until the commit log is on disk up to ``offset``."""
-        cond = self._cond
-        with cond:
+        with self._flushed_cond:
             if self._flushed >= offset:
                 return
             if offset > self._requested:
                 self._requested = offset
-                cond.notify_all()
-            deadline = time.monotonic() + self.timeout
-            while self._flushed < offset:
-                if self._error is not None:
-                    raise StoreError(f"flushing the commit log failed: {self._error}") from (
-                        self._error
-                    )
-                if self._stopping:
-                    raise StoreError("the store was closed while a put waited for its flush")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise FlushTimeoutError(
-                        f"commit log not flushed up to offset {offset} within "
-                        f"{self.timeout * 1000:.0f} ms (sync_flush_timeout_ms); the messages "
-                        "are stored but their durability is not confirmed"
-                    )
-                cond.wait(remaining)
+            pending = self._pending
+            pending.append(offset)
+            if len(pending) > self._peak:
+                self._peak = len(pending)
+            self._work.notify()
+            try:
+                self._wait(offset, time.monotonic() + self.timeout)
+            except BaseException:
+                if offset in self._pending:
+                    self._pending.remove(offset)
+                raise
+
+    def _wait(self, offset: int, deadline: float) -> None:
+        """Wait (lock held) until ``offset`` is flushed; raise on error, close or timeout."""
+        while self._flushed < offset:
+            if self._error is not None:
+                raise StoreError(f"flushing the commit log failed: {self._error}") from (
+                    self._error
+                )
+            if self._stopping:
+                raise StoreError("the store was closed while a put waited for its flush")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise FlushTimeoutError(
+                    f"commit log not flushed up to offset {offset} within "
+                    f"{self.timeout * 1000:.0f} ms (sync_flush_timeout_ms); the messages "
+                    "are stored but their durability is not confirmed"
+                )
+            self._flushed_cond.wait(remaining)
 
     def wake(self) -> None:
         """Ask for a flush soon (used before waiting on an explicit ``flush()``)."""
-        with self._cond:
-            self._cond.notify_all()
+        with self._work:
+            self._work.notify()
+
+    def _siblings(self, now: float, window_end: float) -> tuple[int, float]:
+        """Writers to wait for before a group commit (lock held), and the window's new end."""
+        if now >= window_end:
+            self._peak_before, self._peak = self._peak, len(self._pending)
+            window_end = now + self.SIBLINGS_WINDOW
+        return max(self._peak, self._peak_before), window_end
+
+    def _gather(self, siblings: int) -> None:
+        """Hold the flush (lock held) until ``siblings`` writers wait, or ``group_delay``."""
+        if siblings < 2 or len(self._pending) >= siblings:
+            return
+        deadline = time.monotonic() + self.group_delay
+        while not self._stopping and len(self._pending) < siblings:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._work.wait(remaining)
 
     def _run(self) -> None:
-        cond = self._cond
+        work = self._work
         next_full = time.monotonic() + self.interval
+        window_end = time.monotonic() + self.SIBLINGS_WINDOW
         while True:
-            with cond:
+            with work:
                 while not self._stopping and self._requested <= self._flushed:
                     remaining = next_full - time.monotonic()
                     if remaining <= 0:
                         break
-                    cond.wait(remaining)
+                    work.wait(remaining)
                 if self._stopping:
                     return
                 want_log = self._requested > self._flushed
+                if want_log and self.group_delay:
+                    siblings, window_end = self._siblings(time.monotonic(), window_end)
+                    self._gather(siblings)
             try:
                 if want_log:
                     # Everything written by now is covered: one fsync for every waiter.
                     flushed = self._flush_log()
                     self.group_commits += 1
-                    with cond:
+                    with work:
                         self._flushed = max(self._flushed, flushed)
-                        cond.notify_all()
+                        self._pending = [o for o in self._pending if o > self._flushed]
+                        self._flushed_cond.notify_all()
                 if time.monotonic() >= next_full:
                     self._flush_all()
                     next_full = time.monotonic() + self.interval
             except BaseException as exc:  # keep serving: the next put will see the error
                 log.error("flush_failed", error=str(exc))
-                with cond:
+                with work:
                     self._error = exc
-                    cond.notify_all()
+                    self._flushed_cond.notify_all()
                 time.sleep(min(self.interval, 0.5))
-                with cond:
+                with work:
                     self._error = None
 
     def stop(self) -> None:
         """Stop and join the thread (waiting writers get an error)."""
-        with self._cond:
+        with self._work:
             self._stopping = True
-            self._cond.notify_all()
+            self._work.notify_all()
+            self._flushed_cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
 

@@ -53,6 +53,9 @@ class MmapStoreOptions:
     consume_queue_units: int = attrs.field(default=300_000, validator=_at_least(1))
     flush_interval_ms: int = attrs.field(default=500, validator=_at_least(1))
     sync_flush_timeout_ms: int = attrs.field(default=5000, validator=_at_least(1))
+    #: SYNC_FLUSH: longest hold of a group commit waiting for the usual number of concurrent
+    #: writers (0 = flush as soon as one waits, as RocketMQ's GroupCommitService)
+    group_commit_delay_ms: float = attrs.field(default=1.0, validator=_at_least(0))
     file_reserved_time_hours: float = attrs.field(default=72, validator=_at_least(0))
     disk_max_used_space_ratio: float = attrs.field(default=75, validator=_ratio)
     transient_store_pool: bool = attrs.field(default=False, converter=bool)

@@ -114,6 +114,8 @@ class MmapStore:
     - ``consume_queue_units`` (300 000): 20-byte units per consume-queue file.
     - ``flush_interval_ms`` (500): period of the background flush.
     - ``sync_flush_timeout_ms`` (5000): SYNC_FLUSH wait before ``FlushTimeoutError``.
+    - ``group_commit_delay_ms`` (1.0): SYNC_FLUSH, longest hold of a group commit for the
+      usual number of concurrent writers to queue up (0: flush at once).
     - ``file_reserved_time_hours`` (72): retention of commit-log segments (by file mtime).
     - ``disk_max_used_space_ratio`` (75): delete oldest segments while the disk is fuller.
     - ``transient_store_pool`` (False): write into memory buffers committed to the files by
@@ -193,6 +195,7 @@ class MmapStore:
             interval=opts.flush_interval_ms / 1000,
             sync=self.flush_mode is FlushMode.SYNC_FLUSH,
             timeout=opts.sync_flush_timeout_ms / 1000,
+            group_delay=opts.group_commit_delay_ms / 1000,
         ).start()
         if self._flusher.sync:
             self._group_commit = self._flusher
