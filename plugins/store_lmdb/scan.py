@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import struct
-from bisect import bisect_right
-from itertools import accumulate
+from bisect import bisect_left, bisect_right
+from itertools import accumulate, islice
+from operator import itemgetter
 from typing import Any
 
 from mqcore import codec
@@ -39,6 +40,7 @@ _UNIT_UNPACK_FROM = layout.CQ_UNIT.unpack_from
 _FIRST_CL = layout.OFFSET.unpack_from  # a unit starts with its commit-log offset
 _SIZE = struct.Struct(">i")  # a record starts with its total size
 _TIMESTAMP = struct.Struct(">q")
+_VALUE = itemgetter(1)
 
 #: One batch's share of a read: ``(copy of its records read, their starts in it, sizes)``.
 Chunk = tuple[bytes, list[int], list[int]]
@@ -105,42 +107,117 @@ def read_queue(
 def _plain(
     txn: Any, log_db: Any, cq: Any, prefix: bytes, offset: int, count: int, max_bytes: int
 ) -> tuple[list[Chunk], int]:
-    """Up to ``count`` records from ``offset`` on, within ``max_bytes``; (chunks, records)."""
+    """Up to ``count`` records from ``offset`` on, within ``max_bytes``; (chunks, records).
+
+    ``count`` never exceeds what the queue holds from ``offset``, so the items that cover
+    it are all this queue's. Items are taken in rounds: first the one holding ``offset``
+    (usually enough), then as many as the rest probably needs, walked by the cursor in C.
+    """
     plen = len(prefix)
+    key, units = cq.item()
+    n = len(units) // _UNIT
+    skip = offset - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)
+    items = [units]
+    log_cur = None
     chunks: list[Chunk] = []
     got = 0
     total = 0
     while True:
-        key, units = cq.item()
-        n = len(units) // _UNIT
-        skip = offset + got - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)  # units to pass over
-        take = min(n - skip, count - got)
-        # A batch's records are adjacent in its log item: the first wanted unit's commit-log
-        # offset and the sizes place them all.
-        sizes = list(layout.sizes_struct(take).unpack_from(units, skip * _UNIT))
-        full = total + sum(sizes) > max_bytes
-        if full:
-            ends = list(accumulate(sizes, initial=total))
-            # The first message always goes, even alone over the limit (RocketMQ's rule).
-            take = max(1 if got == 0 else 0, bisect_right(ends, max_bytes) - 1)
-            if take == 0:
-                break
-            del sizes[take:]
-        base = _FIRST_CL(units, 0)[0]
-        view = txn.get(_OFFSET_PACK(base), db=log_db)
-        if view is None:
+        if len(items) == 1:
+            chunk, full = _one_item(txn, log_db, items[0], skip, count - got, total, max_bytes)
+        else:
+            if log_cur is None:
+                log_cur = txn.cursor(db=log_db)
+            chunk, full = _items(log_cur, items, count - got, total, max_bytes)
+        if chunk is None:
             break
-        starts = list(accumulate(sizes, initial=0))
-        span = starts.pop()
-        first = _FIRST_CL(units, skip * _UNIT)[0] - base
-        # The one copy out of the map: only the records asked for, not the whole batch.
-        data = bytes(view) if span == len(view) else bytes(view[first : first + span])
-        chunks.append((data, starts, sizes))
-        total += span
-        got += take
-        if full or got >= count or not cq.next() or cq.key()[:plen] != prefix:
+        chunks.append(chunk)
+        got += len(chunk[1])
+        total += len(chunk[0])
+        if full or got >= count or not cq.next():
             break
+        # Items of one queue tend to hold alike batches: fetch about what the rest needs.
+        need = count - got
+        per = max(1, len(items[-1]) // _UNIT)
+        walk = cq.iternext(keys=False, values=True)
+        items = list(islice(walk, min(need, -(-need // per) + 1)))
+        skip = 0
     return chunks, got
+
+
+def _cut(sizes: list[int], total: int, max_bytes: int, first: bool) -> tuple[list[int], bool]:
+    """Record starts (from 0, plus the end) of the ``sizes`` that fit ``max_bytes``."""
+    ends = list(accumulate(sizes, initial=0))
+    if total + ends[-1] <= max_bytes:
+        return ends, False
+    # The first message always goes, even alone over the limit (RocketMQ's rule).
+    take = max(1 if first else 0, bisect_right(ends, max_bytes - total) - 1)
+    del ends[take + 1 :]
+    return ends, True
+
+
+def _one_item(
+    txn: Any, log_db: Any, units: Any, skip: int, need: int, total: int, max_bytes: int
+) -> tuple[Chunk | None, bool]:
+    """Records of one consume-queue item from its unit ``skip`` on: (chunk or None, full)."""
+    take = min(len(units) // _UNIT - skip, need)
+    # A batch's records are adjacent in its log item: the first wanted unit's commit-log
+    # offset and the sizes place them all.
+    sizes = list(layout.sizes_struct(take).unpack_from(units, skip * _UNIT))
+    starts, full = _cut(sizes, total, max_bytes, total == 0)
+    span = starts.pop()
+    if not starts:
+        return None, full
+    del sizes[len(starts) :]
+    base = _FIRST_CL(units, 0)[0]
+    view = txn.get(_OFFSET_PACK(base), db=log_db)
+    if view is None:
+        return None, True
+    first = _FIRST_CL(units, skip * _UNIT)[0] - base
+    # The one copy out of the map: only the records asked for, not the whole batch.
+    data = bytes(view) if span == len(view) else bytes(view[first : first + span])
+    return (data, starts, sizes), full
+
+
+def _items(
+    log_cur: Any, items: list[Any], need: int, total: int, max_bytes: int
+) -> tuple[Chunk | None, bool]:
+    """Records from the start of several consume-queue items: (one chunk or None, full).
+
+    The items' units are decoded together; their log items are read with one cursor walk
+    when adjacent in the log, else one ``getmulti``, and the wanted spans are joined into one
+    copy (many small batches: one pull, one buffer).
+    """
+    joined = b"".join(items)
+    take = min(len(joined) // _UNIT, need)
+    sizes = list(layout.sizes_struct(take).unpack_from(joined))
+    starts, full = _cut(sizes, total, max_bytes, total == 0)
+    span = starts[-1]
+    take = len(starts) - 1
+    if take == 0:
+        return None, full
+    del sizes[take:]
+    # Items holding the ``take`` records: the last one may be used only in part.
+    item_ends = list(accumulate(map(len, items)))  # in bytes of units
+    m = bisect_left(item_ends, take * _UNIT) + 1
+    first_key = _OFFSET_PACK(_FIRST_CL(items[0], 0)[0])
+    views = None
+    if log_cur.set_key(first_key):
+        # One queue's batches are usually adjacent in the log (puts to other queues did not
+        # come between): then one cursor walk reads them, checked by the last key it reaches.
+        views = list(islice(log_cur.iternext(keys=False, values=True), m))
+        if len(views) != m or log_cur.key() != _OFFSET_PACK(_FIRST_CL(items[m - 1], 0)[0]):
+            views = None
+    if views is None:
+        keys = [_OFFSET_PACK(_FIRST_CL(u, 0)[0]) for u in items[:m]]
+        views = list(map(_VALUE, log_cur.getmulti(keys)))
+        if len(views) != m:  # a batch is gone (no retention yet: cannot happen)
+            return None, True
+    if m > 1:
+        item_ends[m - 2] //= _UNIT
+    views[-1] = views[-1][: span - starts[item_ends[m - 2]] if m > 1 else span]
+    starts.pop()
+    return (b"".join(views), starts, sizes), full
 
 
 def _filtered(

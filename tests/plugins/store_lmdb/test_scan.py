@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import lmdb
@@ -207,3 +208,49 @@ def test_a_version_1_directory_is_refused(tmp_path):
     _set_version(path, layout.FORMAT_VERSION)
     with _open(path) as store:
         assert [m.body for m in store.get("V", 0, 0).messages] == [b"x"]
+
+
+def _expected(sizes: list[int], offset: int, max_count: int, max_bytes: int) -> int:
+    """How many records RocketMQ's rules return from ``offset`` (the first always goes)."""
+    n = 0
+    total = 0
+    for size in sizes[offset : offset + max_count]:
+        if n and total + size > max_bytes:
+            break
+        n += 1
+        total += size
+    return n
+
+
+def test_reads_agree_with_a_model_over_mixed_batches(tmp_path):
+    """Many batches of 1 to 7 records of mixed sizes, another queue's batches in between:
+    every start offset, count and byte limit reads what RocketMQ's rules say."""
+    rng = random.Random(7)
+    bodies: list[bytes] = []
+    sizes: list[int] = []
+    with _open(tmp_path / "s") as store:
+        while len(bodies) < 120:
+            batch = [rng.randbytes(rng.choice((1, 30, 300))) for _ in range(rng.randint(1, 7))]
+            results = store.put("M", 0, [Message(topic="M", body=b) for b in batch])
+            bodies += batch
+            sizes += [r.size for r in results]
+            if rng.random() < 0.5:
+                store.put("M", 1, [Message(topic="M", body=b"other")] * rng.randint(1, 3))
+        for offset in range(0, len(bodies), 3):
+            for max_count in (1, 2, 5, 32, 200):
+                for max_bytes in (1, 700, 5000, 1 << 20):
+                    want = _expected(sizes, offset, max_count, max_bytes)
+                    got = store.get("M", 0, offset, max_count=max_count, max_bytes=max_bytes)
+                    assert [m.body for m in got.messages] == bodies[offset : offset + want]
+                    assert [m.queue_offset for m in got.messages] == list(
+                        range(offset, offset + want)
+                    )
+                    assert got.next_offset == offset + want
+                    raw = store.get_raw("M", 0, offset, max_count=max_count, max_bytes=max_bytes)
+                    assert [len(r) for r in raw.records] == sizes[offset : offset + want]
+                    # Copied out of LMDB: exactly the records returned, nothing around them.
+                    copies = {id(r.obj): r.obj for r in raw.records}.values()
+                    assert sum(map(len, copies)) == sum(sizes[offset : offset + want])
+                    assert [MessageExt(r).body for r in raw.records] == [
+                        m.body for m in got.messages
+                    ]
