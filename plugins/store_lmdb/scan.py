@@ -231,52 +231,62 @@ def _filtered(
     max_bytes: int,
     message_filter: MessageFilter,
 ) -> tuple[list[Chunk], int]:
-    """Scan at most ``limit`` units, keeping records that pass ``message_filter``."""
+    """Scan at most ``limit`` units, keeping records that pass ``message_filter``.
+
+    ``limit`` never exceeds what the queue holds from ``offset``. The records kept are
+    views into the map until the end, then joined into one copy (one chunk).
+    """
     tags_ok = message_filter.matches_tags_code
     props_ok = message_filter.matches_properties if message_filter.uses_properties else None
     plen = len(prefix)
-    chunks: list[Chunk] = []
-    picked = 0
+    parts: list[Any] = []
+    sizes: list[int] = []
     total = 0
     scanned = 0
+    key, units = cq.item()
+    skip = offset - (_OFFSET.unpack_from(key, plen)[0] + 1 - len(units) // _UNIT)
+    log_cur = txn.cursor(db=log_db)
+    expect = -1  # commit-log offset where the log cursor's item ends
     done = False
-    while not done:
-        key, units = cq.item()
-        n = len(units) // _UNIT
-        skip = offset + scanned - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)
-        base = _FIRST_CL(units, 0)[0]
+    while True:
+        base = -1  # the item's log item is read when its first unit passes the tags test
         view: Any = None
-        parts: list[Any] = []
-        sizes: list[int] = []
-        for i in range(skip, n):
+        for i in range(skip, len(units) // _UNIT):
             cl, size, code = _UNIT_UNPACK_FROM(units, i * _UNIT)
-            if picked and (picked >= max_count or total + size > max_bytes):
+            if parts and (len(parts) >= max_count or total + size > max_bytes):
                 done = True
                 break
             scanned += 1
             if tags_ok(code):
                 if view is None:
-                    view = txn.get(_OFFSET_PACK(base), db=log_db)
-                    if view is None:  # the batch is gone (no retention yet: cannot happen)
+                    base = _FIRST_CL(units, 0)[0]
+                    # Log items are contiguous in commit-log offsets: when this batch starts
+                    # where the last one read ended, it is the cursor's next item.
+                    if not (
+                        (base == expect and log_cur.next()) or log_cur.set_key(_OFFSET_PACK(base))
+                    ):  # the batch is gone (no retention yet: cannot happen)
                         done = True
                         break
+                    view = log_cur.value()
+                    expect = base + len(view)
                 pos = cl - base
                 if props_ok is None or props_ok(codec.record_properties(view, pos)):
                     parts.append(view[pos : pos + size])
                     sizes.append(size)
-                    picked += 1
                     total += size
             if scanned >= limit:
                 done = True
                 break
-        if parts:
-            # The picked records of this batch, copied out of the map into one buffer.
-            starts = list(accumulate(sizes, initial=0))
-            starts.pop()
-            chunks.append((b"".join(parts), starts, sizes))
-        if not done and (not cq.next() or cq.key()[:plen] != prefix):
+        if done or not cq.next():
             break
-    return chunks, scanned
+        units = cq.value()
+        skip = 0
+    if not parts:
+        return [], scanned
+    starts = list(accumulate(sizes, initial=0))
+    starts.pop()
+    # The kept records, copied out of the map into one buffer.
+    return [(b"".join(parts), starts, sizes)], scanned
 
 
 def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> bytes | None:

@@ -54,9 +54,10 @@ OPTIONS: dict[str, Any] = {
 _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
 _TIMESTAMP = struct.Struct(">q")
-_SIZE = operator.attrgetter("size")
-_TAGS_CODE = operator.attrgetter("tags_code")
-_KEYS = operator.attrgetter("keys")
+# Fields of codec.prepare's items, by position: they are laid out as codec.Prepared.
+_SIZE = operator.itemgetter(codec.Prepared._fields.index("size"))
+_TAGS_CODE = operator.itemgetter(codec.Prepared._fields.index("tags_code"))
+_KEYS = operator.itemgetter(codec.Prepared._fields.index("keys"))
 # tuple.__new__ builds a PutResult without the Python-level NamedTuple constructor.
 _new_tuple = tuple.__new__
 
@@ -521,10 +522,10 @@ def _batch_items(
     key_items: list[tuple[bytes, bytes]] = []
     if any(map(_KEYS, prepared)):
         tprefix = prefix[: -layout.QUEUE_ID.size]
-        for p, cl in zip(prepared, offsets, strict=True):
-            if p.keys:
+        for keys, cl in zip(map(_KEYS, prepared), offsets, strict=True):
+            if keys:
                 log_key = _OFFSET_PACK(cl)
-                key_items.extend((layout.index_key(tprefix, k), log_key) for k in p.keys.split())
+                key_items.extend((layout.index_key(tprefix, k), log_key) for k in keys.split())
     # The message ids in one formatting call: the store host part is fixed, the offset varies.
     ids = (_ids_format(id_format, n) % tuple(offsets)).split(",")
     ids.pop()
