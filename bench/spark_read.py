@@ -1,7 +1,7 @@
 """Records per second reading a topic with Spark (1, 2, 4 partitions) against a plain loop.
 
-    python bench/spark_read.py                          # lmdb, 400,000 messages of 100 bytes
-    python bench/spark_read.py --store mmap --messages 1000000 --markdown
+    python bench/spark_read.py                          # lmdb, 1,000,000 messages of 100 bytes
+    python bench/spark_read.py --store mmap --messages 2000000 --markdown
 
 One topic with one queue is written, then read:
 
@@ -12,8 +12,17 @@ One topic with one queue is written, then read:
   set so that the queue is read as N slices, every column materialised by Spark's ``noop``
   sink, on a ``local[N]`` session (at least 2 threads).
 
-A first Spark job warms the Python workers up; the best of ``--runs`` is kept. Needs
-``mqcore[spark]`` and Java; the figures depend on the cores this machine really has free.
+Before timing, ``--warmup`` rounds read the whole topic once per partition count: they start
+the (reused) Python workers and let the JVM compile the code every read runs, which otherwise
+keeps a second core busy during the first timed reads. The timed reads then go round-robin
+over the partition counts (``--runs`` rounds, best kept), so that a change in the machine's
+load hits every count alike. A read of one record gives the fixed cost of a query.
+
+On Linux the CPU time of each read is split between the JVM's task threads (Arrow batches to
+rows), the rest of the JVM (JIT compiler, GC, scheduling) and the Python workers (reading the
+store, building Arrow batches): the parallel speed-up of N partitions is bounded by how much
+of that CPU time one partition needs beyond its Python worker. Needs ``mqcore[spark]`` and
+Java; the figures depend on the cores this machine really has free.
 """
 
 from __future__ import annotations
@@ -83,16 +92,91 @@ def plain_loop(store: str, path: str) -> tuple[int, float]:
     return seen, time.perf_counter() - started
 
 
-def spark_read(spark: Any, path: str, count: int, partitions: int) -> float:
+def _cpu_ticks(pid: int) -> tuple[int, int] | None:
+    """(parent pid, CPU ticks of the process and its reaped children), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), sum(int(x) for x in fields[11:15])
+
+
+class CpuMeter:
+    """CPU seconds of the Spark JVM (task threads apart) and of its Python workers (Linux).
+
+    Reads ``/proc``: the JVM is this process's ``java`` child, the Python workers are the
+    JVM's descendants. Elsewhere :meth:`snapshot` returns ``None`` and nothing is reported.
+    """
+
+    def __init__(self) -> None:
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.jvm = self._find_jvm()
+
+    def _find_jvm(self) -> int | None:
+        if not os.path.isdir("/proc"):
+            return None
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            info = _cpu_ticks(int(entry))
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                continue
+            if info is not None and info[0] == os.getpid() and comm == "java":
+                return int(entry)
+        return None
+
+    def _jvm_threads(self, jvm: int) -> tuple[int, int]:
+        task = other = 0
+        for tid in os.listdir(f"/proc/{jvm}/task"):
+            try:
+                with open(f"/proc/{jvm}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            ticks = int(fields[11]) + int(fields[12])
+            # Spark names the threads running tasks "Executor task launch worker ...".
+            if stat[stat.index("(") + 1 :].startswith("Executor task"):
+                task += ticks
+            else:
+                other += ticks
+        return task, other
+
+    def _python(self, jvm: int) -> int:
+        parents: dict[int, tuple[int, int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and (info := _cpu_ticks(int(entry))) is not None:
+                parents[int(entry)] = info
+        family, total, grew = {jvm}, 0, True
+        while grew:
+            grew = False
+            for pid, (ppid, ticks) in parents.items():
+                if ppid in family and pid not in family:
+                    family.add(pid)
+                    total += ticks
+                    grew = True
+        return total
+
+    def snapshot(self) -> tuple[float, float, float] | None:
+        """(JVM task threads, rest of the JVM, Python workers) CPU seconds so far."""
+        if self.jvm is None or not os.path.isdir(f"/proc/{self.jvm}"):
+            return None
+        task, other = self._jvm_threads(self.jvm)
+        return task / self.tick, other / self.tick, self._python(self.jvm) / self.tick
+
+
+def spark_read(spark: Any, path: str, count: int, partitions: int, **options: str) -> float:
     """Seconds to read every column of every record as ``partitions`` slices."""
     per = -(-count // partitions)
-    df = (
-        spark.read.format("mqcore")
-        .option("path", path)
-        .option("topic", "B")
-        .option("max_records_per_partition", str(per))
-        .load()
-    )
+    reader = spark.read.format("mqcore").option("path", path).option("topic", "B")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    df = reader.option("max_records_per_partition", str(per)).load()
     assert df.rdd.getNumPartitions() == partitions
     started = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
@@ -118,13 +202,36 @@ def session(threads: int) -> Any:
     return spark
 
 
+def measure(
+    spark: Any, path: str, count: int, counts: list[int], runs: int, warmup: int
+) -> dict[str, Any]:
+    """Warm up, then time ``runs`` round-robin rounds over ``counts``; the best of each."""
+    for _ in range(warmup):
+        for n in counts:
+            spark_read(spark, path, count, n)
+    meter = CpuMeter()
+    times: dict[int, list[float]] = {n: [] for n in counts}
+    cpu: dict[int, list[tuple[float, ...]]] = {n: [] for n in counts}
+    for _ in range(runs):
+        for n in counts:
+            before = meter.snapshot()
+            times[n].append(spark_read(spark, path, count, n))
+            after = meter.snapshot()
+            if before is not None and after is not None:
+                cpu[n].append(tuple(b - a for a, b in zip(before, after, strict=True)))
+    # The fixed cost of a query: the same read, cut to one record.
+    overhead = min(spark_read(spark, path, count, 1, end_offset="1") for _ in range(runs))
+    return {"times": times, "cpu": cpu, "overhead": overhead}
+
+
 def main() -> None:
     """Run the benchmark and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", default="lmdb")
-    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds of reads")
     parser.add_argument("--partitions", default="1,2,4")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -137,34 +244,47 @@ def main() -> None:
     counts = [int(p) for p in args.partitions.split(",")]
     tmp = tempfile.mkdtemp(prefix="mqcore-spark-bench-")
     path = os.path.join(tmp, "store")
+    # Other work on the machine skews a parallel speed-up: report how busy it was.
+    load_before = round(os.getloadavg()[0], 2)
     try:
         write_store(args.store, path, args.messages, args.size)
         loop = min(plain_loop(args.store, path)[1] for _ in range(args.runs))
         spark = session(max(2, max(counts)))
         try:
-            spark_read(spark, path, args.messages, 2)  # warm the Python workers up
-            times = {
-                n: min(spark_read(spark, path, args.messages, n) for _ in range(args.runs))
-                for n in counts
-            }
+            found = measure(spark, path, args.messages, counts, args.runs, args.warmup)
         finally:
             spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    times = {n: min(t) for n, t in found["times"].items()}
     rates = {"plain loop": args.messages / loop}
     rates.update(
         {f"spark, {n} partition{'s' * (n > 1)}": args.messages / t for n, t in times.items()}
     )
-    result = {
+    result: dict[str, Any] = {
         "store": args.store,
         "messages": args.messages,
         "size": args.size,
         "cpus": os.cpu_count(),
-        # Other work on the machine skews a parallel speed-up: report how busy it was.
-        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "load_avg_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
         "python": platform.python_version(),
         "records_per_s": {k: round(v) for k, v in rates.items()},
+        "all_runs_records_per_s": {
+            n: [round(args.messages / t) for t in ts] for n, ts in found["times"].items()
+        },
+        "query_overhead_s": round(found["overhead"], 3),
     }
+    if any(found["cpu"].values()):
+        # Mean CPU seconds of one read, per million records.
+        per_m = 1e6 / args.messages
+        result["cpu_s_per_million"] = {
+            n: {
+                key: round(sum(c[i] for c in rows) / len(rows) * per_m, 2)
+                for i, key in enumerate(("jvm_tasks", "jvm_other", "python"))
+            }
+            for n, rows in found["cpu"].items()
+            if rows
+        }
     if 1 in times and 2 in times:
         result["speedup_2_vs_1"] = round(times[1] / times[2], 2)
         result["spark2_vs_loop"] = round(rates["spark, 2 partitions"] / rates["plain loop"], 2)
@@ -174,14 +294,21 @@ def main() -> None:
     if args.markdown:
         print(
             f"{args.messages:,} messages of {args.size} bytes, {args.store} store, "
-            f"{os.cpu_count()} CPUs, load average {result['load_avg_1m']}\n"
+            f"{os.cpu_count()} CPUs, load average {load_before} before, "
+            f"{result['load_avg_1m']['after']} after\n"
         )
         print("| reader | records/s |\n|---|---:|")
         for name, rate in rates.items():
             print(f"| {name} | {rate:,.0f} |")
+        print()
     else:
         for name, rate in rates.items():
             print(f"{name:>22}: {rate:>12,.0f} records/s")
+    print(f"load average (1 min): {load_before} before, {result['load_avg_1m']['after']} after")
+    print(f"every run (records/s): {result['all_runs_records_per_s']}")
+    print(f"one-record query: {result['query_overhead_s']} s")
+    for n, split in result.get("cpu_s_per_million", {}).items():
+        print(f"CPU s per million records, {n} partition(s): {split}")
     for key in ("speedup_2_vs_1", "spark2_vs_loop"):
         if key in result:
             print(f"{key}: {result[key]}")
