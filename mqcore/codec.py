@@ -32,7 +32,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
 
@@ -152,7 +152,10 @@ def decode_message_id(msg_id: str) -> tuple[str, int]:
 
 
 class Prepared(NamedTuple):
-    """The parts of one record that do not depend on where it is stored."""
+    """The parts of one record that do not depend on where it is stored.
+
+    The layout of the tuples :func:`prepare` returns (which are plain tuples, for speed).
+    """
 
     size: int  # total record size
     body: bytes
@@ -219,14 +222,17 @@ def prepare(
 ) -> list[Prepared]:
     """Compute CRCs and encode topic and properties for each message (no offsets yet).
 
+    Each item is a plain tuple laid out as :class:`Prepared` (index or unpack it; the field
+    names are not attributes of it).
+
     ``topic`` overrides each message's own topic (a store writes under the topic it is
     asked to, e.g. the schedule topic for delayed messages).
     """
-    out: list[Prepared] = []
+    # Plain tuples in Prepared's field order: building the NamedTuple would cost a second
+    # allocation per message, and every consumer unpacks or indexes them anyway.
+    out: list[Any] = []
     append = out.append
     crc32 = _crc32
-    new = tuple.__new__
-    prepared_cls = Prepared
     header_size = HEADER_SIZE
     trailers = _TRAILER_CACHE
     codes = _TAGS_CODE_CACHE
@@ -266,21 +272,18 @@ def prepare(
                 plain_topic = t
             trailer = plain_trailer
         append(
-            new(
-                prepared_cls,
-                (
-                    header_size + len(body) + len(trailer),
-                    body,
-                    trailer,
-                    crc32(body) & 0x7FFFFFFF,
-                    m.flag,
-                    sys_flag,
-                    born_timestamp,
-                    reconsume_times,
-                    0,
-                    code,
-                    keys,
-                ),
+            (
+                header_size + len(body) + len(trailer),
+                body,
+                trailer,
+                crc32(body) & 0x7FFFFFFF,
+                m.flag,
+                sys_flag,
+                born_timestamp,
+                reconsume_times,
+                0,
+                code,
+                keys,
             )
         )
     return out

@@ -26,7 +26,7 @@ def _prepared(count: int, size: int = 100, topic: str = "T") -> list[codec.Prepa
 def _put(log: CommitLog, prepared: list[codec.Prepared], queue_offset: int = 0):
     return log.put_batch(
         prepared,
-        sum(p.size for p in prepared),
+        sum(p[0] for p in prepared),
         queue_id=0,
         queue_offset=queue_offset,
         store_timestamp=1_700_000_000_001,
@@ -147,8 +147,8 @@ def test_batch_fits_in_one_write(tmp_path):
         assert chunks == [(0, 10)]
         records = _records(log)
         assert [r.queue_offset for r in records] == list(range(5, 15))
-        assert records[3].commitlog_offset == 3 * prepared[0].size
-        assert log.max_offset == 10 * prepared[0].size == log.committed_offset
+        assert records[3].commitlog_offset == 3 * prepared[0][0]
+        assert log.max_offset == 10 * prepared[0][0] == log.committed_offset
     finally:
         log.close()
 
@@ -158,7 +158,7 @@ def test_batch_split_at_segment_roll_with_blank_marker(tmp_path):
     log = CommitLog(tmp_path, 1024)
     try:
         prepared = _prepared(12)  # 12 x ~200 bytes: three segments
-        size = prepared[0].size
+        size = prepared[0][0]
         chunks = _put(log, prepared)
         assert len(chunks) == 3
         assert sum(n for _, n in chunks) == 12
@@ -190,11 +190,11 @@ def test_reopen_and_truncate(tmp_path):
     log = CommitLog(tmp_path, 1024)
     try:
         assert len(log.files) == 3
-        cut = 1024 + prepared[0].size
+        cut = 1024 + prepared[0][0]
         log.truncate(cut)
         assert len(log.files) == 2
         assert log.max_offset == cut
-        assert bytes(log.files[1].view[prepared[0].size :]) == bytes(1024 - prepared[0].size)
+        assert bytes(log.files[1].view[prepared[0][0] :]) == bytes(1024 - prepared[0][0])
         # Appends continue exactly at the cut.
         assert _put(log, _prepared(1))[0][0] == cut
     finally:
@@ -229,10 +229,10 @@ def test_file_for_read_and_delete_segments(tmp_path):
         _put(log, prepared)
         assert log.file_for(1500) is log.files[1]
         assert log.file_for(10_000) is None
-        record = log.read(1024, prepared[0].size)
+        record = log.read(1024, prepared[0][0])
         assert record is not None and MessageExt(record).commitlog_offset == 1024
         assert log.read(log.max_offset, 10) is None  # not written yet
-        kept_view = log.read(0, prepared[0].size)
+        kept_view = log.read(0, prepared[0][0])
         gone = log.delete_segments(5)
         assert len(gone) == 2 and len(log.files) == 1
         assert log.min_offset == 2048
