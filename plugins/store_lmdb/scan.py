@@ -36,7 +36,7 @@ MAX_SCAN = 800
 _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
 _UNIT = layout.UNIT_SIZE
-_UNIT_UNPACK_FROM = layout.CQ_UNIT.unpack_from
+_UNIT_ITER = layout.CQ_UNIT.iter_unpack
 _FIRST_CL = layout.OFFSET.unpack_from  # a unit starts with its commit-log offset
 _SIZE = struct.Struct(">i")  # a record starts with its total size
 _TIMESTAMP = struct.Struct(">q")
@@ -248,11 +248,11 @@ def _filtered(
     log_cur = txn.cursor(db=log_db)
     expect = -1  # commit-log offset where the log cursor's item ends
     done = False
-    while True:
+    # iternext yields the cursor's item (the one read above) first, then the next ones.
+    for units in cq.iternext(keys=False, values=True):
         base = -1  # the item's log item is read when its first unit passes the tags test
         view: Any = None
-        for i in range(skip, len(units) // _UNIT):
-            cl, size, code = _UNIT_UNPACK_FROM(units, i * _UNIT)
+        for cl, size, code in _UNIT_ITER(units[skip * _UNIT :] if skip else units):
             if parts and (len(parts) >= max_count or total + size > max_bytes):
                 done = True
                 break
@@ -277,9 +277,8 @@ def _filtered(
             if scanned >= limit:
                 done = True
                 break
-        if done or not cq.next():
+        if done:
             break
-        units = cq.value()
         skip = 0
     if not parts:
         return [], scanned

@@ -254,3 +254,50 @@ def test_reads_agree_with_a_model_over_mixed_batches(tmp_path):
                     assert [MessageExt(r).body for r in raw.records] == [
                         m.body for m in got.messages
                     ]
+
+
+def test_filtered_reads_agree_with_a_model_over_mixed_batches(tmp_path):
+    """A TAG filter over batches of 1 to 7 records: kept records and next offsets as RocketMQ."""
+    kernel = Kernel()
+    if "tag" not in [n.lower() for n in kernel.names("filter")]:
+        pytest.skip("the TAG filter is not registered")
+    tag_a = kernel.filter("TAG", "A")
+    rng = random.Random(11)
+    tags: list[str] = []
+    sizes: list[int] = []
+    with _open(tmp_path / "s") as store:
+        while len(tags) < 100:
+            batch = [
+                Message(topic="M", body=b"%d" % (len(tags) + i), tags=rng.choice("AAB"))
+                for i in range(rng.randint(1, 7))
+            ]
+            results = store.put("M", 0, batch)
+            tags += [m.tags for m in batch]
+            sizes += [r.size for r in results]
+            if rng.random() < 0.5:
+                store.put("M", 1, [Message(topic="M", body=b"other", tags="A")])
+        for offset in range(0, len(tags), 3):
+            for max_count in (1, 3, 32):
+                for max_bytes in (1, 400, 1 << 20):
+                    picked: list[int] = []
+                    scanned = 0
+                    total = 0
+                    for q in range(offset, len(tags)):
+                        if picked and (len(picked) >= max_count or total + sizes[q] > max_bytes):
+                            break
+                        scanned += 1
+                        if tags[q] == "A":
+                            picked.append(q)
+                            total += sizes[q]
+                    got = store.get(
+                        "M",
+                        0,
+                        offset,
+                        max_count=max_count,
+                        max_bytes=max_bytes,
+                        message_filter=tag_a,
+                    )
+                    assert [m.queue_offset for m in got.messages] == picked
+                    assert [m.body for m in got.messages] == [b"%d" % q for q in picked]
+                    assert got.next_offset == offset + scanned
+                    assert got.status is (GetStatus.FOUND if picked else GetStatus.NO_MATCHED_MSG)
