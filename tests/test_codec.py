@@ -155,3 +155,31 @@ def test_decode_view_does_not_copy_body() -> None:
     view = d.body_view
     buf[88] = ord("X")
     assert bytes(view) == b"Xbc"
+
+
+def test_pack_takes_one_prepare_call() -> None:
+    """pack() shares the born timestamp etc. across a batch; mixing prepare calls is refused."""
+    host = codec.host_bytes("10.0.0.1:10911")
+    one = codec.prepare([Message(topic="T", body=b"a")], 1_000)
+    other = codec.prepare([Message(topic="T", body=b"b")], 2_000, reconsume_times=3)
+    with pytest.raises(CodecError, match="one prepare"):
+        codec.pack(
+            one + other,
+            queue_id=0,
+            queue_offset=0,
+            commitlog_offset=0,
+            store_timestamp=5,
+            store_host=host,
+        )
+    assert (
+        codec.pack(
+            [], queue_id=0, queue_offset=0, commitlog_offset=0, store_timestamp=5, store_host=host
+        )
+        == b""
+    )
+    # Each call on its own keeps its own fields.
+    rec = codec.pack(
+        other, queue_id=0, queue_offset=0, commitlog_offset=0, store_timestamp=5, store_host=host
+    )
+    decoded = codec.decode(rec)
+    assert (decoded.born_timestamp, decoded.reconsume_times) == (2_000, 3)
