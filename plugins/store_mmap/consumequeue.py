@@ -649,7 +649,7 @@ class ConsumeQueue:
         return deleted
 
     def flush(self) -> None:
-        """Write dirty units to disk (msync, or fdatasync for files no longer mapped)."""
+        """Write dirty units to disk (fdatasync of every file written since the last flush)."""
         if not self._closed:
             self._maps.flush()
 

@@ -148,20 +148,17 @@ class FileMaps(Generic[K]):
                 self._dirty.add(key)
 
     def flush(self) -> None:
-        """msync every file written since the last flush (fdatasync when no longer mapped)."""
+        """fdatasync every file written since the last flush."""
         if self.read_only:
             return
         with self._lock:
             if self.closed:
                 return
             dirty, self._dirty = self._dirty, set()
-            maps = {key: self._maps.get(key) for key in dirty}
-            if self.tail is not None and self.tail[0] in maps:
-                maps[self.tail[0]] = self.tail[1]
-        for key, mm in maps.items():
-            if mm is not None:
-                mm.flush()
-                continue
+        # fdatasync on the file, not msync on the map: on Linux both write back the pages
+        # dirtied through a shared mapping, but CPython's mmap.flush holds the GIL for the
+        # whole msync, stalling every producer thread while the disk works.
+        for key in dirty:
             try:
                 fd = os.open(self.path_of(key), os.O_RDONLY)
             except FileNotFoundError:

@@ -462,7 +462,7 @@ class IndexService:
         self._load()
 
     def flush(self) -> None:
-        """msync every file written since the last flush."""
+        """fdatasync every file written since the last flush."""
         if not self._closed:
             self._maps.flush()
 
