@@ -17,8 +17,11 @@ API used by the store:
 - ``IndexService(root, max_hash_slots=5_000_000, max_index_count=20_000_000,
   read_only=False, max_mapped_files=2, preallocate=False)``; on open, entries written after
   the last header update (a killed writer) are removed and their slots repaired.
-  ``preallocate`` reserves each file's disk blocks when it is created (default: sparse, as
-  RocketMQ's 420 MB index files are).
+  ``preallocate`` reserves each file's disk blocks when it is created. Without it (the
+  default) a file starts with blocks for its header and hash slots only, and entries get
+  theirs a chunk at a time before they are written: a 420 MB file costs what it holds, and
+  a full disk raises :class:`~mqcore.errors.DiskFullError` before anything is written,
+  never a SIGBUS from a write through the map into a hole.
 - ``put_keys(batch)``: ``batch`` is an iterable of ``(topic, keys, commitlog_offset,
   store_timestamp)``, ``keys`` a sequence of key strings (empty ones are skipped). Records at
   or below ``end_phy_offset`` are skipped (already indexed), so re-dispatching is harmless.
@@ -36,12 +39,14 @@ API used by the store:
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import mmap
 import os
 import struct
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from pathlib import Path
 
 import attrs
@@ -50,7 +55,8 @@ import structlog
 from mqcore.codec import string_hash_code
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 
-from .filemaps import FileMaps, create_zeroed_file
+from . import mappedfile
+from .filemaps import FileMaps
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IndexService", "index_key_hash"]
 
@@ -58,11 +64,13 @@ log = structlog.get_logger(__name__)
 
 HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, slot count, count
 HEADER_SIZE = HEADER.size  # 40
+_RESERVE_CHUNK = 1 << 20  # bytes of entries given disk blocks at a time (52,428 entries)
 ENTRY = struct.Struct(">iqii")  # key hash, phy offset, time diff (s), previous entry
 ENTRY_SIZE = ENTRY.size  # 20
 _SLOT = struct.Struct(">i")
 _SLOT_SIZE = _SLOT.size
 _INT_MAX = 0x7FFFFFFF
+_KEYS = itemgetter(1)  # the keys of a put_keys record
 
 
 def index_key_hash(topic: str, key: str) -> int:
@@ -92,6 +100,7 @@ class _File:
     end_phy: int = 0
     slot_count: int = 0
     count: int = 1  # published: entries below it are complete
+    reserved: int = 0  # bytes from the start known to have disk blocks (writer only)
 
     def header(self) -> bytes:
         """The 40 header bytes of these values."""
@@ -183,6 +192,8 @@ class IndexService:
         if files and not self.read_only:
             last = files[-1]
             self._remove_entries(last, last.count, self._written_end(last))
+            # Blocks of what is written are there; more are reserved before they are needed.
+            last.reserved = self._entries_at + last.count * ENTRY_SIZE
 
     def _map(self, meta: _File) -> mmap.mmap | None:
         if not self.read_only and self._files and meta is self._files[-1]:
@@ -200,7 +211,10 @@ class IndexService:
             prev = self._files[-1]
             meta.begin_phy = meta.end_phy = prev.end_phy
             meta.begin_ts = meta.end_ts = prev.end_ts
-        fd = create_zeroed_file(path, self.file_size, self.preallocate)
+        # Header and slots are written anywhere at any time: their blocks come first.
+        first = self.file_size if self.preallocate else self._entries_at + _RESERVE_CHUNK
+        meta.reserved = min(self.file_size, first)
+        fd = mappedfile._create(path, self.file_size, meta.reserved)
         try:
             os.pwrite(fd, meta.header(), 0)  # a crash before this is repaired by _load
         finally:
@@ -301,6 +315,12 @@ class IndexService:
         meta: _File | None = self._files[-1] if self._files else None
         mm = self._map(meta) if meta is not None else None
         count = meta.count if meta is not None else limit  # no file yet: start one at a key
+        batch = list(batch)
+        # Entries this batch may add (an upper bound); their blocks are reserved before
+        # anything is written, so a full disk fails the batch cleanly.
+        pending = sum(map(len, map(_KEYS, batch)))
+        if meta is not None and pending:
+            self._reserve(meta, min(limit, count + pending))
         added = 0
         unpack_slot, pack_slot, pack_entry = _SLOT.unpack_from, _SLOT.pack_into, ENTRY.pack_into
         for topic, keys, phy, store_ts in batch:
@@ -319,6 +339,7 @@ class IndexService:
                     mm = self._map(meta)
                     assert mm is not None
                     count = meta.count
+                    self._reserve(meta, min(limit, count + pending - added))
                 if count == 1:
                     meta.begin_phy, meta.begin_ts = phy, store_ts
                 key_hash = index_key_hash(topic, key)
@@ -340,6 +361,24 @@ class IndexService:
             mm[:HEADER_SIZE] = meta.header()
             self._maps.mark_dirty(meta.path)
         return added
+
+    def _reserve(self, meta: _File, entries: int) -> None:
+        """Give ``meta``'s file disk blocks for its first ``entries`` entries (and more)."""
+        upto = self._entries_at + entries * ENTRY_SIZE
+        if upto <= meta.reserved:
+            return
+        upto = min(self.file_size, max(upto, meta.reserved + _RESERVE_CHUNK))
+        try:
+            fd = os.open(meta.path, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                mappedfile._grow(fd, upto)  # allocated ranges are skipped
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise mappedfile._disk_full(meta.path, "growing", exc) from exc
+            raise
+        meta.reserved = upto
 
     # --- reading ------------------------------------------------------------------------
 

@@ -406,3 +406,46 @@ def test_queries_match_a_model_across_rolls_reopens_and_truncation(
             assert service.query("T", key, 1000) == expected
     finally:
         service.close()
+
+
+def test_entries_get_disk_blocks_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """A sparse index file holds blocks for header, slots and the entries reserved so far."""
+    monkeypatch.setattr(indexfile, "_RESERVE_CHUNK", 4096)
+    service = IndexService(tmp_path, max_hash_slots=1024, max_index_count=100_000)
+    try:
+        service.put_keys([("T", ["k0"], 1, 1000)])
+        path = service._files[-1].path
+        entries_at = indexfile.HEADER_SIZE + 1024 * 4
+        blocks = os.stat(path).st_blocks * 512
+        assert entries_at <= blocks < entries_at + 64 * 1024  # not the 2 MB of the file
+        service.put_keys([("T", [f"k{i}"], 1 + i, 1000) for i in range(1, 1000)])
+        covered = entries_at + 1000 * indexfile.ENTRY_SIZE
+        assert service._files[-1].reserved >= covered
+        assert os.stat(path).st_blocks * 512 >= covered
+        assert service.query("T", "k999", 5) == [1000]
+    finally:
+        service.close()
+
+
+def test_a_full_disk_fails_the_batch_before_it_writes(tmp_path, monkeypatch):
+    """No blocks for the next entries: DiskFullError, and the index is as it was."""
+    monkeypatch.setattr(indexfile, "_RESERVE_CHUNK", 10 * indexfile.ENTRY_SIZE)
+    service = IndexService(tmp_path, max_hash_slots=4, max_index_count=1000)
+    try:
+        service.put_keys([("T", ["a"], p, 1000) for p in range(1, 6)])
+        with monkeypatch.context() as m:
+            m.setattr(
+                mappedfile,
+                "_grow",
+                lambda fd, size: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")),
+            )
+            with pytest.raises(DiskFullError, match="disk full"):
+                service.put_keys([("T", ["a", "b"], p, 2000) for p in range(6, 12)])
+        assert service.query("T", "a", 100) == [5, 4, 3, 2, 1]
+        assert service.query("T", "b", 100) == []
+        assert service.end_phy_offset == 5
+        assert service.put_keys([("T", ["a", "b"], p, 2000) for p in range(6, 12)]) == 12
+        assert service.query("T", "a", 100) == list(range(11, 0, -1))
+        assert service.query("T", "b", 100) == list(range(11, 5, -1))
+    finally:
+        service.close()

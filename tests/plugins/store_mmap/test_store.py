@@ -20,7 +20,7 @@ from mqcore.errors import (
     StoreLockedError,
 )
 from mqcore.message import Message
-from mqcore.plugins.store_mmap import MmapStore, mappedfile
+from mqcore.plugins.store_mmap import MmapStore, indexfile, mappedfile
 from mqcore.plugins.store_mmap.options import MAX_BODY_SIZE, MmapStoreOptions
 from mqcore.store import FlushMode, GetStatus
 
@@ -441,3 +441,25 @@ def test_failed_dispatch_is_rolled_back(opened, monkeypatch, transient):
     store.close()
     again = opened()
     assert [m.msg_id for m in again.get("T", 0, 0, max_count=100).messages] == expected
+
+
+def test_full_disk_while_the_key_index_grows(opened, monkeypatch):
+    """No blocks for new index entries: DiskFullError, the batch rolled back, keys intact."""
+    monkeypatch.setattr(indexfile, "_RESERVE_CHUNK", 10 * indexfile.ENTRY_SIZE)
+    store = opened(index_hash_slots=16, index_max_entries=1000)
+    acked = store.put("T", 0, [Message(topic="T", body=b"%d" % i, keys=f"k{i}") for i in range(5)])
+    with monkeypatch.context() as m:
+        m.setattr(
+            mappedfile,
+            "_grow",
+            lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")),
+        )
+        with pytest.raises(DiskFullError, match="disk full"):
+            store.put("T", 0, [Message(topic="T", body=b"x", keys=f"n{i}") for i in range(20)])
+    assert store.max_offset("T", 0) == 5
+    assert [m.body for m in store.lookup("T", "k3")] == [b"3"]
+    assert store.lookup("T", "n0") == []
+    later = store.put("T", 0, [Message(topic="T", body=b"y", keys="n0")])
+    assert later[0].queue_offset == 5
+    assert later[0].commitlog_offset == acked[-1].commitlog_offset + acked[-1].size
+    assert [m.body for m in store.lookup("T", "n0")] == [b"y"]
