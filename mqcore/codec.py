@@ -314,6 +314,28 @@ def pack(
     born_ip, born_port = born_host or store_host
     store_ip, store_port = store_host
     first = prepared[0]
+    if len(prepared) == 1:  # one message per put is common: one 17-field pack
+        size, body, trailer, crc, flag, sflag, born, recon, ptx, _code, _keys = first
+        header = _HEADER.pack(
+            size,
+            MESSAGE_MAGIC_CODE,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            commitlog_offset,
+            sflag,
+            born,
+            born_ip,
+            born_port,
+            store_timestamp,
+            store_ip,
+            store_port,
+            recon,
+            ptx,
+            len(body),
+        )
+        return b"".join((header, body, trailer))
     shared = first[5:9]
     if prepared[-1][5:9] != shared:
         raise CodecError("pack() takes the items of one prepare() call (or a slice of one)")
