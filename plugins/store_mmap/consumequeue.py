@@ -173,7 +173,8 @@ class ConsumeQueue:
                     f"consume queue file {entry.path} has size {size} at byte offset "
                     f"{start_bytes}, expected files of {self.file_size} bytes "
                     f"({self.units_per_file} units); open with the units_per_file it "
-                    "was written with",
+                    "was written with, or delete the consumequeue directory to rebuild every "
+                    "queue from the commit log",
                     path=entry.path,
                     offset=start_bytes,
                 )

@@ -154,6 +154,9 @@ class IndexService:
         )
         self._lock = threading.Lock()  # guards changes of _files
         self._closed = False
+        #: the index directory was missing (a new store, or deleted to ask for a rebuild):
+        #: recovery indexes the whole commit log
+        self.rebuild = not read_only and not self.directory.is_dir()
         if not read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
         self._load()
@@ -175,7 +178,8 @@ class IndexService:
                 raise StoreCorruptedError(
                     f"index file {path} has {size} bytes, expected {self.file_size} "
                     f"({self.max_hash_slots} slots, {self.max_index_count} entries); open "
-                    "with the sizes it was written with, or delete it to rebuild the index",
+                    "with the sizes it was written with, or delete the index directory to rebuild "
+                    "the index from the commit log",
                     path=str(path),
                 )
             meta = _File(path)

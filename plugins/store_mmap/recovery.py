@@ -241,6 +241,9 @@ def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> N
         if 0 <= index_end < frm:
             # Both are record boundaries; records before the scan start were not validated.
             frm = max(index_end, scan_from)
+    if index.rebuild:
+        frm = commitlog.min_offset  # consume-queue units already present are skipped
+        log.warning("index_rebuilding", from_offset=frm, to_offset=end)
     pending: dict[tuple[str, int], tuple[int, bytearray]] = {}
     keyed: list[tuple[str, list[str], int, int]] = []
     last_ts = 0
@@ -251,6 +254,9 @@ def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> N
         last_ts = msg.store_timestamp
         if phys > index_end and msg.keys:
             keyed.append((msg.topic, msg.key_list, phys, last_ts))
+            if len(keyed) >= 65536:  # a rebuild may index the whole log: bounded memory
+                index.put_keys(keyed)
+                keyed.clear()
         key = (msg.topic, msg.queue_id)
         cq = cqs.get(key)
         if cq is None:
@@ -268,7 +274,8 @@ def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> N
                 raise StoreCorruptedError(
                     f"consume queue {msg.topic}-{msg.queue_id} ends at offset {next_offset} "
                     f"but the commit log continues at queue offset {qoff} (commit-log offset "
-                    f"{phys}); delete the consume queue's directory to rebuild it",
+                    f"{phys}); delete the consumequeue directory to rebuild every queue "
+                    "from the commit log",
                     path=str(cq.directory),
                     offset=phys,
                 )

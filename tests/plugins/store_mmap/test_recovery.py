@@ -187,6 +187,25 @@ def test_deleted_consume_queues_and_index_are_rebuilt(kernel, tmp_path):
         assert msg.tags == "t"
 
 
+def test_deleted_index_alone_is_rebuilt_after_a_clean_shutdown(kernel, tmp_path):
+    """Deleting index/ of a cleanly closed store re-indexes every key; queues are untouched."""
+    path = tmp_path / "store"
+    with kernel.open_store("mmap", path, **OPTIONS) as store:
+        acked = [
+            store.put("R", b % 2, [Message(topic="R", body=b"%d" % b, keys=f"k{b} all")])[0]
+            for b in range(40)
+        ]
+    shutil.rmtree(path / "index")
+    with kernel.open_store("mmap", path, **OPTIONS) as store:
+        assert [m.msg_id for m in store.lookup("R", "k17")] == [acked[17].msg_id]
+        assert len(store.lookup("R", "all", max_count=100)) == 40
+        assert [m.msg_id for m in _all(store)] == [r.msg_id for r in acked]
+        assert store.max_offset("R", 0) == store.max_offset("R", 1) == 20
+    # A third open does not index anything twice.
+    with kernel.open_store("mmap", path, **OPTIONS) as store:
+        assert len(store.lookup("R", "all", max_count=100)) == 40
+
+
 def test_clean_shutdown_then_flipped_tail_is_cut(kernel, tmp_path):
     """Even after a clean close, the last segments are validated on open."""
     path = tmp_path / "s"
