@@ -5,9 +5,10 @@ queue offset (see :mod:`.layout`). A plain get positions one cursor on the item 
 its start offset, decodes the sizes it needs with one ``struct`` call, copies the wanted
 span of the batch's commit-log item out of LMDB once and describes each record as a
 position and a size in that copy: the caller builds ``MessageExt`` views or memoryviews
-over it without copying again. A pull rarely touches a second batch. Filtered scans go
-unit by unit, as RocketMQ does, because each unit may be skipped; they copy the records
-they keep, one buffer per batch.
+over it without copying again. A pull rarely touches a second batch; one over many small
+batches decodes their units together and reads their log items with one cursor walk.
+Filtered scans go unit by unit, as RocketMQ does, because each unit may be skipped; they
+copy the records they keep into one buffer.
 
 Read transactions run with ``buffers=True``: values are views into the map, valid only
 until the transaction ends, so everything returned from here is a copy (``bytes``).
@@ -42,7 +43,7 @@ _SIZE = struct.Struct(">i")  # a record starts with its total size
 _TIMESTAMP = struct.Struct(">q")
 _VALUE = itemgetter(1)
 
-#: One batch's share of a read: ``(copy of its records read, their starts in it, sizes)``.
+#: Records read in one piece: ``(their copy, their starts in it, their sizes)``.
 Chunk = tuple[bytes, list[int], list[int]]
 
 
@@ -197,7 +198,7 @@ def _items(
     if take == 0:
         return None, full
     del sizes[take:]
-    # Items holding the ``take`` records: the last one may be used only in part.
+    # The items holding the ``take`` records.
     item_ends = list(accumulate(map(len, items)))  # in bytes of units
     m = bisect_left(item_ends, take * _UNIT) + 1
     first_key = _OFFSET_PACK(_FIRST_CL(items[0], 0)[0])
@@ -213,9 +214,9 @@ def _items(
         views = list(map(_VALUE, log_cur.getmulti(keys)))
         if len(views) != m:  # a batch is gone (no retention yet: cannot happen)
             return None, True
-    if m > 1:
-        item_ends[m - 2] //= _UNIT
-    views[-1] = views[-1][: span - starts[item_ends[m - 2]] if m > 1 else span]
+    # The last item may be used only in part: its records come after the other items' ones.
+    before = starts[item_ends[m - 2] // _UNIT] if m > 1 else 0
+    views[-1] = views[-1][: span - before]
     starts.pop()
     return (b"".join(views), starts, sizes), full
 
