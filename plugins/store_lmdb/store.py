@@ -329,7 +329,7 @@ class LmdbStore:
         )
         records: list[memoryview] = []
         for data, starts, sizes in chunks:
-            # One copy of the batch (taken in the read transaction); the views share it.
+            # One copy of the records read (taken in the read transaction); the views share it.
             view = memoryview(data)
             records.extend(map(view.__getitem__, map(slice, starts, map(add, starts, sizes))))
         return RawGetResult(status, records, nxt, low, high)
