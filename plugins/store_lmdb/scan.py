@@ -119,6 +119,10 @@ def _plain(
     n = len(units) // _UNIT
     skip = offset - (_OFFSET.unpack_from(key, plen)[0] + 1 - n)
     items = [units]
+    if n - skip < count and cq.next():
+        # More items are needed: walk ahead about as many as the rest needs, sizing them
+        # like this one (items of one queue tend to hold alike batches).
+        items += islice(cq.iternext(keys=False, values=True), _ahead(count - n + skip, n))
     log_cur = None
     chunks: list[Chunk] = []
     got = 0
@@ -129,7 +133,7 @@ def _plain(
         else:
             if log_cur is None:
                 log_cur = txn.cursor(db=log_db)
-            chunk, full = _items(log_cur, items, count - got, total, max_bytes)
+            chunk, full = _items(log_cur, items, skip, count - got, total, max_bytes)
         if chunk is None:
             break
         chunks.append(chunk)
@@ -137,13 +141,15 @@ def _plain(
         total += len(chunk[0])
         if full or got >= count or not cq.next():
             break
-        # Items of one queue tend to hold alike batches: fetch about what the rest needs.
-        need = count - got
-        per = max(1, len(items[-1]) // _UNIT)
         walk = cq.iternext(keys=False, values=True)
-        items = list(islice(walk, min(need, -(-need // per) + 1)))
+        items = list(islice(walk, _ahead(count - got, len(items[-1]) // _UNIT)))
         skip = 0
     return chunks, got
+
+
+def _ahead(need: int, per: int) -> int:
+    """Items to walk for ``need`` more units at about ``per`` units an item."""
+    return min(need, -(-need // max(1, per)) + 1)
 
 
 def _cut(sizes: list[int], total: int, max_bytes: int, first: bool) -> tuple[list[int], bool]:
@@ -181,17 +187,18 @@ def _one_item(
 
 
 def _items(
-    log_cur: Any, items: list[Any], need: int, total: int, max_bytes: int
+    log_cur: Any, items: list[Any], skip: int, need: int, total: int, max_bytes: int
 ) -> tuple[Chunk | None, bool]:
-    """Records from the start of several consume-queue items: (one chunk or None, full).
+    """Records of several consume-queue items, from unit ``skip`` of the first on:
+    (one chunk or None, full).
 
     The items' units are decoded together; their log items are read with one cursor walk
     when adjacent in the log, else one ``getmulti``, and the wanted spans are joined into one
     copy (many small batches: one pull, one buffer).
     """
     joined = b"".join(items)
-    take = min(len(joined) // _UNIT, need)
-    sizes = list(layout.sizes_struct(take).unpack_from(joined))
+    take = min(len(joined) // _UNIT - skip, need)
+    sizes = list(layout.sizes_struct(take).unpack_from(joined, skip * _UNIT))
     starts, full = _cut(sizes, total, max_bytes, total == 0)
     span = starts[-1]
     take = len(starts) - 1
@@ -200,10 +207,10 @@ def _items(
     del sizes[take:]
     # The items holding the ``take`` records.
     item_ends = list(accumulate(map(len, items)))  # in bytes of units
-    m = bisect_left(item_ends, take * _UNIT) + 1
-    first_key = _OFFSET_PACK(_FIRST_CL(items[0], 0)[0])
+    m = bisect_left(item_ends, (skip + take) * _UNIT) + 1
+    base = _FIRST_CL(items[0], 0)[0]
     views = None
-    if log_cur.set_key(first_key):
+    if log_cur.set_key(_OFFSET_PACK(base)):
         # One queue's batches are usually adjacent in the log (puts to other queues did not
         # come between): then one cursor walk reads them, checked by the last key it reaches.
         views = list(islice(log_cur.iternext(keys=False, values=True), m))
@@ -214,9 +221,13 @@ def _items(
         views = list(map(_VALUE, log_cur.getmulti(keys)))
         if len(views) != m:  # a batch is gone (no retention yet: cannot happen)
             return None, True
-    # The last item may be used only in part: its records come after the other items' ones.
-    before = starts[item_ends[m - 2] // _UNIT] if m > 1 else 0
-    views[-1] = views[-1][: span - before]
+    # The first item is read from its unit ``skip`` on, the last one may be used in part.
+    first = _FIRST_CL(items[0], skip * _UNIT)[0] - base
+    if m == 1:
+        views[0] = views[0][first : first + span]
+    else:
+        views[-1] = views[-1][: span - starts[item_ends[m - 2] // _UNIT - skip]]
+        views[0] = views[0][first:]
     starts.pop()
     return (b"".join(views), starts, sizes), full
 
