@@ -66,6 +66,7 @@ __all__ = [
     "pack",
     "pack_blank",
     "prepare",
+    "scan_valid",
     "string_hash_code",
     "tags_hash_code",
 ]
@@ -464,6 +465,41 @@ def check_record(
                 offset=where,
             )
     return RECORD, size
+
+
+# size, magic, body CRC, sys flag, body length: what the fast scan needs of a header.
+_SCAN = struct.Struct(">iii24xi44xi")
+
+
+def scan_valid(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> int:
+    """Walk consecutive valid message records from ``pos``; return where the walk stopped.
+
+    A record passes when :func:`check_record` (CRC on) would accept it as a message; the
+    walk stops at the first one that does not, at a blank marker, or at ``limit``. Call
+    :func:`check_record` at the returned position to learn what is there. This is the
+    recovery scan's fast path: a few C calls per record instead of a full header decode.
+    """
+    view = memoryview(buf)
+    unpack = _SCAN.unpack_from
+    crc32 = _crc32
+    magic_ok = MESSAGE_MAGIC_CODE
+    min_size = HEADER_SIZE + 3
+    v6 = _V6_FLAGS
+    while pos + HEADER_SIZE <= limit:
+        size, magic, crc, sys_flag, body_len = unpack(view, pos)
+        end = pos + size
+        if magic != magic_ok or size < min_size or end > limit or sys_flag & v6:
+            break
+        tpos = pos + HEADER_SIZE + body_len
+        if body_len < 0 or tpos + 3 > end:
+            break
+        ppos = tpos + 1 + view[tpos]
+        if ppos + 2 > end or ppos + 2 + ((view[ppos] << 8) | view[ppos + 1]) != end:
+            break
+        if crc32(view[pos + HEADER_SIZE : tpos]) & 0x7FFFFFFF != crc:
+            break
+        pos = end
+    return pos
 
 
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, check: bool = False) -> MessageExt:

@@ -183,3 +183,43 @@ def test_pack_takes_one_prepare_call() -> None:
     )
     decoded = codec.decode(rec)
     assert (decoded.born_timestamp, decoded.reconsume_times) == (2_000, 3)
+
+
+def _walk_with_check_record(buf: bytes) -> int:
+    """Where a check_record walk stops (the reference for scan_valid)."""
+    pos = 0
+    while pos < len(buf):
+        try:
+            kind, size = codec.check_record(buf, pos)
+        except CodecError:
+            return pos
+        if kind != codec.RECORD:
+            return pos
+        pos += size
+    return pos
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bodies=st.lists(st.binary(max_size=300), min_size=1, max_size=8),
+    flip=st.integers(min_value=0, max_value=10_000),
+    cut=st.integers(min_value=0, max_value=10_000),
+)
+def test_scan_valid_stops_where_check_record_does(bodies, flip, cut) -> None:
+    """The recovery fast path accepts exactly the records check_record accepts."""
+    msgs = [Message(topic="T", body=b, tags="t" if i % 2 else None) for i, b in enumerate(bodies)]
+    buf = bytearray(
+        codec.pack(
+            codec.prepare(msgs, 1),
+            queue_id=0,
+            queue_offset=0,
+            commitlog_offset=0,
+            store_timestamp=2,
+            store_host=codec.host_bytes("127.0.0.1:10911"),
+        )
+    )
+    assert codec.scan_valid(bytes(buf), 0, len(buf)) == len(buf)
+    buf[flip % len(buf)] ^= 0x5A
+    data = bytes(buf[: max(1, len(buf) - cut % len(buf))]) + codec.pack_blank(16)
+    expected = _walk_with_check_record(data)
+    assert codec.scan_valid(data, 0, len(data)) == expected

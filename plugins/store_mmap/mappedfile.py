@@ -25,6 +25,7 @@ import errno
 import mmap
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -337,17 +338,39 @@ class MappedFile:
         stay holes (writing there could need blocks a full disk does not have).
         """
         changed = False
-        at = position
-        while at < self.file_size:
-            size = min(_ZERO_CHUNK, self.file_size - at)
-            chunk = os.pread(self._fd, size, at)
-            head = size - len(chunk.lstrip(b"\0"))
-            if head < size:
-                tail = len(chunk.rstrip(b"\0"))
-                os.pwrite(self._fd, bytes(tail - head), at + head)
-                changed = True
-            at += size
+        for at, stop in self.data_ranges(position, self.file_size):
+            while at < stop:
+                size = min(_ZERO_CHUNK, stop - at)
+                chunk = os.pread(self._fd, size, at)
+                head = size - len(chunk.lstrip(b"\0"))
+                if head < size:
+                    tail = len(chunk.rstrip(b"\0"))
+                    os.pwrite(self._fd, bytes(tail - head), at + head)
+                    changed = True
+                at += size
         return changed
+
+    def data_ranges(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """The ``[a, b)`` stretches of ``[start, end)`` that may hold data (not holes).
+
+        A segment's blocks are allocated a chunk at a time, so the unwritten rest of the
+        last one is mostly a hole: ``SEEK_DATA``/``SEEK_HOLE`` let recovery skip it instead
+        of reading up to a gigabyte of zeros. Where the file system cannot say, the whole
+        range is one stretch.
+        """
+        pos = start
+        while pos < end:
+            try:
+                data = os.lseek(self._fd, pos, os.SEEK_DATA)
+                hole = os.lseek(self._fd, data, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no data after pos
+                    yield pos, end
+                return
+            if data >= end:
+                return
+            yield data, min(hole, end)
+            pos = hole
 
     # --- reading ----------------------------------------------------------------------
 
@@ -389,8 +412,17 @@ class MappedFile:
             return True
 
     def find(self, pattern: bytes, start: int, end: int | None = None) -> int:
-        """Position of ``pattern`` in the map between ``start`` and ``end``, or -1 (C speed)."""
-        return self._mm.find(pattern, start, self.file_size if end is None else end)
+        """Position of ``pattern`` in the map between ``start`` and ``end``, or -1 (C speed).
+
+        Holes of the file (see :meth:`data_ranges`) are skipped; a match may straddle the
+        start of a hole, never its end (holes read as zeros).
+        """
+        stop = self.file_size if end is None else end
+        for a, b in self.data_ranges(start, stop):
+            found = self._mm.find(pattern, a, min(stop, b + len(pattern) - 1))
+            if found >= 0:
+                return found
+        return -1
 
     def release_pages(self, upto: int) -> None:
         """Drop this process's mapping of the pages below ``upto`` (they stay in the page cache).

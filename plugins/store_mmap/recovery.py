@@ -28,6 +28,7 @@ from mqcore.codec import (
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     check_record,
+    scan_valid,
     tags_hash_code,
 )
 from mqcore.errors import CodecError, StoreCorruptedError
@@ -127,6 +128,9 @@ def find_end(
         mf = files[index]
         view, limit, base = mf.view, mf.file_size, mf.file_from_offset
         while pos < limit:
+            pos = scan_valid(view, pos, limit)  # the fast path over valid records
+            if pos >= limit:
+                break
             try:
                 kind, size = check_record(view, pos, limit, base_offset=base)
             except CodecError as exc:
