@@ -101,6 +101,21 @@ def _print_table(result: BenchResult, show_rss: bool) -> None:
         console.print("  ".join(parts))
 
 
+def _parse_options(items: tuple[str, ...]) -> dict[str, Any]:
+    """``NAME=VALUE`` strings as store options (JSON values where they parse)."""
+    options: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--option")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        options[name.strip()] = value
+    return options
+
+
 @click.command()
 @click.option(
     "--store",
@@ -163,6 +178,15 @@ def _print_table(result: BenchResult, show_rss: bool) -> None:
 @click.option(
     "--rss", is_flag=True, help="Report peak resident set size, and its anonymous/file parts."
 )
+@click.option(
+    "--option",
+    "-o",
+    "options",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A store option (repeatable), e.g. -o group_commit_delay_ms=0; values are read as "
+    "JSON when they parse (numbers, true/false), else as strings.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object, no progress bar.")
 def bench(
     store_name: str,
@@ -175,9 +199,13 @@ def bench(
     raw: bool,
     data_dir: str | None,
     rss: bool,
+    options: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Produce then consume through a store and print messages/s and MB/s per phase."""
+    store_options = _parse_options(options)
+    if "flush_mode" in store_options:
+        raise click.BadParameter("use --flush, not -o flush_mode", param_hint="--option")
     config = BenchConfig(
         store=store_name,
         messages=messages,
@@ -189,6 +217,7 @@ def bench(
         raw=raw,
         data_dir=data_dir,
         rss=rss,
+        store_options=store_options,
     )
     try:
         if as_json:

@@ -270,3 +270,17 @@ def test_real_store_through_a_subprocess(store: str, tmp_path: Path) -> None:
     assert data["messages"] == 500 and data["produce_msgs_per_s"] > 0
     assert data["consume_msgs_per_s"] > 0
     assert any((tmp_path / "data").iterdir())
+
+
+def test_store_options_reach_the_store() -> None:
+    """-o NAME=VALUE passes store options (JSON values); bad ones are clear errors."""
+    ok = _invoke(["-n", "200", "--size", "64", "-o", "segment_size=65536", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["consume_msgs_per_s"] > 0
+    unknown = _invoke(["-n", "10", "-o", "no_such_option=1", "--json"])
+    assert unknown.exit_code != 0
+    assert "no_such_option" in unknown.output and "segment_size" in unknown.output
+    malformed = _invoke(["-n", "10", "-o", "segment_size"])
+    assert malformed.exit_code == 2 and "NAME=VALUE" in malformed.output
+    invalid = _invoke(["-n", "10", "-o", "segment_size=tiny", "--json"])
+    assert invalid.exit_code != 0 and "segment_size" in invalid.output
