@@ -49,6 +49,12 @@ class BrokerConfig:
     :param flush_consumer_offset_interval_ms: how often consumer offsets are persisted (5 s).
     :param rebalance_lock_max_live_time_ms: queue locks of orderly consumers expire (60 s).
     :param max_reconsume_times: sends back beyond this go to the DLQ (16).
+    :param delay_scheduler: name of the registered delay scheduler holding delayed messages
+        and retries (``delay_levels``, RocketMQ's levels).
+    :param message_delay_level: the delay levels, RocketMQ's ``messageDelayLevel`` string.
+    :param flush_delay_offset_interval_ms: how often the scheduler's progress is persisted
+        (``flushDelayOffsetInterval``, 10 s).
+    :param delay_scheduler_options: extra options for the scheduler (e.g. ``clock``).
     :param store_options: extra options for the store plugin.
     """
 
@@ -66,6 +72,10 @@ class BrokerConfig:
     flush_consumer_offset_interval_ms: int = 5_000
     rebalance_lock_max_live_time_ms: int = 60_000
     max_reconsume_times: int = 16
+    delay_scheduler: str = "delay_levels"
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    flush_delay_offset_interval_ms: int = 10_000
+    delay_scheduler_options: dict[str, Any] = attrs.field(factory=dict)
     store_options: dict[str, Any] = attrs.field(factory=dict)
 
     @property

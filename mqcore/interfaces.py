@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from mqcore.message import MessageQueue
+from mqcore.message import Message, MessageQueue
 
-__all__ = ["AllocateStrategy", "DelayScheduler", "MessageFilter", "OffsetStore"]
+__all__ = ["AllocateStrategy", "DelayHost", "DelayScheduler", "MessageFilter", "OffsetStore"]
 
 
 @runtime_checkable
@@ -89,9 +90,73 @@ class OffsetStore(Protocol):
 
 
 @runtime_checkable
+class DelayHost(Protocol):
+    """What a broker lends its delay scheduler: the schedule topic to read, a put to deliver.
+
+    Held messages live in the broker's store under the schedule topic
+    (``SCHEDULE_TOPIC_XXXX``), one queue per delay level; the scheduler reads them back and
+    hands each due one to :meth:`deliver`, which stores it in its real topic and wakes the
+    consumers waiting on that queue.
+    """
+
+    def read_scheduled(self, queue_id: int, offset: int, max_count: int) -> Any:
+        """Up to ``max_count`` held messages of one schedule queue from ``offset`` (a
+        :class:`mqcore.store.GetResult`)."""
+        ...
+
+    def scheduled_max_offset(self, queue_id: int) -> int:
+        """One past the last offset of a schedule queue."""
+        ...
+
+    def deliver(
+        self,
+        message: Message,
+        queue_id: int,
+        *,
+        born_timestamp: int,
+        born_host: str,
+        reconsume_times: int,
+    ) -> None:
+        """Store a due message in queue ``queue_id`` of ``message.topic``; raises on failure."""
+        ...
+
+    def state_path(self, name: str) -> Path:
+        """Where the scheduler keeps its file ``name`` (in the broker's config directory)."""
+        ...
+
+
+@runtime_checkable
 class DelayScheduler(Protocol):
-    """Holds messages until their delivery time, then hands them back for delivery."""
+    """Holds messages until their delivery time, then hands them back for delivery.
+
+    The broker stores a message with a delay level in queue :meth:`schedule_queue` of the
+    schedule topic, calls :meth:`start` once, :meth:`run_due` from its delivery thread (and
+    whenever it likes: calls are serialised), :meth:`persist` periodically and :meth:`stop`
+    at shutdown. Factories are called as ``factory(message_delay_level=..., **options)``.
+    """
+
+    name: str
 
     def deliver_at(self, delay_level: int, store_timestamp: int) -> int:
         """The delivery time (ms) of a message stored at ``store_timestamp``."""
+        ...
+
+    def schedule_queue(self, delay_level: int) -> tuple[int, int]:
+        """``(queue id in the schedule topic, effective level)`` for a requested level > 0."""
+        ...
+
+    def start(self, host: DelayHost) -> None:
+        """Load persisted progress and begin serving ``host``."""
+        ...
+
+    def run_due(self) -> int:
+        """Deliver every held message that is due; returns ms until the next check is useful."""
+        ...
+
+    def persist(self) -> bool:
+        """Write progress if it changed; returns whether a write happened."""
+        ...
+
+    def stop(self) -> None:
+        """Persist progress and stop delivering (``run_due`` then does nothing)."""
         ...

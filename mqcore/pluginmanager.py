@@ -42,6 +42,7 @@ BUNDLED_PLUGINS: tuple[str, ...] = (
     "mqcore.plugins.offset_local_file",
     "mqcore.plugins.filter_tag",
     "mqcore.plugins.filter_sql92",
+    "mqcore.plugins.delay_levels",
 )
 
 ENV_DISABLE_AUTOLOAD = "MQCORE_DISABLE_PLUGIN_AUTOLOAD"

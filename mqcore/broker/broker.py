@@ -21,6 +21,7 @@ from mqcore.broker.codes import RequestCode, ResponseCode
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
 from mqcore.broker.offsets import ConsumerOffsetManager
+from mqcore.broker.schedule import DelayService
 from mqcore.broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -146,6 +147,12 @@ class Broker:
     ) -> None:
         self.config = config or BrokerConfig(**options)
         self.kernel = kernel or Kernel()
+        # First, so that an unknown scheduler name fails before any file is opened.
+        self.delay_scheduler = self.kernel.delay_scheduler(
+            self.config.delay_scheduler,
+            message_delay_level=self.config.message_delay_level,
+            **self.config.delay_scheduler_options,
+        )
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         store_options = {"store_host": self.config.store_host, **self.config.store_options}
@@ -155,6 +162,15 @@ class Broker:
             self.topics = TopicManager(self.data_dir / "config" / "topics.json")
             self.offsets = ConsumerOffsetManager(self.data_dir / "config" / "consumerOffset.json")
             self.offsets.load()
+            self.delay = DelayService(
+                self.store,
+                self.delay_scheduler,
+                self.data_dir / "config",
+                self._stored,
+                flush_interval_ms=self.config.flush_delay_offset_interval_ms,
+                name=self.config.broker_name,
+            )
+            self.delay.start()
         except BaseException:
             self.store.close()
             raise
@@ -194,7 +210,10 @@ class Broker:
         self.waiters.close()
         self._housekeeper.join(timeout=10)
         try:
-            self.offsets.persist()
+            try:
+                self.delay.close()
+            finally:
+                self.offsets.persist()
         finally:
             self.store.close()
         log.info("broker_stopped", broker=self.config.broker_name)
@@ -344,6 +363,35 @@ class Broker:
                 code=ResponseCode.SYSTEM_ERROR,
             )
         self._check_messages(topic, messages)
+        return self._put(
+            topic,
+            queue_id,
+            messages,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+            reconsume_times=reconsume_times,
+        )
+
+    def _put(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+    ) -> list[PutResult]:
+        for m in messages:
+            if m.delay_level > 0:  # held in the schedule topic until due
+                return self.delay.put(
+                    topic,
+                    queue_id,
+                    messages,
+                    born_timestamp=born_timestamp,
+                    born_host=born_host,
+                    reconsume_times=reconsume_times,
+                )
         results: list[PutResult] = self.store.put(
             topic,
             queue_id,
@@ -352,11 +400,14 @@ class Broker:
             born_host=born_host,
             reconsume_times=reconsume_times,
         )
+        self._stored(topic, queue_id, results)
+        return results
+
+    def _stored(self, topic: str, queue_id: int, results: list[PutResult]) -> None:
         self.waiters.notify((topic, queue_id))
         hook = self.kernel.hook.mqcore_messages_stored
         if hook.get_hookimpls():
             hook(topic=topic, queue_id=queue_id, results=results)
-        return results
 
     # -- pull --------------------------------------------------------------------------------
 
@@ -570,7 +621,8 @@ class Broker:
 
         It goes to ``%RETRY%<group>`` with delay level ``3 + reconsume_times`` (unless one is
         given), or to ``%DLQ%<group>`` once it was retried ``max_reconsume_times`` times or
-        ``delay_level`` is negative. Timed delivery of the delay comes with the delay scheduler.
+        ``delay_level`` is negative. A retry is held by the delay scheduler (in the schedule
+        topic, so the result names that record) until its level's delay has passed.
         """
         self._check_open()
         validate_group(group)
@@ -602,10 +654,9 @@ class Broker:
             flag=msg.flag,
             delay_level=delay_level,
         )
-        result: PutResult = self.store.put(
+        result = self._put(
             topic, 0, [retry], born_timestamp=msg.born_timestamp, reconsume_times=times + 1
         )[0]
-        self.waiters.notify((topic, 0))
         log.info("message_sent_back", group=group, topic=topic, reconsume_times=times + 1)
         return result
 

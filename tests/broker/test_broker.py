@@ -205,7 +205,10 @@ def test_send_back_goes_to_retry_then_dlq(broker: Broker) -> None:
     (orig,) = _send(broker, 1, tags="A")
     r = broker.consumer_send_msg_back("cg", orig.commitlog_offset, origin_msg_id=orig.msg_id)
     retry = broker.view_message_by_id(r.msg_id)
-    assert retry.topic == "%RETRY%cg" and retry.reconsume_times == 1 and retry.delay_level == 3
+    # Held by the delay scheduler until level 3 (10 s) has passed.
+    assert retry.topic == "SCHEDULE_TOPIC_XXXX" and retry.queue_id == 2
+    assert retry.properties["REAL_TOPIC"] == "%RETRY%cg" and retry.properties["REAL_QID"] == "0"
+    assert retry.reconsume_times == 1 and retry.delay_level == 3
     assert (
         retry.properties["RETRY_TOPIC"] == "T"
         and retry.properties["ORIGIN_MESSAGE_ID"] == orig.msg_id

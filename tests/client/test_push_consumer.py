@@ -35,9 +35,15 @@ def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> bool:
     return cond()
 
 
+def _fast_clock(speed: int = 10_000) -> Callable[[], int]:
+    """Wall time (ms) running ``speed`` times faster from now: retry delays pass in ms."""
+    start = time.time()
+    return lambda: int((start + (time.time() - start) * speed) * 1000)
+
+
 @pytest.fixture
 def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path, store=store_name) as b:
+    with Broker(tmp_path, store=store_name, delay_scheduler_options={"clock": _fast_clock()}) as b:
         b.create_topic("T", queue_nums=8)
         yield b
 
