@@ -54,6 +54,7 @@ OPTIONS: dict[str, Any] = {
 _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
 _TIMESTAMP = struct.Struct(">q")
+_PORT = struct.Struct(">i")  # as in a message id
 # Fields of codec.prepare's items, by position: they are laid out as codec.Prepared.
 _SIZE = operator.itemgetter(codec.Prepared._fields.index("size"))
 _TAGS_CODE = operator.itemgetter(codec.Prepared._fields.index("tags_code"))
@@ -85,8 +86,8 @@ class LmdbStore:
         self.read_only = bool(opts["read_only"])
         self.store_host = str(opts["store_host"])
         self._host = codec.host_bytes(self.store_host)
-        # A message id is the store host in hex then the offset: build the host part once.
-        self._id_format = codec.make_message_id(*self._host, 0)[:-16] + "%016X"
+        # A message id is the hex of store ip (4), port (4) and offset (8): pack the host once.
+        self._id_host = self._host[0] + _PORT.pack(self._host[1])
         map_size = _positive_int("map_size", opts["map_size"])
         interval = _positive_int("flush_interval_ms", opts["flush_interval_ms"])
         max_readers = _positive_int("max_readers", opts["max_readers"])
@@ -211,7 +212,7 @@ class LmdbStore:
                 born_host=born,
             )
             units, key_items, results = _batch_items(
-                prepared, prefix, start_cl, next_q, ts, self._id_format
+                prepared, prefix, start_cl, next_q, ts, self._id_host
             )
             log_key = _OFFSET_PACK(start_cl)
             cq_key = prefix + _OFFSET_PACK(next_q + len(prepared) - 1)
@@ -492,9 +493,9 @@ class LmdbStore:
 
 
 @functools.lru_cache(maxsize=256)
-def _ids_format(id_format: str, count: int) -> str:
-    """``count`` message-id formats, each followed by a comma (ids hold only hex digits)."""
-    return (id_format + ",") * count
+def _ids_struct(count: int) -> struct.Struct:
+    """Packs ``count`` (store host, commit-log offset) pairs: the bytes of ``count`` ids."""
+    return struct.Struct(">" + "8sq" * count)
 
 
 def _batch_items(
@@ -503,7 +504,7 @@ def _batch_items(
     start_cl: int,
     next_q: int,
     ts: int,
-    id_format: str,
+    id_host: bytes,
 ) -> tuple[bytes, list[tuple[bytes, bytes]], list[PutResult]]:
     """The consume-queue item, key-index items and results of one packed batch.
 
@@ -526,9 +527,10 @@ def _batch_items(
             if keys:
                 log_key = _OFFSET_PACK(cl)
                 key_items.extend((layout.index_key(tprefix, k), log_key) for k in keys.split())
-    # The message ids in one formatting call: the store host part is fixed, the offset varies.
-    ids = (_ids_format(id_format, n) % tuple(offsets)).split(",")
-    ids.pop()
+    # The message ids (codec.make_message_id) of the whole batch: one pack, one hex call.
+    pairs: list[Any] = [id_host] * (2 * n)
+    pairs[1::2] = offsets
+    ids = _ids_struct(n).pack(*pairs).hex(",", 16).upper().split(",")
     results = list(
         map(
             _new_tuple,
