@@ -1,7 +1,7 @@
 """Records per second reading a topic with Spark (1, 2, 4 partitions) against a plain loop.
 
-    python bench/spark_read.py                          # lmdb, 1,000,000 messages of 100 bytes
-    python bench/spark_read.py --store mmap --messages 2000000 --markdown
+    python bench/spark_read.py                          # lmdb, 2,000,000 messages of 100 bytes
+    python bench/spark_read.py --store mmap --markdown
 
 One topic with one queue is written, then read:
 
@@ -12,11 +12,12 @@ One topic with one queue is written, then read:
   set so that the queue is read as N slices, every column materialised by Spark's ``noop``
   sink, on a ``local[N]`` session (at least 2 threads).
 
-Before timing, ``--warmup`` rounds read the whole topic once per partition count: they start
-the (reused) Python workers and let the JVM compile the code every read runs, which otherwise
-keeps a second core busy during the first timed reads. The timed reads then go round-robin
-over the partition counts (``--runs`` rounds, best kept), so that a change in the machine's
-load hits every count alike. A read of one record gives the fixed cost of a query.
+Before timing, ``--warmup`` rounds read the whole topic once per partition count, then run
+ten one-record queries: they start the (reused) Python workers and let the JVM compile the
+code every query runs, which otherwise keeps a second core busy during the timed reads. The
+timed reads then go round-robin over the partition counts (``--runs`` rounds, best kept), so
+that a change in the machine's load hits every count alike. A read of one record gives the
+fixed cost of a query, and the CPU time of other processes during the reads is reported.
 
 On Linux the CPU time of each read is split between the JVM's task threads (Arrow batches to
 rows), the rest of the JVM (JIT compiler, GC, scheduling) and the Python workers (reading the
@@ -162,12 +163,26 @@ class CpuMeter:
                     grew = True
         return total
 
-    def snapshot(self) -> tuple[float, float, float] | None:
-        """(JVM task threads, rest of the JVM, Python workers) CPU seconds so far."""
+    @staticmethod
+    def _machine() -> int:
+        """Busy CPU ticks of the whole machine (steal included: a VM's host took them)."""
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+        return sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+
+    def snapshot(self) -> tuple[float, ...] | None:
+        """CPU seconds so far: JVM task threads, rest of the JVM, Python workers, others.
+
+        *Others* is every other process on the machine (this one, the driver, aside).
+        """
         if self.jvm is None or not os.path.isdir(f"/proc/{self.jvm}"):
             return None
+        machine = self._machine()
         task, other = self._jvm_threads(self.jvm)
-        return task / self.tick, other / self.tick, self._python(self.jvm) / self.tick
+        python = self._python(self.jvm)
+        driver = _cpu_ticks(os.getpid())
+        mine = task + other + python + (driver[1] if driver else 0)
+        return tuple(t / self.tick for t in (task, other, python, max(0, machine - mine)))
 
 
 def spark_read(spark: Any, path: str, count: int, partitions: int, **options: str) -> float:
@@ -209,6 +224,10 @@ def measure(
     for _ in range(warmup):
         for n in counts:
             spark_read(spark, path, count, n)
+        # Short queries run the per-query code (planning, scheduling, task serialisation)
+        # often enough for the JIT compiler to finish with it before the timed reads.
+        for _ in range(10):
+            spark_read(spark, path, count, 1, end_offset="1")
     meter = CpuMeter()
     times: dict[int, list[float]] = {n: [] for n in counts}
     cpu: dict[int, list[tuple[float, ...]]] = {n: [] for n in counts}
@@ -228,10 +247,10 @@ def main() -> None:
     """Run the benchmark and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", default="lmdb")
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--messages", type=int, default=2_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds of reads")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds of reads")
     parser.add_argument("--partitions", default="1,2,4")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
@@ -275,13 +294,19 @@ def main() -> None:
         "query_overhead_s": round(found["overhead"], 3),
     }
     if any(found["cpu"].values()):
-        # Mean CPU seconds of one read, per million records.
+        # Mean CPU seconds of one read, per million records; and how many cores the rest of
+        # the machine kept busy meanwhile (what a parallel speed-up could not use).
         per_m = 1e6 / args.messages
         result["cpu_s_per_million"] = {
             n: {
                 key: round(sum(c[i] for c in rows) / len(rows) * per_m, 2)
                 for i, key in enumerate(("jvm_tasks", "jvm_other", "python"))
             }
+            for n, rows in found["cpu"].items()
+            if rows
+        }
+        result["other_processes_cores"] = {
+            n: round(sum(c[3] for c in rows) / sum(found["times"][n]), 2)
             for n, rows in found["cpu"].items()
             if rows
         }
@@ -308,7 +333,8 @@ def main() -> None:
     print(f"every run (records/s): {result['all_runs_records_per_s']}")
     print(f"one-record query: {result['query_overhead_s']} s")
     for n, split in result.get("cpu_s_per_million", {}).items():
-        print(f"CPU s per million records, {n} partition(s): {split}")
+        others = result["other_processes_cores"][n]
+        print(f"CPU s per million records, {n} partition(s): {split}; others: {others} cores")
     for key in ("speedup_2_vs_1", "spark2_vs_loop"):
         if key in result:
             print(f"{key}: {result[key]}")
