@@ -170,7 +170,6 @@ class Broker:
                 flush_interval_ms=self.config.flush_delay_offset_interval_ms,
                 name=self.config.broker_name,
             )
-            self.delay.start()
         except BaseException:
             self.store.close()
             raise
@@ -180,6 +179,12 @@ class Broker:
         self._routes: dict[str, tuple[TopicConfig, TopicRoute]] = {}
         self._closed = False
         self._stop = threading.Event()
+        try:
+            # Last: its thread delivers through everything set up above.
+            self.delay.start()
+        except BaseException:
+            self.store.close()
+            raise
         self._housekeeper = threading.Thread(
             target=self._housekeeping, name=f"mqcore-broker-{self.config.broker_name}", daemon=True
         )

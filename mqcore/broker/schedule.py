@@ -175,7 +175,11 @@ class DelayService:
         born_host: str,
         reconsume_times: int,
     ) -> None:
-        """Store a due message in its real topic and wake the pulls waiting on that queue."""
+        """Store a due message in its real topic and wake the pulls waiting on that queue.
+
+        Raises only when the message was not stored: once it is, a failing wake-up or hook
+        must not make the scheduler deliver it a second time.
+        """
         got = self.store.put(
             message.topic,
             queue_id,
@@ -184,7 +188,10 @@ class DelayService:
             born_host=born_host,
             reconsume_times=reconsume_times,
         )
-        self._stored(message.topic, queue_id, got)
+        try:
+            self._stored(message.topic, queue_id, got)
+        except Exception:
+            log.exception("delay_delivered_notify_failed", topic=message.topic, queue_id=queue_id)
 
     def state_path(self, name: str) -> Path:
         """``<data_dir>/config/<name>``."""
