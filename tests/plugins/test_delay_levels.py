@@ -110,7 +110,8 @@ def test_bad_level_strings_are_refused(text: str) -> None:
 
 def test_levels_map_to_queues_and_clamp() -> None:
     s = DelayLevelScheduler("1s 5s 10s")
-    assert isinstance(s, DelayScheduler)
+    as_protocol: object = s
+    assert isinstance(as_protocol, DelayScheduler) and s.name == "delay_levels"
     assert s.max_level == 3
     queues = [s.schedule_queue(n) for n in (1, 2, 3, 4, 99)]
     assert queues == [(0, 1), (1, 2), (2, 3), (2, 3), (2, 3)]
