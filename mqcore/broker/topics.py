@@ -69,8 +69,22 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
 )
 
 
+# Names that passed validate_topic: every send validates its topic, and a process sends
+# to few topics. Cleared when full, so any number of names stays bounded.
+_VALID_TOPICS: set[str] = set()
+
+
 def validate_topic(topic: str) -> None:
     """Raise :class:`MessageIllegalError` unless ``topic`` is a legal RocketMQ topic name."""
+    if topic.__class__ is str and topic in _VALID_TOPICS:
+        return
+    _check_topic(topic)
+    if len(_VALID_TOPICS) >= 4096:
+        _VALID_TOPICS.clear()
+    _VALID_TOPICS.add(topic)
+
+
+def _check_topic(topic: str) -> None:
     if not isinstance(topic, str) or not topic.strip():
         raise MessageIllegalError(
             "The specified topic is blank.", code=ResponseCode.MESSAGE_ILLEGAL

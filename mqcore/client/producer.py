@@ -6,16 +6,18 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import structlog
 
 from mqcore.broker.codes import ResponseCode
 from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
+from mqcore.client.async_sender import AsyncSender, PendingSend
 from mqcore.client.common import ClientBase
 from mqcore.errors import BrokerError, MessageIllegalError, MQClientError, SendTimeoutError
 from mqcore.message import Message, MessageQueue, SendResult, SendStatus
+from mqcore.store import PutResult
 
 __all__ = ["MessageQueueSelector", "Producer"]
 
@@ -47,7 +49,8 @@ class Producer(ClientBase):
     :param max_message_size: largest body accepted, bytes (4 MiB).
     :param async_send_threads: threads serving ``send_async`` (owned and stopped by shutdown).
         One by default: an in-process broker does no network waiting, so more threads only
-        contend for the store's write lock (two halve the rate, measured in bench/client.py).
+        contend for the store's write lock. The thread stores the sends queued meanwhile a
+        batch at a time (see :mod:`mqcore.client.async_sender`).
     """
 
     def __init__(
@@ -71,7 +74,7 @@ class Producer(ClientBase):
         self.async_send_threads = async_send_threads
         self._index = random.randrange(1 << 16)
         self._index_lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
+        self._sender: AsyncSender | None = None
 
     def start(self) -> None:
         """Register with the broker and start the async-send pool."""
@@ -81,8 +84,11 @@ class Producer(ClientBase):
             if self._shutdown:
                 raise MQClientError(f"producer {self.group!r} was shut down; create a new one")
             self.broker.heartbeat(self.client_id, producer_groups=[self.group])
-            self._executor = ThreadPoolExecutor(
-                self.async_send_threads, thread_name_prefix=f"mqcore-producer-{self.group}"
+            self._sender = AsyncSender(
+                self._send_group,
+                threads=self.async_send_threads,
+                max_bytes=self.max_message_size,
+                name=f"mqcore-producer-{self.group}",
             )
             self._started = True
 
@@ -90,9 +96,9 @@ class Producer(ClientBase):
         """Finish queued async sends and stop."""
         if not self._claim_shutdown():
             return
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.shutdown()
 
     # -- validation and queue choice ---------------------------------------------------------
 
@@ -129,46 +135,30 @@ class Producer(ClientBase):
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _send(
+    def _store(
         self,
         msgs: Sequence[Message],
-        timeout: float | None,
-        selector: MessageQueueSelector | None,
-        arg: Any,
+        timeout: float,
+        begin: float,
+        pick: Callable[[list[MessageQueue], MessageQueue | None], MessageQueue] | None,
         retries: int,
-    ) -> SendResult:
-        self._check_running()
+    ) -> tuple[MessageQueue, list[PutResult]]:
+        """Store ``msgs`` (one topic) as one batch, with retries; the queue and the results.
+
+        ``pick(mqs, last)`` chooses the queue (a selector: then no retry), else round-robin.
+        """
         topic = msgs[0].topic
-        for m in msgs:
-            self._check_message(m)
-            if m.topic != topic:
-                raise MQClientError(
-                    f"a batch goes to one topic: {m.topic!r} differs from {topic!r}"
-                )
-        timeout = self.send_msg_timeout if timeout is None else timeout
-        begin = time.monotonic()
-        born = int(time.time() * 1000)
-        hooks = self.kernel.hook
-        traced = bool(
-            hooks.mqcore_send_before.get_hookimpls() or hooks.mqcore_send_after.get_hookimpls()
-        )
-        if traced:
-            hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
-        attempts = 1 if selector is not None else 1 + retries
+        attempts = 1 if pick is not None else 1 + retries
         last_mq: MessageQueue | None = None
         error: Exception | None = None
+        born = int(time.time() * 1000)
         for attempt in range(attempts):
             if time.monotonic() - begin > timeout:
                 raise SendTimeoutError(
                     f"send to {topic} timed out after {timeout}s ({attempt} attempts)"
                 ) from error
             mqs = self.route(topic).write_queues()
-            if selector is not None:
-                mq = selector(mqs, msgs[0], arg)
-                if mq not in mqs:
-                    raise MQClientError(f"selector returned {mq}, not a writable queue of {topic}")
-            else:
-                mq = self._next_queue(mqs, last_mq)
+            mq = pick(mqs, last_mq) if pick is not None else self._next_queue(mqs, last_mq)
             last_mq = mq
             try:
                 results = self.broker.send_message(
@@ -180,16 +170,81 @@ class Producer(ClientBase):
                 error = exc
                 log.warning("send_retry", topic=topic, queue_id=mq.queue_id, attempt=attempt + 1)
                 continue
-            ids = ",".join(r.msg_id for r in results)
-            result = SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, ids)
-            if traced:
-                hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=[result])
-            return result
+            return mq, results
         assert error is not None
         raise MQClientError(
             f"send to {topic} failed after {attempts} attempts: {error}",
             code=getattr(error, "code", -1),
         ) from error
+
+    def _check_batch(self, msgs: Sequence[Message]) -> None:
+        topic = msgs[0].topic
+        for m in msgs:
+            self._check_message(m)
+            if m.topic != topic:
+                raise MQClientError(
+                    f"a batch goes to one topic: {m.topic!r} differs from {topic!r}"
+                )
+
+    def _selected(
+        self, selector: MessageQueueSelector, msg: Message, arg: Any
+    ) -> Callable[[list[MessageQueue], MessageQueue | None], MessageQueue]:
+        def pick(mqs: list[MessageQueue], last: MessageQueue | None) -> MessageQueue:
+            mq = selector(mqs, msg, arg)
+            if mq not in mqs:
+                raise MQClientError(f"selector returned {mq}, not a writable queue of {msg.topic}")
+            return mq
+
+        return pick
+
+    def _send(
+        self,
+        msgs: Sequence[Message],
+        timeout: float | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+        retries: int,
+    ) -> SendResult:
+        self._check_running()
+        self._check_batch(msgs)
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        begin = time.monotonic()
+        hooks = self.kernel.hook
+        traced = bool(
+            hooks.mqcore_send_before.get_hookimpls() or hooks.mqcore_send_after.get_hookimpls()
+        )
+        if traced:
+            hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
+        pick = self._selected(selector, msgs[0], arg) if selector is not None else None
+        mq, results = self._store(msgs, timeout, begin, pick, retries)
+        ids = ",".join(r.msg_id for r in results)
+        result = SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, ids)
+        if traced:
+            hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=[result])
+        return result
+
+    def _send_group(self, sends: Sequence[PendingSend]) -> list[SendResult]:
+        """Store queued async sends of one topic (and queue, if selected) as one batch."""
+        msgs = [s.message for s in sends]
+        fixed = sends[0].queue
+        pick = (lambda mqs, last: fixed) if fixed is not None else None
+        # The group may wait until its earliest send's deadline.
+        timeout = max(0.0, min(s.deadline for s in sends) - time.monotonic())
+        hooks = self.kernel.hook
+        traced = bool(
+            hooks.mqcore_send_before.get_hookimpls() or hooks.mqcore_send_after.get_hookimpls()
+        )
+        if traced:
+            hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
+        mq, results = self._store(
+            msgs, timeout, time.monotonic(), pick, self.retry_times_when_send_async_failed
+        )
+        out = [
+            SendResult(SendStatus.SEND_OK, r.msg_id, mq, r.queue_offset, r.msg_id) for r in results
+        ]
+        if traced:
+            hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=out)
+        return out
 
     def send(
         self,
@@ -225,13 +280,16 @@ class Producer(ClientBase):
         selector: MessageQueueSelector | None = None,
         arg: Any = None,
     ) -> Future[SendResult]:
-        """Send in the background; returns a Future, and calls ``callback(result, error)``."""
+        """Send in the background; returns a Future, and calls ``callback(result, error)``.
+
+        Sends queued while the sender thread was busy are stored together, a batch per
+        topic and queue (each still gets its own result). An invalid message, or a selector
+        that fails, fails the future (and calls ``callback``) without being queued.
+        """
         self._check_running()
-        executor = self._executor
-        assert executor is not None
-        future = executor.submit(
-            self._send, [msg], timeout, selector, arg, self.retry_times_when_send_async_failed
-        )
+        sender = self._sender
+        assert sender is not None
+        future: Future[SendResult] = Future()
         if callback is not None:
 
             def done(f: Future[SendResult]) -> None:
@@ -239,6 +297,18 @@ class Producer(ClientBase):
                 callback(None if exc else f.result(), exc)
 
             future.add_done_callback(done)
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        try:
+            self._check_message(msg)
+            queue = None
+            if selector is not None:
+                queue = self._selected(selector, msg, arg)(
+                    self.route(msg.topic).write_queues(), None
+                )
+            sender.submit(PendingSend(msg, time.monotonic() + timeout, queue, future))
+        except Exception as exc:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(exc)
         return future
 
     def send_oneway(self, msg: Message) -> None:
