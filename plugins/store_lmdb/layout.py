@@ -14,7 +14,10 @@ name           key                                            value
                                                               hash code 8 each (big-endian)
 ``keyindex``   topic (length-prefixed), message key            the record's own commit-log offset
                                                               8 (dupsort: oldest first)
-``meta``       ``b"version"``; ``b"q"`` + topic + queue id       format version; ``b""`` (a queue)
+``meta``       ``b"version"``; ``b"q"`` + topic + queue id       format version; ``b""`` for a
+                                                              queue, or once retention deleted
+                                                              some of its items, the offset
+                                                              after the last one deleted 8
 =============  =============================================  =================================
 
 Why per batch: a put is one encode (``codec.pack``) and one write transaction anyway. Each
@@ -30,6 +33,11 @@ lands directly on the item that holds queue offset ``X``: the first key >= X is 
 ending at or after X. The batch's first offset is its key minus its unit count plus one.
 A unit's commit-log offset minus the batch's first one (the first unit's) is the record's
 position inside the commit-log item, so a unit locates its record without a search.
+
+Retention deletes a batch's commit-log item, its consume-queue item and its key-index
+entries in one transaction, oldest batches first. A queue whose items are all deleted
+keeps its offsets through its meta entry: min and max offset are then both the offset
+after the last deleted unit, and the next put continues from there.
 
 Big-endian integers make LMDB's byte order the numeric order, so a cursor walks a queue in
 offset order and the commit log in append order. Commit-log offsets are logical byte

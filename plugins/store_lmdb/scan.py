@@ -45,20 +45,24 @@ _VALUE = itemgetter(1)
 
 #: Records read in one piece: ``(their copy, their starts in it, their sizes)``.
 Chunk = tuple[bytes, list[int], list[int]]
+#: What a read of consume-queue items returns when a batch they point at is not in the log.
+_GONE: Any = object()
 
 
-def queue_bounds(txn: Any, cq_db: Any, prefix: bytes) -> tuple[int, int]:
-    """(min offset, max offset) of the queue under ``prefix``; (0, 0) when it has no unit."""
-    return _bounds(txn.cursor(db=cq_db), prefix)
+def queue_bounds(txn: Any, env: Any, prefix: bytes) -> tuple[int, int]:
+    """(min offset, max offset) of the queue under ``prefix``; (0, 0) when it never held a unit."""
+    return _bounds(txn, env.meta, txn.cursor(db=env.cq), prefix)
 
 
-def _bounds(cur: Any, prefix: bytes) -> tuple[int, int]:
+def _bounds(txn: Any, meta_db: Any, cur: Any, prefix: bytes) -> tuple[int, int]:
     plen = len(prefix)
-    if not cur.set_range(prefix):
-        return 0, 0
+    if not cur.set_range(prefix) or cur.key()[:plen] != prefix:
+        # No item: a queue never written, or one whose items retention deleted all; then its
+        # meta entry keeps the offset after the last one deleted (min == max, as in RocketMQ).
+        floor = txn.get(layout.QUEUE_META + prefix, db=meta_db)
+        low = _OFFSET.unpack(floor)[0] if floor is not None and len(floor) == 8 else 0
+        return low, low
     key = cur.key()
-    if key[:plen] != prefix:
-        return 0, 0
     # The first item ends at its key's offset and holds len // 20 units.
     low = _OFFSET.unpack_from(key, plen)[0] + 1 - len(cur.value()) // _UNIT
     # The item just before the next queue's first key is this queue's last.
@@ -86,33 +90,40 @@ def read_queue(
 ) -> tuple[GetStatus, list[Chunk], int, int, int]:
     """RocketMQ's getMessage on one queue: (status, chunks, next offset, min, max)."""
     cq = txn.cursor(db=env.cq)
-    low, high = _bounds(cq, prefix)
+    low, high = _bounds(txn, env.meta, cq, prefix)
     early = position_status(offset, low, high)
     if early is not None:
         return early[0], [], early[1], low, high
     cq.set_range(prefix + _OFFSET_PACK(offset))  # offset < high: an item of this queue
     if message_filter is None:
         count = min(max_count, high - offset)
-        chunks, scanned = _plain(txn, env.log, cq, prefix, offset, count, max_bytes)
+        chunks, scanned, gone = _plain(txn, env.log, cq, prefix, offset, count, max_bytes)
     else:
         limit = min(high - offset, max(MAX_SCAN, max_count))
-        chunks, scanned = _filtered(
+        chunks, scanned, gone = _filtered(
             txn, env.log, cq, prefix, offset, limit, max_count, max_bytes, message_filter
         )
-    if scanned == 0:  # the unit's record is gone (cannot happen without retention)
-        return GetStatus.OFFSET_FOUND_NULL, [], offset + 1, low, high
+    if not chunks and (gone or not scanned):
+        # Units whose batch is gone from the log and nothing else read: RocketMQ's answer for
+        # a unit pointing at deleted data, skipping them. Retention deletes a batch's log and
+        # consume-queue items in one transaction, so a snapshot only shows this if the two
+        # disagree (a damaged store); the pull then moves past the units instead of failing.
+        return GetStatus.OFFSET_FOUND_NULL, [], offset + max(1, scanned), low, high
     status = GetStatus.FOUND if chunks else GetStatus.NO_MATCHED_MSG
     return status, chunks, offset + scanned, low, high
 
 
 def _plain(
     txn: Any, log_db: Any, cq: Any, prefix: bytes, offset: int, count: int, max_bytes: int
-) -> tuple[list[Chunk], int]:
-    """Up to ``count`` records from ``offset`` on, within ``max_bytes``; (chunks, records).
+) -> tuple[list[Chunk], int, int]:
+    """Up to ``count`` records from ``offset`` on, within ``max_bytes``;
+    (chunks, units passed, units whose batch is gone).
 
     ``count`` never exceeds what the queue holds from ``offset``, so the items that cover
     it are all this queue's. Items are taken in rounds: first the one holding ``offset``
     (usually enough), then as many as the rest probably needs, walked by the cursor in C.
+    A batch missing from the log ends the pull before it; when it is the first one, its
+    units are passed (reported as gone) so that the next pull moves on.
     """
     plen = len(prefix)
     key, units = cq.item()
@@ -127,6 +138,7 @@ def _plain(
     chunks: list[Chunk] = []
     got = 0
     total = 0
+    rest: list[Any] = []  # items walked but not read yet (after a gone batch among them)
     while True:
         if len(items) == 1:
             chunk, full = _one_item(txn, log_db, items[0], skip, count - got, total, max_bytes)
@@ -134,17 +146,30 @@ def _plain(
             if log_cur is None:
                 log_cur = txn.cursor(db=log_db)
             chunk, full = _items(log_cur, items, skip, count - got, total, max_bytes)
+        if chunk is _GONE:
+            if len(items) > 1:  # some batch among them is gone: read them one at a time
+                rest = items[1:] + rest
+                items = items[:1]
+                continue
+            if not chunks:
+                return [], min(count, len(items[0]) // _UNIT - skip), 1
+            break
         if chunk is None:
             break
         chunks.append(chunk)
         got += len(chunk[1])
         total += len(chunk[0])
-        if full or got >= count or not cq.next():
+        if full or got >= count:
+            break
+        skip = 0
+        if rest:
+            items, rest = rest, []
+            continue
+        if not cq.next():
             break
         walk = cq.iternext(keys=False, values=True)
         items = list(islice(walk, _ahead(count - got, len(items[-1]) // _UNIT)))
-        skip = 0
-    return chunks, got
+    return chunks, got, 0
 
 
 def _ahead(need: int, per: int) -> int:
@@ -165,8 +190,9 @@ def _cut(sizes: list[int], total: int, max_bytes: int, first: bool) -> tuple[lis
 
 def _one_item(
     txn: Any, log_db: Any, units: Any, skip: int, need: int, total: int, max_bytes: int
-) -> tuple[Chunk | None, bool]:
-    """Records of one consume-queue item from its unit ``skip`` on: (chunk or None, full)."""
+) -> tuple[Any, bool]:
+    """Records of one consume-queue item from its unit ``skip`` on: (chunk, None when
+    nothing fits or :data:`_GONE` when the batch is not in the log; full)."""
     take = min(len(units) // _UNIT - skip, need)
     # A batch's records are adjacent in its log item: the first wanted unit's commit-log
     # offset and the sizes place them all.
@@ -179,7 +205,7 @@ def _one_item(
     base = _FIRST_CL(units, 0)[0]
     view = txn.get(_OFFSET_PACK(base), db=log_db)
     if view is None:
-        return None, True
+        return _GONE, False
     first = _FIRST_CL(units, skip * _UNIT)[0] - base
     # The one copy out of the map: only the records asked for, not the whole batch.
     data = bytes(view) if span == len(view) else bytes(view[first : first + span])
@@ -188,9 +214,9 @@ def _one_item(
 
 def _items(
     log_cur: Any, items: list[Any], skip: int, need: int, total: int, max_bytes: int
-) -> tuple[Chunk | None, bool]:
+) -> tuple[Any, bool]:
     """Records of several consume-queue items, from unit ``skip`` of the first on:
-    (one chunk or None, full).
+    (one chunk, None or :data:`_GONE` as for :func:`_one_item`; full).
 
     The items' units are decoded together; their log items are read with one cursor walk
     when adjacent in the log, else one ``getmulti``, and the wanted spans are joined into one
@@ -219,8 +245,8 @@ def _items(
     if views is None:
         keys = [_OFFSET_PACK(_FIRST_CL(u, 0)[0]) for u in items[:m]]
         views = list(map(_VALUE, log_cur.getmulti(keys)))
-        if len(views) != m:  # a batch is gone (no retention yet: cannot happen)
-            return None, True
+        if len(views) != m:  # a batch is gone: the caller reads them one by one
+            return _GONE, False
     # The first item is read from its unit ``skip`` on, the last one may be used in part.
     first = _FIRST_CL(items[0], skip * _UNIT)[0] - base
     if m == 1:
@@ -242,11 +268,14 @@ def _filtered(
     max_count: int,
     max_bytes: int,
     message_filter: MessageFilter,
-) -> tuple[list[Chunk], int]:
-    """Scan at most ``limit`` units, keeping records that pass ``message_filter``.
+) -> tuple[list[Chunk], int, int]:
+    """Scan at most ``limit`` units, keeping records that pass ``message_filter``;
+    (chunks, units scanned, units whose batch is gone).
 
     ``limit`` never exceeds what the queue holds from ``offset``. The records kept are
-    views into the map until the end, then joined into one copy (one chunk).
+    views into the map until the end, then joined into one copy (one chunk). The units of
+    a batch missing from the log are passed over, as RocketMQ passes units whose data was
+    deleted.
     """
     tags_ok = message_filter.matches_tags_code
     props_ok = message_filter.matches_properties if message_filter.uses_properties else None
@@ -255,6 +284,7 @@ def _filtered(
     sizes: list[int] = []
     total = 0
     scanned = 0
+    gone = 0
     key, units = cq.item()
     skip = offset - (_OFFSET.unpack_from(key, plen)[0] + 1 - len(units) // _UNIT)
     log_cur = txn.cursor(db=log_db)
@@ -264,7 +294,9 @@ def _filtered(
     for units in cq.iternext(keys=False, values=True):
         base = -1  # the item's log item is read when its first unit passes the tags test
         view: Any = None
+        left = len(units) // _UNIT - skip  # units of this item not scanned yet
         for cl, size, code in _UNIT_ITER(units[skip * _UNIT :] if skip else units):
+            left -= 1
             if parts and (len(parts) >= max_count or total + size > max_bytes):
                 done = True
                 break
@@ -274,10 +306,16 @@ def _filtered(
                     base = _FIRST_CL(units, 0)[0]
                     # Log items are contiguous in commit-log offsets: when this batch starts
                     # where the last one read ended, it is the cursor's next item.
+                    want = _OFFSET_PACK(base)
                     if not (
-                        (base == expect and log_cur.next()) or log_cur.set_key(_OFFSET_PACK(base))
-                    ):  # the batch is gone (no retention yet: cannot happen)
-                        done = True
+                        (base == expect and log_cur.next() and log_cur.key() == want)
+                        or log_cur.set_key(want)
+                    ):  # the batch is gone: pass over its other units too
+                        passed = min(left, limit - scanned)
+                        scanned += passed
+                        gone += passed + 1
+                        expect = -1
+                        done = scanned >= limit
                         break
                     view = log_cur.value()
                     expect = base + len(view)
@@ -293,11 +331,11 @@ def _filtered(
             break
         skip = 0
     if not parts:
-        return [], scanned
+        return [], scanned, gone
     starts = list(accumulate(sizes, initial=0))
     starts.pop()
     # The kept records, copied out of the map into one buffer.
-    return [(b"".join(parts), starts, sizes)], scanned
+    return [(b"".join(parts), starts, sizes)], scanned, gone
 
 
 def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> bytes | None:
@@ -331,6 +369,10 @@ def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> bytes | None:
 
 
 def batch_timestamp(txn: Any, log_db: Any, units: Any) -> int:
-    """Store timestamp of the batch whose consume-queue item is ``units`` (one per put)."""
+    """Store timestamp of the batch whose consume-queue item is ``units`` (one per put);
+    -1 when the batch is not in the log (retention deletes the oldest: it counts as older
+    than any timestamp asked for)."""
     view = txn.get(_OFFSET_PACK(_FIRST_CL(units, 0)[0]), db=log_db)
+    if view is None:
+        return -1
     return int(_TIMESTAMP.unpack_from(view, codec.POS_STORE_TIMESTAMP)[0])

@@ -248,7 +248,7 @@ class LmdbStore:
 
     def _load_queue_next(self, prefix: bytes) -> int:
         with self._env.begin() as txn:
-            return scan.queue_bounds(txn, self._env.cq, prefix)[1]
+            return scan.queue_bounds(txn, self._env, prefix)[1]
 
     # -- reading ------------------------------------------------------------------------
 
@@ -349,7 +349,7 @@ class LmdbStore:
             self._check_open()
             txn = self._txn()
             try:
-                return scan.queue_bounds(txn, self._env.cq, prefix)
+                return scan.queue_bounds(txn, self._env, prefix)
             finally:
                 self._end_txn(txn)
 
@@ -360,7 +360,7 @@ class LmdbStore:
             self._check_open()
             txn = self._txn()
             try:
-                lo, hi = scan.queue_bounds(txn, self._env.cq, prefix)
+                lo, hi = scan.queue_bounds(txn, self._env, prefix)
                 cq = txn.cursor(db=self._env.cq)
                 log_db = self._env.log
                 # Store timestamps are non-decreasing along a queue: bisect on them. A batch's
