@@ -40,7 +40,9 @@ def _wait(cond: Any, timeout: float) -> bool:
 def run_demo(data_dir: Path, store: str, messages: int, console: Console) -> dict[str, Any]:
     """Produce, consume with a two-member group, retry to the DLQ, look up; returns figures."""
     summary: dict[str, Any] = {}
-    with Broker(data_dir, store=store) as broker:
+    # Retries wait their delay level (3 + reconsume times: 10 s, then 30 s by default); the
+    # demo shortens every level to 1 s so that its poison message reaches the DLQ quickly.
+    with Broker(data_dir, store=store, message_delay_level="1s 1s 1s 1s") as broker:
         broker.create_topic("Orders", queue_nums=8)
         console.print(
             f"[bold]1.[/] broker on store [cyan]{store}[/] at {data_dir}; topic Orders, 8 queues"
