@@ -10,6 +10,10 @@ there is no torn tail to cut.
 A writable store takes the directory's writer lock (:class:`mqcore.lockfile.StoreLock`).
 A ``read_only`` store reads one snapshot (a long-lived read transaction), a consistent
 prefix of what the writer committed, until :meth:`LmdbStore.refresh` starts a new one.
+
+A writable store runs retention (:mod:`.retention`) on a cleaner thread every 10 seconds,
+with the mmap store's options and defaults (``file_reserved_time_hours``,
+``disk_max_used_space_ratio``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreError
 from mqcore.interfaces import MessageFilter
 from mqcore.lockfile import StoreLock
 from mqcore.message import Message, MessageExt
-from mqcore.plugins.store_lmdb import layout, scan
+from mqcore.plugins.store_lmdb import layout, retention, scan
 from mqcore.plugins.store_lmdb.environment import Environment, Syncer
 from mqcore.store import DEFAULT_MAX_BYTES, FlushMode, GetResult, GetStatus, PutResult, RawGetResult
 
@@ -49,6 +53,8 @@ OPTIONS: dict[str, Any] = {
     "map_size": 64 * 1024 * 1024,
     "flush_interval_ms": 500,
     "max_readers": 126,
+    "file_reserved_time_hours": 72,
+    "disk_max_used_space_ratio": 75,
 }
 
 _OFFSET = layout.OFFSET
@@ -91,9 +97,20 @@ class LmdbStore:
         map_size = _positive_int("map_size", opts["map_size"])
         interval = _positive_int("flush_interval_ms", opts["flush_interval_ms"])
         max_readers = _positive_int("max_readers", opts["max_readers"])
+        #: Batches older than this are deleted by retention (RocketMQ's fileReservedTime).
+        self.file_reserved_time_hours = _number(
+            "file_reserved_time_hours", opts["file_reserved_time_hours"]
+        )
+        #: Above this disk usage (percent), retention deletes the oldest batches regardless
+        #: of age (RocketMQ's diskMaxUsedSpaceRatio).
+        self.disk_max_used_space_ratio = _ratio(
+            "disk_max_used_space_ratio", opts["disk_max_used_space_ratio"]
+        )
 
         self._lock = threading.RLock()
         self._closed = False
+        self._stopping = threading.Event()  # set first thing on close: retention stops
+        self._cleaner: retention.Cleaner | None = None
         self._writer_lock: StoreLock | None = None
         self._syncer: Syncer | None = None
         self._snapshot: Any = None
@@ -128,6 +145,11 @@ class LmdbStore:
             raise
         if not self.read_only and self.flush_mode is FlushMode.ASYNC_FLUSH:
             self._syncer = Syncer(env, interval)
+        if not self.read_only:
+            # Module attributes read here, so tests can shorten the interval or fake the clock.
+            self._cleaner = retention.Cleaner(
+                self, retention.CLEAN_INTERVAL, retention.CLOCK
+            ).start()
         log.debug(
             "lmdb_store_opened",
             path=str(self.path),
@@ -442,6 +464,18 @@ class LmdbStore:
         start = layout.QUEUE_META + layout.topic_prefix(topic)
         return sorted(qid for _, qid in self._queues(start))
 
+    # -- retention ----------------------------------------------------------------------
+
+    def delete_expired_files(self, now: float | None = None) -> int:
+        """One retention pass (the cleaner thread runs one every 10 s); returns the number of
+        batches deleted. Named as the mmap store's method; LMDB deletes batches, not files.
+
+        ``now`` (seconds since the epoch, default the current time) is for tests.
+        """
+        if self._closed or self.read_only:
+            return 0
+        return retention.delete_expired(self, time.time() if now is None else now).batches
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -462,7 +496,12 @@ class LmdbStore:
                 self._snapshot = self._env.begin()
 
     def close(self) -> None:
-        """Stop the background sync, sync, close the environment and release the lock."""
+        """Stop the cleaner and the background sync, sync, close the environment and
+        release the lock."""
+        self._stopping.set()
+        if self._cleaner is not None:
+            # Outside the lock: a pass under way takes it for each of its transactions.
+            self._cleaner.stop()
         with self._lock:
             if self._closed:
                 return
@@ -539,6 +578,20 @@ def _batch_items(
         )
     )
     return units, key_items, results
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise InvalidArgumentError(f"option {name}={value!r} must be a number >= 0 (hours)")
+    return float(value)
+
+
+def _ratio(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+        raise InvalidArgumentError(
+            f"option {name}={value!r} must be a percentage in (0, 100] (disk usage)"
+        )
+    return float(value)
 
 
 def _positive_int(name: str, value: Any) -> int:

@@ -124,7 +124,8 @@ def test_async_flush_runs_a_background_sync_and_stops_it(tmp_path, monkeypatch):
         thread.join(timeout=0.05)
     store.close()
     assert not thread.is_alive()
-    assert _open(tmp_path / "s", flush_mode="SYNC_FLUSH")._syncer is None
+    with _open(tmp_path / "s", flush_mode="SYNC_FLUSH") as again:
+        assert again._syncer is None
 
 
 def test_long_keys_are_indexed_by_digest(tmp_path):
