@@ -301,3 +301,42 @@ def test_filtered_reads_agree_with_a_model_over_mixed_batches(tmp_path):
                     assert [m.body for m in got.messages] == [b"%d" % q for q in picked]
                     assert got.next_offset == offset + scanned
                     assert got.status is (GetStatus.FOUND if picked else GetStatus.NO_MATCHED_MSG)
+
+
+def _drop_log_item(store: LmdbStore, commitlog_offset: int) -> None:
+    """Delete one batch's commit-log item only (a store damaged behind the store's back)."""
+    env = store._env
+    env.write(lambda txn: txn.delete(layout.OFFSET.pack(commitlog_offset), db=env.log))
+
+
+def test_units_of_a_batch_gone_from_the_log_are_passed_over(tmp_path):
+    """A batch missing from the log: a pull starting on it answers OFFSET_FOUND_NULL past
+    its units, one reaching it returns what comes before it; filtered pulls skip it."""
+    with _open(tmp_path / "s") as store:
+        results = _fill(store, [3, 4, 5, 2])
+        _drop_log_item(store, results[3].commitlog_offset)  # the batch of offsets 3..6
+        # A pull starting inside the gone batch moves past its units (from 4: 3 of them).
+        for start, after in [(3, 7), (4, 7), (6, 7)]:
+            got = store.get("B", 0, start)
+            assert (got.status, got.messages, got.next_offset) == (
+                GetStatus.OFFSET_FOUND_NULL,
+                [],
+                after,
+            )
+        # One reaching it from before returns what precedes it; the next pull passes it.
+        got = store.get("B", 0, 1, max_count=10)
+        assert [m.body for m in got.messages] == _bodies(1, 2)
+        assert got.next_offset == 3
+        assert [m.body for m in store.get("B", 0, 7, max_count=10).messages] == _bodies(7, 7)
+        raw = store.get_raw("B", 0, 0, max_count=10)
+        assert raw.next_offset == 3
+        assert [bytes(r) for r in raw.records] == [
+            bytes(m.record) for m in store.get("B", 0, 0, max_count=3).messages
+        ]
+        # Filtered pulls pass over the gone units and go on with the next batch.
+        everything = Kernel().filter("TAG", "*")
+        got = store.get("B", 0, 0, max_count=32, message_filter=everything)
+        assert [m.body for m in got.messages] == _bodies(0, 3) + _bodies(7, 7)
+        assert got.next_offset == 14
+        got = store.get("B", 0, 4, message_filter=everything)
+        assert [m.body for m in got.messages] == _bodies(7, 7)
