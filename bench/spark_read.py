@@ -198,20 +198,22 @@ def spark_read(spark: Any, path: str, count: int, partitions: int, **options: st
     return time.perf_counter() - started
 
 
-def session(threads: int) -> Any:
-    """A local SparkSession with the mqcore source registered."""
+def session(threads: int, conf: dict[str, str] | None = None) -> Any:
+    """A local SparkSession with the mqcore source registered (``conf``: extra settings)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     from mqcore.contrib.spark import register
 
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{threads}]")
         .config("spark.ui.enabled", "false")
         .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
@@ -252,6 +254,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds of reads")
     parser.add_argument("--partitions", default="1,2,4")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
@@ -268,7 +273,7 @@ def main() -> None:
     try:
         write_store(args.store, path, args.messages, args.size)
         loop = min(plain_loop(args.store, path)[1] for _ in range(args.runs))
-        spark = session(max(2, max(counts)))
+        spark = session(max(2, max(counts)), dict(c.split("=", 1) for c in args.conf))
         try:
             found = measure(spark, path, args.messages, counts, args.runs, args.warmup)
         finally:
@@ -287,6 +292,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "load_avg_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
         "python": platform.python_version(),
+        "spark_conf": args.conf,
         "records_per_s": {k: round(v) for k, v in rates.items()},
         "all_runs_records_per_s": {
             n: [round(args.messages / t) for t in ts] for n, ts in found["times"].items()
@@ -332,6 +338,8 @@ def main() -> None:
     print(f"load average (1 min): {load_before} before, {result['load_avg_1m']['after']} after")
     print(f"every run (records/s): {result['all_runs_records_per_s']}")
     print(f"one-record query: {result['query_overhead_s']} s")
+    if args.conf:
+        print(f"spark settings: {' '.join(args.conf)}")
     for n, split in result.get("cpu_s_per_million", {}).items():
         others = result["other_processes_cores"][n]
         print(f"CPU s per million records, {n} partition(s): {split}; others: {others} cores")
