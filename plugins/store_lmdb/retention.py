@@ -28,6 +28,7 @@ lock for its own duration only, so producers wait for one short transaction at m
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import struct
@@ -105,7 +106,9 @@ class Pass:
 def delete_expired(store: LmdbStore, now: float) -> Pass:
     """One retention pass over ``store`` at time ``now`` (seconds since the epoch)."""
     done = Pass()
-    cutoff = int((now - store.file_reserved_time_hours * 3600.0) * 1000)
+    reserved = store.file_reserved_time_hours * 3600.0
+    # Batches stored before ``cutoff`` (ms) are expired; infinite hours: none ever is.
+    cutoff = int((now - reserved) * 1000) if math.isfinite(reserved) else -(2**63)
     env = store._env
     with store._lock:
         if store._closed or store._stopping.is_set():

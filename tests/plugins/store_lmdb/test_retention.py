@@ -279,3 +279,11 @@ def test_cleaner_thread_runs_and_stops_on_close(tmp_path, clock, monkeypatch):
     finally:
         store.close()
     assert not thread.is_alive()
+
+
+def test_infinite_reserved_hours_keep_everything(tmp_path, clock):
+    """file_reserved_time_hours=inf: no batch ever expires."""
+    with _open(tmp_path / "s", file_reserved_time_hours=float("inf")) as store:
+        _fill(store, clock)
+        assert store.delete_expired_files(clock.seconds_after(10**9)) == 0
+        assert store.min_offset("R", 0) == 0
