@@ -287,3 +287,43 @@ def test_infinite_reserved_hours_keep_everything(tmp_path, clock):
         _fill(store, clock)
         assert store.delete_expired_files(clock.seconds_after(10**9)) == 0
         assert store.min_offset("R", 0) == 0
+
+
+@pytest.mark.timeout(60)
+def test_retention_while_writing_and_reading(tmp_path, clock, monkeypatch):
+    """Passes between a producer's puts never break a reader: every pull is FOUND with
+    contiguous offsets, or OFFSET_TOO_SMALL / NO_NEW_MSG."""
+    monkeypatch.setattr(retention, "MAX_TXN_ITEMS", 4)
+    errors_seen: list[BaseException] = []
+    with _open(tmp_path / "s") as store:
+
+        def produce() -> None:
+            try:
+                for i in range(300):
+                    store.put("W", i % 2, [Message(topic="W", body=b"%d" % i, keys=f"k{i}")] * 4)
+            except BaseException as exc:  # reported by the main thread
+                errors_seen.append(exc)
+
+        producer = threading.Thread(target=produce, name="test-producer")
+        producer.start()
+        try:
+            offset = 0
+            statuses = set()
+            while producer.is_alive() or offset < store.max_offset("W", 0):
+                store.delete_expired_files(clock.seconds_after(1000))
+                result = store.get("W", 0, offset, max_count=16)
+                statuses.add(result.status)
+                if result.status is GetStatus.FOUND:
+                    offsets = [m.queue_offset for m in result.messages]
+                    assert offsets == list(range(offset, offset + len(offsets)))
+                else:
+                    assert result.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.NO_NEW_MSG)
+                    assert result.status is GetStatus.NO_NEW_MSG or result.next_offset > offset
+                offset = result.next_offset
+                if result.status is GetStatus.NO_NEW_MSG:
+                    producer.join(timeout=0.001)
+        finally:
+            producer.join(timeout=30)
+        assert not errors_seen
+        assert store.max_offset("W", 0) == store.max_offset("W", 1) == 600
+        assert GetStatus.FOUND in statuses
