@@ -116,11 +116,16 @@ def delete_expired(store: LmdbStore, now: float) -> Pass:
         txn = env.begin()
         try:
             reusable = reusable_bytes(env, txn)
+            oldest = _oldest_timestamp(txn, env)
         finally:
             txn.abort()
+    if oldest is None:
+        return done  # at most one batch: it is kept
     used, capacity = disk_space(store.path)
     # Bytes to free for the disk to be within the ratio (<= 0: no pressure).
     over = used - reusable - capacity * store.disk_max_used_space_ratio / 100.0
+    if oldest >= cutoff and over <= 0:
+        return done  # the usual pass: no write transaction at all
     while True:
         with store._lock:
             if store._closed or store._stopping.is_set():
@@ -155,6 +160,15 @@ def delete_expired(store: LmdbStore, now: float) -> Pass:
             min_commitlog_offset=done.min_offset,
         )
     return done
+
+
+def _oldest_timestamp(txn: Any, env: Environment) -> int | None:
+    """Store timestamp of the oldest batch, or None when there are fewer than two."""
+    cur = txn.cursor(db=env.log)
+    if not cur.first() or not cur.next():
+        return None
+    cur.first()
+    return int(_TIMESTAMP.unpack_from(cur.value(), codec.POS_STORE_TIMESTAMP)[0])
 
 
 def _delete_oldest(txn: Any, env: Environment, cutoff_ms: int, over: float) -> Pass:

@@ -98,9 +98,14 @@ def test_options_are_validated(tmp_path):
         _open(tmp_path / "bad", file_reserved_time=72)
 
 
-def test_young_batches_are_kept(store, clock):
-    """Nothing is older than file_reserved_time_hours: nothing is deleted."""
+def test_young_batches_are_kept(store, clock, monkeypatch):
+    """Nothing is older than file_reserved_time_hours: nothing is deleted, and the pass
+    does not even open a write transaction."""
+    writes = []
+    real = store._env.write
+    monkeypatch.setattr(store._env, "write", lambda work: (writes.append(1), real(work))[1])
     assert store.delete_expired_files(clock.seconds_after(72)) == 0
+    assert writes == []
     assert store.min_offset("R", 0) == 0
     assert store.get("R", 0, 0).status is GetStatus.FOUND
 
