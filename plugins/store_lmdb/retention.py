@@ -142,11 +142,12 @@ def delete_expired(store: LmdbStore, now: float) -> Pass:
         if step.batches:
             done.min_offset = step.min_offset
         over -= step.bytes
-        if (
-            step.batches < MAX_TXN_ITEMS
-            and step.records < MAX_TXN_RECORDS
-            and (step.bytes < MAX_TXN_BYTES)
-        ):
+        bounded = (
+            step.batches >= MAX_TXN_ITEMS
+            or step.records >= MAX_TXN_RECORDS
+            or step.bytes >= MAX_TXN_BYTES
+        )
+        if not bounded:
             break  # the transaction stopped on a batch to keep, not on its bounds
     if done.batches:
         log.info(
