@@ -182,7 +182,7 @@ class CpuMeter:
         python = self._python(self.jvm)
         driver = _cpu_ticks(os.getpid())
         mine = task + other + python + (driver[1] if driver else 0)
-        return tuple(t / self.tick for t in (task, other, python, max(0, machine - mine)))
+        return tuple(t / self.tick for t in (task, other, python, machine - mine))
 
 
 def spark_read(spark: Any, path: str, count: int, partitions: int, **options: str) -> float:
@@ -239,7 +239,11 @@ def measure(
             times[n].append(spark_read(spark, path, count, n))
             after = meter.snapshot()
             if before is not None and after is not None:
-                cpu[n].append(tuple(b - a for a, b in zip(before, after, strict=True)))
+                spent = [b - a for a, b in zip(before, after, strict=True)]
+                # A worker that ended brings all its CPU time into its parent's count at
+                # once, some of it from before the read: never report less than nothing.
+                spent[3] = max(0.0, spent[3])
+                cpu[n].append(tuple(spent))
     # The fixed cost of a query: the same read, cut to one record.
     overhead = min(spark_read(spark, path, count, 1, end_offset="1") for _ in range(runs))
     return {"times": times, "cpu": cpu, "overhead": overhead}
