@@ -211,6 +211,11 @@ class CommitLog:
         """The segment being written (None before the first write)."""
         return self._current
 
+    def prepare_first_segment(self) -> None:
+        """Create the first segment of an empty log ahead of the first write."""
+        if not self.files and not self.read_only:
+            self._writable()
+
     def _writable(self) -> MappedFile:
         mf = self._current
         if mf is not None and not mf.is_full:

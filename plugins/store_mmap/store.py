@@ -189,6 +189,10 @@ class MmapStore:
         self._checkpoint = StoreCheckpoint.load(self.path)
         recovery.recover(self)
         create_abort_marker(self.path)
+        if not self._commitlog.files:
+            # A new store: create and map its first segment now rather than inside the first
+            # put (a few milliseconds of preallocation and readahead a producer would wait on).
+            self._commitlog.prepare_first_segment()
         self._flusher = FlushService(
             self._flush_log,
             self._flush_all,
