@@ -463,3 +463,18 @@ def test_full_disk_while_the_key_index_grows(opened, monkeypatch):
     assert later[0].queue_offset == 5
     assert later[0].commitlog_offset == acked[-1].commitlog_offset + acked[-1].size
     assert [m.body for m in store.lookup("T", "n0")] == [b"y"]
+
+
+def test_a_new_store_creates_its_first_segment_when_it_opens(opened, tmp_path):
+    """The first segment exists before the first put; reopening an empty store keeps it empty."""
+    store = opened()
+    segments = sorted((tmp_path / "s" / "commitlog").iterdir())
+    assert [p.name for p in segments] == ["0" * 20]
+    assert store._commitlog.max_offset == 0
+    store.close()
+    again = opened()
+    assert again._commitlog.max_offset == 0
+    assert again.topics() == []
+    result = again.put("T", 0, _msgs(2))
+    assert result[0].commitlog_offset == 0
+    assert len(list((tmp_path / "s" / "commitlog").iterdir())) == 1
