@@ -76,7 +76,10 @@ def test_concurrent_writers_share_one_flush():
     finally:
         service.stop()
     assert not errors
-    assert log.flushes <= rounds + 4  # nearly every flush served all four writers
+    # Held for the siblings, most flushes serve all four writers (about `rounds` flushes on a
+    # quiet machine); without the delay an instant flush serves one or two. Half the writes
+    # leaves room for a loaded machine, where a slow writer can miss a round now and then.
+    assert log.flushes <= 2 * rounds
     assert log.written == 4 * rounds * 10
 
 
