@@ -136,7 +136,10 @@ class FlushService:
     def _siblings(self, now: float, window_end: float) -> tuple[int, float]:
         """Writers to wait for before a group commit (lock held), and the window's new end."""
         if now >= window_end:
-            self._peak_before, self._peak = self._peak, len(self._pending)
+            # A whole window without a flush request: what was seen before it is stale.
+            idle = now >= window_end + self.SIBLINGS_WINDOW
+            self._peak_before = 0 if idle else self._peak
+            self._peak = len(self._pending)
             window_end = now + self.SIBLINGS_WINDOW
         return max(self._peak, self._peak_before), window_end
 
