@@ -38,6 +38,17 @@ _RETRY_CODES = frozenset(
 )
 
 
+def _batch_result(mq: MessageQueue, results: list[PutResult]) -> list[SendResult]:
+    """One SendResult for a batch, as RocketMQ: the ids joined with commas, the first offset."""
+    ids = ",".join(r.msg_id for r in results)
+    return [SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, ids)]
+
+
+def _message_results(mq: MessageQueue, results: list[PutResult]) -> list[SendResult]:
+    """One SendResult per message of a batch."""
+    return [SendResult(SendStatus.SEND_OK, r.msg_id, mq, r.queue_offset, r.msg_id) for r in results]
+
+
 class Producer(ClientBase):
     """Sends messages (RocketMQ's DefaultMQProducer, snake case).
 
@@ -197,6 +208,27 @@ class Producer(ClientBase):
 
         return pick
 
+    def _store_traced(
+        self,
+        msgs: Sequence[Message],
+        timeout: float,
+        begin: float,
+        pick: Callable[[list[MessageQueue], MessageQueue | None], MessageQueue] | None,
+        retries: int,
+        results_of: Callable[[MessageQueue, list[PutResult]], list[SendResult]],
+    ) -> list[SendResult]:
+        """:meth:`_store` between the send hooks; ``results_of`` makes the SendResults."""
+        hooks = self.kernel.hook
+        traced = bool(
+            hooks.mqcore_send_before.get_hookimpls() or hooks.mqcore_send_after.get_hookimpls()
+        )
+        if traced:
+            hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
+        out = results_of(*self._store(msgs, timeout, begin, pick, retries))
+        if traced:
+            hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=out)
+        return out
+
     def _send(
         self,
         msgs: Sequence[Message],
@@ -208,43 +240,24 @@ class Producer(ClientBase):
         self._check_running()
         self._check_batch(msgs)
         timeout = self.send_msg_timeout if timeout is None else timeout
-        begin = time.monotonic()
-        hooks = self.kernel.hook
-        traced = bool(
-            hooks.mqcore_send_before.get_hookimpls() or hooks.mqcore_send_after.get_hookimpls()
-        )
-        if traced:
-            hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
         pick = self._selected(selector, msgs[0], arg) if selector is not None else None
-        mq, results = self._store(msgs, timeout, begin, pick, retries)
-        ids = ",".join(r.msg_id for r in results)
-        result = SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, ids)
-        if traced:
-            hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=[result])
-        return result
+        return self._store_traced(msgs, timeout, time.monotonic(), pick, retries, _batch_result)[0]
 
     def _send_group(self, sends: Sequence[PendingSend]) -> list[SendResult]:
         """Store queued async sends of one topic (and queue, if selected) as one batch."""
-        msgs = [s.message for s in sends]
         fixed = sends[0].queue
         pick = (lambda mqs, last: fixed) if fixed is not None else None
         # The group may wait until its earliest send's deadline.
-        timeout = max(0.0, min(s.deadline for s in sends) - time.monotonic())
-        hooks = self.kernel.hook
-        traced = bool(
-            hooks.mqcore_send_before.get_hookimpls() or hooks.mqcore_send_after.get_hookimpls()
+        now = time.monotonic()
+        timeout = max(0.0, min(s.deadline for s in sends) - now)
+        return self._store_traced(
+            [s.message for s in sends],
+            timeout,
+            now,
+            pick,
+            self.retry_times_when_send_async_failed,
+            _message_results,
         )
-        if traced:
-            hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
-        mq, results = self._store(
-            msgs, timeout, time.monotonic(), pick, self.retry_times_when_send_async_failed
-        )
-        out = [
-            SendResult(SendStatus.SEND_OK, r.msg_id, mq, r.queue_offset, r.msg_id) for r in results
-        ]
-        if traced:
-            hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=out)
-        return out
 
     def send(
         self,
