@@ -39,7 +39,6 @@ API used by the store:
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import mmap
 import os
 import struct
@@ -372,16 +371,12 @@ class IndexService:
         if upto <= meta.reserved:
             return
         upto = min(self.file_size, max(upto, meta.reserved + _RESERVE_CHUNK))
+        fd = os.open(meta.path, os.O_RDWR | os.O_CLOEXEC)
         try:
-            fd = os.open(meta.path, os.O_RDWR | os.O_CLOEXEC)
-            try:
+            with mappedfile.disk_full_as_error(meta.path, "growing"):
                 mappedfile._grow(fd, upto)  # allocated ranges are skipped
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise mappedfile._disk_full(meta.path, "growing", exc) from exc
-            raise
+        finally:
+            os.close(fd)
         meta.reserved = upto
 
     # --- reading ------------------------------------------------------------------------

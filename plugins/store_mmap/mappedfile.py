@@ -20,6 +20,7 @@ Readers use :meth:`MappedFile.view`, a zero-copy memoryview of the map.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
@@ -65,6 +66,17 @@ def _disk_full(path: Path, what: str, exc: OSError) -> DiskFullError:
     error.filename = str(path)
     error.__cause__ = exc
     return error
+
+
+@contextlib.contextmanager
+def disk_full_as_error(path: Path, what: str) -> Iterator[None]:
+    """Raise ENOSPC/EDQUOT from the block as :class:`DiskFullError` naming ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_full(path, what, exc) from exc
+        raise
 
 
 def _create(path: Path, size: int, preallocate: int | None = None) -> int:
@@ -248,12 +260,8 @@ class MappedFile:
         hole would otherwise kill the process with SIGBUS.
         """
         target = min(self.file_size, end + ALLOCATION_CHUNK - end % ALLOCATION_CHUNK)
-        try:
+        with disk_full_as_error(self.path, "allocating space in"):
             _grow(self._fd, target)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise _disk_full(self.path, "allocating space in", exc) from exc
-            raise
         self.allocated = target
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
@@ -287,12 +295,8 @@ class MappedFile:
         start = self.committed_position
         end = self.wrote_position
         if end > start:
-            try:
+            with disk_full_as_error(self.path, "committing to"):
                 written = os.pwrite(self._fd, memoryview(buffer)[start:end], start)
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise _disk_full(self.path, "committing to", exc) from exc
-                raise
             self.committed_position = start + written
         if self.committed_position >= self.file_size and self._pool is not None:
             # Full and committed: the buffer goes back to the pool for the next segment.
@@ -307,12 +311,8 @@ class MappedFile:
             with self._commit_lock:  # the fd stays open meanwhile (see _retire)
                 if self._closed:
                     return self.flushed_position
-                try:
+                with disk_full_as_error(self.path, "flushing"):
                     os.fdatasync(self._fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                        raise _disk_full(self.path, "flushing", exc) from exc
-                    raise
                 if committed > self.flushed_position:
                     self.flushed_position = committed
         return self.flushed_position
