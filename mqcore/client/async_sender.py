@@ -23,14 +23,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import attrs
-import structlog
 
 from mqcore.errors import MQClientError, SendTimeoutError
 from mqcore.message import Message, MessageQueue, SendResult
 
 __all__ = ["AsyncSender", "PendingSend"]
-
-log = structlog.get_logger(__name__)
 
 #: ``send_group(sends) -> results``: stores the sends of one group, a result per send
 #: (or raises for the whole group).
@@ -163,7 +160,3 @@ class AsyncSender:
         for send in left:  # only when the threads did not finish in time
             if send.future.set_running_or_notify_cancel():
                 send.future.set_exception(MQClientError("the producer shut down before sending"))
-
-    def __len__(self) -> int:
-        """Sends queued and not taken yet."""
-        return len(self._pending)
