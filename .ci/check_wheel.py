@@ -17,4 +17,11 @@ if stray:
 for required in ("mqcore/py.typed", "mqcore/plugins/__init__.py", "mqcore/contrib/__init__.py"):
     if required not in names:
         sys.exit(f"wheel {wheels[0].name} is missing {required}")
+# The C speedups are optional for an install, but the wheel this project ships must have them:
+# without a compiler the build quietly falls back to the (slower) pure-Python loops.
+if not any(n.startswith("mqcore/_speedups.") and n.endswith((".so", ".pyd")) for n in names):
+    sys.exit(
+        f"wheel {wheels[0].name} lacks the compiled mqcore._speedups extension; install a C "
+        f"compiler and the Python headers (e.g. gcc and python3-dev) and build again"
+    )
 print(f"{wheels[0].name}: {len(names)} files, top level {sorted(tops)}")

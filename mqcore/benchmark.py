@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from mqcore import batch
 from mqcore.errors import InvalidArgumentError, StoreError
 from mqcore.kernel import Kernel
 from mqcore.message import Message
@@ -121,6 +122,8 @@ class BenchResult:
             "flush": c.flush,
             "threads": c.threads,
             "pull_batch": c.pull_batch,
+            # Whether the C loops of mqcore._speedups ran (see mqcore.batch).
+            "speedups": batch.SPEEDUPS,
         }
         for phase in self.phases.values():
             out[f"{phase.name}_msgs_per_s"] = round(phase.msgs_per_s, 1)

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from mqcore.batch import _speedups
 from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
 
 try:
@@ -218,6 +219,30 @@ def _cached_tags_code(tags: str) -> int:
     return code
 
 
+def message_trailer(m: Message, topic: str) -> tuple[bytes, int]:
+    """The topic-and-properties bytes that end ``m``'s record under ``topic``, and its tags
+    hash code (0 without a tag). Cached per (topic, property string)."""
+    props = m.properties
+    tags = m.tags
+    keys = m.keys
+    if not (props or tags or keys or m.delay_level):
+        return _TRAILER_CACHE.get((topic, "")) or _cached_trailer(topic, ""), 0
+    # Tags/keys/delay live in the property string; no intermediate dict.
+    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
+    if tags:
+        text += f"TAGS\x01{tags}\x02"
+        code = _TAGS_CODE_CACHE.get(tags)
+        if code is None:
+            code = _cached_tags_code(tags)
+    else:
+        code = 0
+    if keys:
+        text += f"KEYS\x01{keys}\x02"
+    if m.delay_level:
+        text += f"DELAY\x01{m.delay_level}\x02"
+    return _TRAILER_CACHE.get((topic, text)) or _cached_trailer(topic, text), code
+
+
 def prepare(
     messages: Iterable[Message],
     born_timestamp: int,
@@ -234,6 +259,24 @@ def prepare(
     ``topic`` overrides each message's own topic (a store writes under the topic it is
     asked to, e.g. the schedule topic for delayed messages).
     """
+    if _speedups is not None:
+        return _speedups.prepare(  # type: ignore[no-any-return]
+            messages, born_timestamp, topic, reconsume_times, sys_flag, _crc32, message_trailer
+        )
+    return py_prepare(
+        messages, born_timestamp, topic=topic, reconsume_times=reconsume_times, sys_flag=sys_flag
+    )
+
+
+def py_prepare(
+    messages: Iterable[Message],
+    born_timestamp: int,
+    *,
+    topic: str | None = None,
+    reconsume_times: int = 0,
+    sys_flag: int = 0,
+) -> list[Any]:
+    """:func:`prepare` in Python: the reference for ``mqcore._speedups.prepare``."""
     # Plain tuples in Prepared's field order: building the NamedTuple would cost a second
     # allocation per message, and every consumer unpacks or indexes them anyway.
     out: list[Any] = []
@@ -241,36 +284,16 @@ def prepare(
     crc32 = _crc32
     header_size = HEADER_SIZE
     trailers = _TRAILER_CACHE
-    codes = _TAGS_CODE_CACHE
     plain_topic: str | None = None  # last topic seen with no properties at all ...
     plain_trailer = b""  # ... and its trailer
-    # This loop is the producer's hot path: locals only, no NamedTuple __new__ (a Python-level
-    # function), caches for the property trailer and the Java hash of the tag.
     for m in messages:
         body = m.body
         if body.__class__ is not bytes and not isinstance(body, bytes):
             body = bytes(body)
-        props = m.properties
-        tags = m.tags
         keys = m.keys
         t = topic or m.topic
-        if props or tags or keys or m.delay_level:
-            # Tags/keys/delay live in the property string; no intermediate dict.
-            text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
-            if tags:
-                text += f"TAGS\x01{tags}\x02"
-                code = codes.get(tags)
-                if code is None:
-                    code = _cached_tags_code(tags)
-            else:
-                code = 0
-            if keys:
-                text += f"KEYS\x01{keys}\x02"
-            if m.delay_level:
-                text += f"DELAY\x01{m.delay_level}\x02"
-            trailer = trailers.get((t, text))
-            if trailer is None:
-                trailer = _cached_trailer(t, text)
+        if m.properties or m.tags or keys or m.delay_level:
+            trailer, code = message_trailer(m, t)
         else:
             code = 0
             if t != plain_topic:
@@ -346,10 +369,27 @@ def pack(
     middle = _MIDDLE.pack(
         sflag, born, born_ip, born_port, store_timestamp, store_ip, store_port, recon, ptx
     )
+    items = prepared if prepared.__class__ is list else list(prepared)
+    return _pack_records(
+        items, queue_id, queue_offset, commitlog_offset, middle, MESSAGE_MAGIC_CODE
+    )
+
+
+def py_pack_records(
+    prepared: list[Any],
+    queue_id: int,
+    queue_offset: int,
+    commitlog_offset: int,
+    middle: bytes,
+    magic: int,
+) -> bytes:
+    """The records of ``prepared`` back to back, each header sharing ``middle``.
+
+    The reference for ``mqcore._speedups.pack``, which :func:`pack` uses when it was built.
+    """
     hpack = _HEADER_SPLIT.pack
     parts: list[bytes] = []
     append = parts.append
-    magic = MESSAGE_MAGIC_CODE
     phys = commitlog_offset
     qoff = queue_offset
     # Unpacking the tuple beats indexing in this per-message loop.
@@ -360,6 +400,11 @@ def pack(
         phys += size
         qoff += 1
     return b"".join(parts)
+
+
+_pack_records: Callable[[list[Any], int, int, int, bytes, int], bytes] = (
+    py_pack_records if _speedups is None else _speedups.pack
+)
 
 
 def pack_blank(size: int) -> bytes:

@@ -18,21 +18,20 @@ with the mmap store's options and defaults (``file_reserved_time_hours``,
 
 from __future__ import annotations
 
-import functools
 import operator
 import os
 import struct
 import threading
 import time
 from collections.abc import Sequence
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import add
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from mqcore import codec
+from mqcore import batch, codec
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreError
 from mqcore.interfaces import MessageFilter
 from mqcore.lockfile import StoreLock
@@ -60,13 +59,8 @@ OPTIONS: dict[str, Any] = {
 _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
 _TIMESTAMP = struct.Struct(">q")
-_PORT = struct.Struct(">i")  # as in a message id
 # Fields of codec.prepare's items, by position: they are laid out as codec.Prepared.
-_SIZE = operator.itemgetter(codec.Prepared._fields.index("size"))
-_TAGS_CODE = operator.itemgetter(codec.Prepared._fields.index("tags_code"))
 _KEYS = operator.itemgetter(codec.Prepared._fields.index("keys"))
-# tuple.__new__ builds a PutResult without the Python-level NamedTuple constructor.
-_new_tuple = tuple.__new__
 
 
 def _now_ms() -> int:
@@ -93,7 +87,7 @@ class LmdbStore:
         self.store_host = str(opts["store_host"])
         self._host = codec.host_bytes(self.store_host)
         # A message id is the hex of store ip (4), port (4) and offset (8): pack the host once.
-        self._id_host = self._host[0] + _PORT.pack(self._host[1])
+        self._id_prefix = f"{self._host[0].hex().upper()}{self._host[1]:08X}"
         map_size = _positive_int("map_size", opts["map_size"])
         interval = _positive_int("flush_interval_ms", opts["flush_interval_ms"])
         max_readers = _positive_int("max_readers", opts["max_readers"])
@@ -234,7 +228,7 @@ class LmdbStore:
                 born_host=born,
             )
             units, key_items, results = _batch_items(
-                prepared, prefix, start_cl, next_q, ts, self._id_host
+                prepared, prefix, start_cl, next_q, ts, self._id_prefix
             )
             log_key = _OFFSET_PACK(start_cl)
             cq_key = prefix + _OFFSET_PACK(next_q + len(prepared) - 1)
@@ -531,34 +525,20 @@ class LmdbStore:
         return f"LmdbStore({str(self.path)!r}, {mode})"
 
 
-@functools.lru_cache(maxsize=256)
-def _ids_struct(count: int) -> struct.Struct:
-    """Packs ``count`` (store host, commit-log offset) pairs: the bytes of ``count`` ids."""
-    return struct.Struct(">" + "8sq" * count)
-
-
 def _batch_items(
     prepared: list[codec.Prepared],
     prefix: bytes,
     start_cl: int,
     next_q: int,
     ts: int,
-    id_host: bytes,
+    id_prefix: str,
 ) -> tuple[bytes, list[tuple[bytes, bytes]], list[PutResult]]:
     """The consume-queue item, key-index items and results of one packed batch.
 
-    Everything per message runs in C (``map``/``zip`` over struct packers, one ``struct``
-    call for all the units): at several hundred thousand messages a second, a Python loop
-    body is the bottleneck.
+    The per-message loops run in :mod:`mqcore.batch` (in C when it was built): at several
+    hundred thousand messages a second, a Python loop body is the bottleneck.
     """
-    n = len(prepared)
-    sizes = list(map(_SIZE, prepared))
-    offsets = list(accumulate(sizes[:-1], initial=start_cl))
-    flat: list[int] = [0] * (3 * n)  # cl, size, tags code per unit: one pack call for all
-    flat[0::3] = offsets
-    flat[1::3] = sizes
-    flat[2::3] = map(_TAGS_CODE, prepared)
-    units = layout.units_struct(n).pack(*flat)
+    units, offsets, _end = batch.units(prepared, start_cl)
     key_items: list[tuple[bytes, bytes]] = []
     if any(map(_KEYS, prepared)):
         tprefix = prefix[: -layout.QUEUE_ID.size]
@@ -566,18 +546,7 @@ def _batch_items(
             if keys:
                 log_key = _OFFSET_PACK(cl)
                 key_items.extend((layout.index_key(tprefix, k), log_key) for k in keys.split())
-    # The message ids (codec.make_message_id) of the whole batch: one pack, one hex call.
-    pairs: list[Any] = [id_host] * (2 * n)
-    pairs[1::2] = offsets
-    ids = _ids_struct(n).pack(*pairs).hex(",", 16).upper().split(",")
-    results = list(
-        map(
-            _new_tuple,
-            repeat(PutResult, n),
-            zip(ids, range(next_q, next_q + n), offsets, repeat(ts, n), sizes, strict=True),
-        )
-    )
-    return units, key_items, results
+    return units, key_items, batch.put_results(id_prefix, prepared, offsets, next_q, ts)
 
 
 def _number(name: str, value: Any) -> float:

@@ -24,13 +24,14 @@ import threading
 import time
 from collections.abc import Sequence
 from functools import partial
-from itertools import accumulate, repeat
+from itertools import accumulate
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from mqcore import batch
 from mqcore.codec import (
     BLANK_SIZE,
     HEADER_SIZE,
@@ -81,17 +82,6 @@ _make_put = partial(tuple.__new__, PutResult)
 _pack_unit = UNIT.pack
 _get_code = itemgetter(9)  # Prepared.tags_code
 _get_keys = itemgetter(10)  # Prepared.keys
-_QWORDS: dict[int, struct.Struct] = {}
-
-
-def _qwords(count: int) -> struct.Struct:
-    """A struct of ``count`` big-endian int64 (message ids of a whole batch at once)."""
-    st = _QWORDS.get(count)
-    if st is None:
-        st = _QWORDS[count] = struct.Struct(f">{count}q")
-    return st
-
-
 _MAX_FILTER_UNITS = 16000 // UNIT_SIZE  # RocketMQ's maxFilterMessageCount, in units
 
 
@@ -333,12 +323,11 @@ class MmapStore:
                     if first[10]:
                         keyed = [(topic, first[10].split(), offsets[0], store_ts)]
                 else:
-                    # Offsets, units and results for the whole batch through C-level
-                    # iteration (accumulate/map/zip): no Python bytecode per message.
+                    # Offsets and units for the whole batch in one call (C when built;
+                    # see mqcore.batch): no Python bytecode per message.
                     if len(chunks) == 1:
-                        offsets = list(accumulate(sizes, initial=chunks[0][0]))
-                        end = offsets.pop()
-                    else:
+                        units, offsets, end = batch.units(prepared, chunks[0][0])
+                    else:  # the batch rolled onto a new segment: a blank lies between
                         offsets = []
                         i = 0
                         for phys, n in chunks:
@@ -346,7 +335,7 @@ class MmapStore:
                             end = part.pop()
                             offsets += part
                             i += n
-                    units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
+                        units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
                     if any(map(_get_keys, prepared)):
                         keyed = [
                             (topic, p[10].split(), phys, store_ts)
@@ -370,20 +359,7 @@ class MmapStore:
             phys = offsets[0]
             results = [_make_put((f"{prefix}{phys:016X}", qoff, phys, store_ts, total))]
         else:
-            ids = _qwords(count).pack(*offsets).hex().upper()
-            results = list(
-                map(
-                    _make_put,
-                    zip(
-                        [prefix + ids[j : j + 16] for j in range(0, 16 * count, 16)],
-                        range(qoff, qoff + count),
-                        offsets,
-                        repeat(store_ts, count),
-                        sizes,
-                        strict=True,
-                    ),
-                )
-            )
+            results = batch.put_results(prefix, prepared, offsets, qoff, store_ts)
         if self._group_commit is not None:
             self._group_commit.wait_flushed(end)
         return results

@@ -1,0 +1,124 @@
+"""Per-batch layout shared by the stores: consume-queue units, record offsets, put results.
+
+A put of ``n`` messages stores ``n`` records back to back. Each store then needs the
+records' commit-log offsets, their 20-byte consume-queue units (RocketMQ's layout:
+commit-log offset, size, tags hash code, big-endian) and one :class:`~mqcore.store.PutResult`
+per message. These loops run once per message on the producer's hot path, so they run in C
+when the optional ``mqcore._speedups`` extension was built (see :data:`SPEEDUPS`); the
+Python versions here are the reference, and the tests hold both to the same output.
+
+Set ``MQCORE_NO_SPEEDUPS=1`` in the environment to run the pure-Python code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import struct
+from itertools import accumulate, repeat
+from operator import itemgetter
+from types import ModuleType
+from typing import Any
+
+from mqcore.store import PutResult
+
+__all__ = ["SPEEDUPS", "UNIT", "put_results", "units"]
+
+#: One consume-queue unit: commit-log offset, record size, tags hash code.
+UNIT = struct.Struct(">qiq")
+
+
+def _load_speedups() -> ModuleType | None:
+    if os.environ.get("MQCORE_NO_SPEEDUPS"):
+        return None
+    try:
+        return importlib.import_module("mqcore._speedups")
+    except ImportError:  # built without a C compiler: the Python code below serves
+        return None
+
+
+_speedups = _load_speedups()
+
+#: True when the C versions of the batch loops (and of :func:`mqcore.codec.pack`) are used.
+SPEEDUPS = _speedups is not None
+
+_size = itemgetter(0)  # Prepared.size
+_tags_code = itemgetter(9)  # Prepared.tags_code
+_new_tuple = tuple.__new__
+_QWORDS: dict[int, struct.Struct] = {}
+
+
+def _qwords(count: int) -> struct.Struct:
+    st = _QWORDS.get(count)
+    if st is None:
+        st = _QWORDS[count] = struct.Struct(f">{count}q")
+    return st
+
+
+def py_units(prepared: list[Any], start: int) -> tuple[bytes, list[int], int]:
+    """:func:`units` in Python."""
+    sizes = list(map(_size, prepared))
+    offsets = list(accumulate(sizes, initial=start))
+    end = offsets.pop()
+    return b"".join(map(UNIT.pack, offsets, sizes, map(_tags_code, prepared))), offsets, end
+
+
+def py_put_results(
+    cls: type[PutResult],
+    prefix: str,
+    prepared: list[Any],
+    offsets: list[int],
+    queue_offset: int,
+    store_timestamp: int,
+) -> list[PutResult]:
+    """:func:`put_results` in Python."""
+    n = len(prepared)
+    if len(offsets) != n:
+        raise ValueError(f"put_results: {len(offsets)} offsets for {n} records")
+    # The ids of the whole batch: one pack and one hex call instead of a format per message.
+    digits = _qwords(n).pack(*offsets).hex().upper()
+    ids = [prefix + digits[j : j + 16] for j in range(0, 16 * n, 16)]
+    return list(
+        map(
+            _new_tuple,
+            repeat(cls, n),
+            zip(
+                ids,
+                range(queue_offset, queue_offset + n),
+                offsets,
+                repeat(store_timestamp, n),
+                map(_size, prepared),
+                strict=True,
+            ),
+        )
+    )
+
+
+def units(prepared: list[Any], start: int) -> tuple[bytes, list[int], int]:
+    """The records of ``prepared`` laid back to back from commit-log offset ``start``.
+
+    Returns their consume-queue units as one ``bytes`` (:data:`UNIT` each), the offset of
+    each record, and the offset just past the last one.
+    """
+    if _speedups is not None:
+        return _speedups.units(prepared, start)  # type: ignore[no-any-return]
+    return py_units(prepared, start)
+
+
+def put_results(
+    prefix: str,
+    prepared: list[Any],
+    offsets: list[int],
+    queue_offset: int,
+    store_timestamp: int,
+) -> list[PutResult]:
+    """One :class:`~mqcore.store.PutResult` per record of a stored batch.
+
+    ``prefix`` is the store host part of RocketMQ's offset message id (address and port as
+    16 upper-case hex digits); the commit-log offset makes up the other 16 digits.
+    """
+    if _speedups is not None:
+        return _speedups.put_results(  # type: ignore[no-any-return]
+            PutResult, prefix, prepared, offsets, queue_offset, store_timestamp
+        )
+    return py_put_results(PutResult, prefix, prepared, offsets, queue_offset, store_timestamp)
