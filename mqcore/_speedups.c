@@ -289,10 +289,12 @@ fail:
 static PyObject *s_body, *s_properties, *s_tags, *s_keys, *s_topic, *s_delay_level, *s_flag;
 
 PyDoc_STRVAR(prepare_doc,
-"prepare(messages, born_timestamp, topic, reconsume_times, sys_flag, crc32, trailer) -> list\n\n"
+"prepare(messages, born_timestamp, topic, reconsume_times, sys_flag, crc32, trailer,\n"
+"        plain_trailers) -> list\n\n"
 "codec.prepare's loop: one Prepared-layout tuple per message. ``crc32(body)`` is the\n"
-"checksum function; ``trailer(message, topic)`` returns ``(trailer bytes, tags code)`` and\n"
-"is called once per topic for messages without properties, tags, keys or delay level.");
+"checksum function; ``trailer(message, topic)`` returns ``(trailer bytes, tags code)``.\n"
+"For messages without properties, tags, keys or delay level, the trailer is looked up in\n"
+"the dict ``plain_trailers`` (topic -> bytes) first, which ``trailer`` fills.");
 
 /* Truthiness of attribute ``name`` of ``m`` (-1 on error). */
 static int attr_true(PyObject *m, PyObject *name)
@@ -307,9 +309,9 @@ static int attr_true(PyObject *m, PyObject *name)
 
 static PyObject *speedups_prepare(PyObject *self, PyObject *args)
 {
-    PyObject *messages, *born, *topic, *recon, *sflag, *crc32, *trailer_fn;
-    if (!PyArg_ParseTuple(args, "OOOOOOO:prepare", &messages, &born, &topic, &recon, &sflag,
-                          &crc32, &trailer_fn))
+    PyObject *messages, *born, *topic, *recon, *sflag, *crc32, *trailer_fn, *plain_cache;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO!:prepare", &messages, &born, &topic, &recon, &sflag,
+                          &crc32, &trailer_fn, &PyDict_Type, &plain_cache))
         return NULL;
     PyObject *seq = PySequence_Fast(messages, "prepare: messages must be iterable");
     if (seq == NULL)
@@ -360,6 +362,18 @@ static PyObject *speedups_prepare(PyObject *self, PyObject *args)
             if (same) {
                 trailer = Py_NewRef(plain_trailer);
                 code = Py_NewRef(zero);
+            }
+        }
+        if (plain && trailer == NULL) {
+            /* One message per put is common: the cache spares a call into Python. */
+            PyObject *hit = PyDict_GetItemWithError(plain_cache, t); /* borrowed */
+            if (hit == NULL && PyErr_Occurred())
+                goto fail;
+            if (hit != NULL && PyBytes_Check(hit)) {
+                trailer = Py_NewRef(hit);
+                code = Py_NewRef(zero);
+                Py_XSETREF(plain_topic, Py_NewRef(t));
+                Py_XSETREF(plain_trailer, Py_NewRef(trailer));
             }
         }
         if (trailer == NULL) {

@@ -196,6 +196,8 @@ def _trailer(topic: str, properties: str) -> bytes:
 _TRAILER_CACHE: dict[tuple[str, str], bytes] = {}
 _TAGS_CODE_CACHE: dict[str, int] = {}
 _CACHE_LIMIT = 4096
+# Topic -> trailer of a message with no properties at all (read by the C prepare loop).
+_PLAIN_TRAILERS: dict[str, bytes] = {}
 
 
 def _cached_trailer(topic: str, text: str) -> bytes:
@@ -226,7 +228,11 @@ def message_trailer(m: Message, topic: str) -> tuple[bytes, int]:
     tags = m.tags
     keys = m.keys
     if not (props or tags or keys or m.delay_level):
-        return _TRAILER_CACHE.get((topic, "")) or _cached_trailer(topic, ""), 0
+        trailer = _TRAILER_CACHE.get((topic, "")) or _cached_trailer(topic, "")
+        if len(_PLAIN_TRAILERS) >= _CACHE_LIMIT:
+            _PLAIN_TRAILERS.clear()
+        _PLAIN_TRAILERS[topic] = trailer
+        return trailer, 0
     # Tags/keys/delay live in the property string; no intermediate dict.
     text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
     if tags:
@@ -261,7 +267,14 @@ def prepare(
     """
     if _speedups is not None:
         return _speedups.prepare(  # type: ignore[no-any-return]
-            messages, born_timestamp, topic, reconsume_times, sys_flag, _crc32, message_trailer
+            messages,
+            born_timestamp,
+            topic,
+            reconsume_times,
+            sys_flag,
+            _crc32,
+            message_trailer,
+            _PLAIN_TRAILERS,
         )
     return py_prepare(
         messages, born_timestamp, topic=topic, reconsume_times=reconsume_times, sys_flag=sys_flag

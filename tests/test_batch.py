@@ -52,7 +52,9 @@ bodies = st.one_of(st.binary(max_size=3000), st.binary(max_size=64).map(bytearra
 def test_c_prepare_matches_python(msgs: list[Message], topic: str | None, recon: int) -> None:
     """Same tuples (sizes, CRCs, trailers, tags codes, keys) for every mix of messages."""
     kw = {"topic": topic, "reconsume_times": recon, "sys_flag": 4}
-    got = speedups.prepare(msgs, 17, topic, recon, 4, codec._crc32, codec.message_trailer)
+    got = speedups.prepare(
+        msgs, 17, topic, recon, 4, codec._crc32, codec.message_trailer, codec._PLAIN_TRAILERS
+    )
     assert got == codec.py_prepare(msgs, 17, **kw)
     assert got == codec.prepare(iter(msgs), 17, **kw)  # any iterable
 
@@ -64,9 +66,9 @@ def test_c_prepare_propagates_errors() -> None:
     with pytest.raises(AttributeError, match="body"):
         codec.prepare([Message("T", b"x"), object()], 1)  # type: ignore[list-item]
     with pytest.raises(TypeError, match="iterable"):
-        speedups.prepare(5, 1, None, 0, 0, codec._crc32, codec.message_trailer)
+        speedups.prepare(5, 1, None, 0, 0, codec._crc32, codec.message_trailer, {})
     with pytest.raises(TypeError, match=r"\(bytes, int\)"):
-        speedups.prepare([Message("T", b"x")], 1, None, 0, 0, codec._crc32, lambda m, t: None)
+        speedups.prepare([Message("T", b"x")], 1, None, 0, 0, codec._crc32, lambda m, t: None, {})
 
 
 @settings(max_examples=150, deadline=None)
