@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from mqcore import batch
 from mqcore.codec import host_bytes, pack, prepare
 from mqcore.message import Message, MessageExt
 
@@ -121,9 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         cases[name] = lambda reader=reader: decode_rate(pool, args.messages, reader)
     rates = {name: max(case() for _ in range(args.runs)) for name, case in cases.items()}
     if args.json:
-        print(json.dumps({"messages": args.messages, "size": args.size, "msgs_per_s": rates}))
+        out = {"messages": args.messages, "size": args.size, "speedups": batch.SPEEDUPS}
+        print(json.dumps({**out, "msgs_per_s": rates}))
         return 0
-    print(f"codec, {args.size} B bodies, best of {args.runs} runs of {args.messages:,} messages")
+    loops = "C speedups" if batch.SPEEDUPS else "pure Python"
+    print(
+        f"codec ({loops}), {args.size} B bodies, best of {args.runs} runs of "
+        f"{args.messages:,} messages"
+    )
     for name, rate in rates.items():
         mb = rate * args.size / 1e6
         print(f"  {name:<30}{rate:>14,.0f} msgs/s {mb:>10,.1f} MB/s  {1e6 / rate:6.2f} us/msg")
