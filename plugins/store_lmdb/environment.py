@@ -15,6 +15,7 @@ bounds what a machine crash can lose.
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,9 @@ T = TypeVar("T")
 _MAX_DBS = 8
 #: Bytes read or written after which the map is replaced to release its resident pages.
 UNMAP_EVERY = 64 * 1024 * 1024
+#: The map doubles while small, then grows by this much at a time (with ``writemap`` the
+#: growth is reserved on disk, so it should not run far ahead of the data).
+GROW_STEP_MAX = 1024 * 1024 * 1024
 
 
 class Environment:
@@ -48,9 +52,12 @@ class Environment:
         sync: bool,
         map_size: int,
         max_readers: int,
+        writemap: bool = False,
     ) -> None:
         self.path = path
         self.read_only = read_only
+        #: LMDB writes pages straight into the shared map instead of ``pwrite``-ing copies.
+        self.writemap = writemap and not read_only
         self._map_lock = threading.Lock()  # map replacement vs the background sync
         self._touched = 0  # bytes through the map since it was last (re)mapped
         if read_only and not (path / "data.mdb").exists():
@@ -69,6 +76,7 @@ class Environment:
                 sync=sync,
                 metasync=sync,
                 lock=True,
+                writemap=self.writemap,
             )
         except lmdb.Error as exc:
             raise StoreError(f"cannot open LMDB store at {str(path)!r}: {exc}") from exc
@@ -76,6 +84,12 @@ class Environment:
         self.cq = self._open_db(layout.CQ_DB)
         self.keyindex = self._open_db(layout.KEYINDEX_DB, dupsort=True)
         self.meta = self._open_db(layout.META_DB)
+        if self.writemap:
+            try:
+                self._reserve(self.map_size)
+            except BaseException:
+                self.env.close()
+                raise
 
     def _open_db(self, name: bytes, *, dupsort: bool = False) -> Any:
         try:
@@ -95,12 +109,57 @@ class Environment:
         return int(self.env.info()["map_size"])
 
     def grow(self) -> None:
-        """Double the map. The caller must hold no transaction of this environment."""
+        """Enlarge the map (the caller must hold no transaction of this environment).
+
+        The map doubles up to :data:`GROW_STEP_MAX`, then grows by that much. With
+        ``writemap`` the new size is first reserved on disk (:meth:`_reserve`); on a full
+        disk this raises :class:`DiskFullError` and the map keeps its size.
+        """
         old = self.map_size
+        new = old + min(old, GROW_STEP_MAX)
+        if self.writemap:
+            self._reserve(new)
         with self._map_lock:
-            self.env.set_mapsize(old * 2)
+            self.env.set_mapsize(new)
         self._touched = 0
-        log.info("lmdb_map_grown", path=str(self.path), old_size=old, new_size=old * 2)
+        log.info("lmdb_map_grown", path=str(self.path), old_size=old, new_size=new)
+
+    def _reserve(self, size: int) -> None:
+        """Allocate the file's disk blocks up to ``size`` bytes (``writemap`` only).
+
+        LMDB writes a writable map's pages in place, and a page of a sparse file that the
+        file system cannot back when it is first written kills the process with SIGBUS.
+        Reserving the blocks when the map is sized turns a full disk into a
+        :class:`DiskFullError` before anything is written.
+        """
+        data = self.path / "data.mdb"
+        try:
+            fd = os.open(data, os.O_RDWR)
+            try:
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError(
+                    exc.errno,
+                    f"disk full: cannot reserve {size} bytes for the LMDB store at "
+                    f"{str(self.path)!r}; the last batch was not stored, everything "
+                    f"acknowledged before it is intact; free space and retry",
+                ) from exc
+            if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                # A file system without fallocate: writes go on unreserved.
+                log.warning("lmdb_reserve_unsupported", path=str(self.path), error=str(exc))
+                return
+            raise StoreError(f"cannot reserve space for {str(data)!r}: {exc}") from exc
+
+    def reserved_tail_bytes(self) -> int:
+        """Bytes reserved past LMDB's last used page (free for writes; ``writemap`` only)."""
+        if not self.writemap:
+            return 0
+        info = self.env.info()
+        psize = int(self.env.stat()["psize"])
+        return max(0, int(info["map_size"]) - (int(info["last_pgno"]) + 1) * psize)
 
     def touched(self, nbytes: int) -> None:
         """Count ``nbytes`` read or written through the map (see :meth:`release_pages`)."""

@@ -88,8 +88,10 @@ def reusable_bytes(env: Environment, txn: Any) -> int:
     for db in (env.log, env.cq, env.keyindex, env.meta):
         stat = txn.stat(db)
         used += stat["branch_pages"] + stat["leaf_pages"] + stat["overflow_pages"]
-    # Pages 0 and 1 are LMDB's meta pages.
-    return max(0, int(info["last_pgno"]) + 1 - 2 - int(used)) * int(main["psize"])
+    # Pages 0 and 1 are LMDB's meta pages. With writemap the file's blocks are reserved up
+    # to the map size: that tail is on disk, and free for writes, too.
+    free = max(0, int(info["last_pgno"]) + 1 - 2 - int(used)) * int(main["psize"])
+    return free + env.reserved_tail_bytes()
 
 
 class Pass:

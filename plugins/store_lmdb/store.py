@@ -52,6 +52,7 @@ OPTIONS: dict[str, Any] = {
     "map_size": 64 * 1024 * 1024,
     "flush_interval_ms": 500,
     "max_readers": 126,
+    "writemap": True,
     "file_reserved_time_hours": 72,
     "disk_max_used_space_ratio": 75,
 }
@@ -91,6 +92,9 @@ class LmdbStore:
         map_size = _positive_int("map_size", opts["map_size"])
         interval = _positive_int("flush_interval_ms", opts["flush_interval_ms"])
         max_readers = _positive_int("max_readers", opts["max_readers"])
+        writemap = opts["writemap"]
+        if not isinstance(writemap, bool):
+            raise InvalidArgumentError(f"option writemap={writemap!r} must be True or False")
         #: Batches older than this are deleted by retention (RocketMQ's fileReservedTime).
         self.file_reserved_time_hours = _number(
             "file_reserved_time_hours", opts["file_reserved_time_hours"]
@@ -122,6 +126,7 @@ class LmdbStore:
                 sync=self.flush_mode is FlushMode.SYNC_FLUSH,
                 map_size=map_size,
                 max_readers=max_readers,
+                writemap=writemap,
             )
             if self.read_only:
                 self._snapshot = env.begin()

@@ -4,7 +4,8 @@
 e.g. one tox env per backend; unset, every store registered in a fresh ``Kernel()`` is
 tested. Each backend runs with option variants chosen to stress it: tiny commit-log
 segments and consume-queue files for mmap (rolls on almost every batch), a 1 MiB initial
-map for LMDB (the map grows many times). A store named in ``MQCORE_TEST_STORES`` that is
+map for LMDB (the map grows many times, each growth reserved on disk) and LMDB without
+``writemap``. A store named in ``MQCORE_TEST_STORES`` that is
 not registered fails loudly instead of silently testing nothing.
 
 Fixtures:
@@ -58,7 +59,8 @@ VARIANTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     "lmdb": [
         ("map1m", {"map_size": 1024 * 1024}),
-        ("default", {}),
+        # writemap (the default) off: LMDB copies dirty pages and writes them with pwrite.
+        ("pwrite", {"writemap": False}),
     ],
 }
 

@@ -92,6 +92,62 @@ def test_disk_full_becomes_disk_full_error(tmp_path, monkeypatch):
         assert again.queue_offset == 1
 
 
+def _allocated(path: Path) -> int:
+    return (path / "data.mdb").stat().st_blocks * 512
+
+
+def test_writemap_reserves_the_map_on_disk(tmp_path):
+    """With writemap (the default) the file's blocks are allocated up to the map size,
+    at open and at every growth, so that no page written through the map lacks a block."""
+    with _open(tmp_path / "s", map_size=1024 * 1024) as store:
+        env = store._env
+        assert env.writemap
+        assert _allocated(tmp_path / "s") >= env.map_size == 1024 * 1024
+        body = bytes(30_000)
+        for _ in range(40):
+            store.put("W", 0, [Message(topic="W", body=body)] * 4)
+        assert env.map_size > 1024 * 1024  # it grew
+        assert _allocated(tmp_path / "s") >= env.map_size
+        assert 0 < env.reserved_tail_bytes() < env.map_size
+    with _open(tmp_path / "s") as store:
+        assert [len(m.body) for m in store.get("W", 0, 156, max_count=8).messages] == [30_000] * 4
+
+
+def test_full_disk_when_the_map_must_grow(tmp_path, monkeypatch):
+    """No room to reserve a larger map: DiskFullError, the map keeps its size, nothing of
+    the batch is stored, and batches that still fit the map go on being accepted."""
+    from mqcore.plugins.store_lmdb import environment
+
+    with _open(tmp_path / "s", map_size=1024 * 1024) as store:
+        store.put("F", 0, [Message(topic="F", body=b"kept")])
+        size = store._env.map_size
+
+        def no_space(fd, offset, length):
+            if length > size:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(environment.os, "posix_fallocate", no_space)
+        with pytest.raises(errors.DiskFullError, match="cannot reserve") as info:
+            store.put("F", 0, [Message(topic="F", body=bytes(600_000))] * 2)
+        assert info.value.errno == errno.ENOSPC
+        assert store._env.map_size == size
+        assert store.max_offset("F", 0) == 1
+        (again,) = store.put("F", 0, [Message(topic="F", body=b"small")])
+        assert again.queue_offset == 1
+        monkeypatch.undo()
+        store.put("F", 0, [Message(topic="F", body=bytes(600_000))] * 2)  # room again
+        assert [m.body[:5] for m in store.get("F", 0, 0).messages][:2] == [b"kept", b"small"]
+
+
+def test_without_writemap_nothing_is_reserved(tmp_path):
+    with _open(tmp_path / "s", writemap=False) as store:
+        assert not store._env.writemap
+        store.put("P", 0, [Message(topic="P", body=b"x")])
+        assert store._env.reserved_tail_bytes() == 0
+        assert _allocated(tmp_path / "s") < store._env.map_size
+        assert store.get("P", 0, 0).messages[0].body == b"x"
+
+
 def test_options_are_validated(tmp_path):
     """Unknown options are listed; bad values name the option."""
     with pytest.raises(errors.InvalidArgumentError) as info:
@@ -100,6 +156,8 @@ def test_options_are_validated(tmp_path):
         assert name in str(info.value)
     with pytest.raises(errors.InvalidArgumentError, match="map_size"):
         _open(tmp_path / "s", map_size=0)
+    with pytest.raises(errors.InvalidArgumentError, match="writemap='yes' must be True or False"):
+        _open(tmp_path / "s", writemap="yes")
     with pytest.raises(errors.InvalidArgumentError, match="flush mode"):
         _open(tmp_path / "s", flush_mode="sometimes")
     assert not (tmp_path / "s" / "data.mdb").exists()
