@@ -211,6 +211,16 @@ fail:
     return NULL;
 }
 
+/* An empty 5-tuple of type ``cls`` to fill (a plain tuple from 3.14 on, see below). */
+static PyObject *new_result(PyTypeObject *cls)
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    return PyTuple_New(5);
+#else
+    return cls->tp_alloc(cls, 5);
+#endif
+}
+
 PyDoc_STRVAR(put_results_doc,
 "put_results(cls, prefix, prepared, offsets, queue_offset, store_timestamp) -> list\n\n"
 "``cls((prefix + 16 upper-case hex digits of the offset, queue_offset + i, offset,\n"
@@ -261,7 +271,7 @@ static PyObject *speedups_put_results(PyObject *self, PyObject *args)
         for (int k = 15; k >= 0; k--, u >>= 4)
             c[plen + k] = hex[u & 0xF];
         PyObject *qoff = PyLong_FromLongLong(queue_offset + i);
-        PyObject *result = qoff ? cls->tp_alloc(cls, 5) : NULL;
+        PyObject *result = qoff ? new_result(cls) : NULL;
         if (result == NULL) {
             Py_DECREF(msg_id);
             Py_XDECREF(qoff);
@@ -276,6 +286,16 @@ static PyObject *speedups_put_results(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(result, 2, off);
         PyTuple_SET_ITEM(result, 3, ts);
         PyTuple_SET_ITEM(result, 4, size);
+#if PY_VERSION_HEX >= 0x030E0000
+        /* Tuples cache their hash from 3.14 on: build through tuple.__new__, which sets
+         * the cache up, rather than filling a raw allocation. */
+        PyObject *args1 = PyTuple_Pack(1, result);
+        Py_DECREF(result);
+        result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
+        Py_XDECREF(args1);
+        if (result == NULL)
+            goto fail;
+#endif
         PyList_SET_ITEM(out, i, result);
     }
     return out;
