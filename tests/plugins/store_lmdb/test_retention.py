@@ -297,7 +297,11 @@ def test_infinite_reserved_hours_keep_everything(tmp_path, clock):
 @pytest.mark.timeout(60)
 def test_retention_while_writing_and_reading(tmp_path, clock, monkeypatch):
     """Passes between a producer's puts never break a reader: every pull is FOUND with
-    contiguous offsets, or OFFSET_TOO_SMALL / NO_NEW_MSG."""
+    contiguous offsets, or OFFSET_TOO_SMALL / NO_NEW_MSG.
+
+    Each put is stamped an hour after the previous one and each pass keeps the last ten
+    hours, so however fast the producer runs, the reader always has batches left to find
+    (the test does not depend on the two threads' relative speed)."""
     monkeypatch.setattr(retention, "MAX_TXN_ITEMS", 4)
     errors_seen: list[BaseException] = []
     with _open(tmp_path / "s") as store:
@@ -305,9 +309,15 @@ def test_retention_while_writing_and_reading(tmp_path, clock, monkeypatch):
         def produce() -> None:
             try:
                 for i in range(300):
+                    clock.ms = T0 + i * HOUR_MS
                     store.put("W", i % 2, [Message(topic="W", body=b"%d" % i, keys=f"k{i}")] * 4)
             except BaseException as exc:  # reported by the main thread
                 errors_seen.append(exc)
+
+        def keep_ten_hours() -> None:
+            newest = (clock.ms - T0) / HOUR_MS
+            # A pass at ``now`` deletes what is older than now - 72 h (the default).
+            store.delete_expired_files(clock.seconds_after(newest - 10 + 72))
 
         producer = threading.Thread(target=produce, name="test-producer")
         producer.start()
@@ -315,7 +325,7 @@ def test_retention_while_writing_and_reading(tmp_path, clock, monkeypatch):
             offset = 0
             statuses = set()
             while producer.is_alive() or offset < store.max_offset("W", 0):
-                store.delete_expired_files(clock.seconds_after(1000))
+                keep_ten_hours()
                 result = store.get("W", 0, offset, max_count=16)
                 statuses.add(result.status)
                 if result.status is GetStatus.FOUND:
@@ -331,4 +341,5 @@ def test_retention_while_writing_and_reading(tmp_path, clock, monkeypatch):
             producer.join(timeout=30)
         assert not errors_seen
         assert store.max_offset("W", 0) == store.max_offset("W", 1) == 600
+        assert store.min_offset("W", 0) > 500  # the passes did delete (all but ~10 hours)
         assert GetStatus.FOUND in statuses
