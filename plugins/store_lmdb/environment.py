@@ -144,8 +144,9 @@ class Environment:
                 raise DiskFullError(
                     exc.errno,
                     f"disk full: cannot reserve {size} bytes for the LMDB store at "
-                    f"{str(self.path)!r}; the last batch was not stored, everything "
-                    f"acknowledged before it is intact; free space and retry",
+                    f"{str(self.path)!r} (with writemap its whole map is reserved on disk); "
+                    f"nothing was written by this call and everything acknowledged before "
+                    f"is intact; free space and retry, or open the store with writemap=False",
                 ) from exc
             if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
                 # A file system without fallocate: writes go on unreserved.

@@ -139,6 +139,24 @@ def test_full_disk_when_the_map_must_grow(tmp_path, monkeypatch):
         assert [m.body[:5] for m in store.get("F", 0, 0).messages][:2] == [b"kept", b"small"]
 
 
+def test_full_disk_at_open_names_the_way_out(tmp_path, monkeypatch):
+    """No room for the initial map: opening fails with DiskFullError, holds no lock, and
+    the same directory opens once there is room (or with writemap=False)."""
+    from mqcore.plugins.store_lmdb import environment
+
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(environment.os, "posix_fallocate", no_space)
+    with pytest.raises(errors.DiskFullError, match="writemap=False"):
+        _open(tmp_path / "s")
+    with _open(tmp_path / "s", writemap=False) as store:
+        store.put("O", 0, [Message(topic="O", body=b"x")])
+    monkeypatch.undo()
+    with _open(tmp_path / "s") as store:
+        assert store.get("O", 0, 0).messages[0].body == b"x"
+
+
 def test_without_writemap_nothing_is_reserved(tmp_path):
     with _open(tmp_path / "s", writemap=False) as store:
         assert not store._env.writemap
