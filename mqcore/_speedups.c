@@ -333,10 +333,12 @@ static PyObject *speedups_prepare(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOOOO!:prepare", &messages, &born, &topic, &recon, &sflag,
                           &crc32, &trailer_fn, &PyDict_Type, &plain_cache))
         return NULL;
-    PyObject *seq = PySequence_Fast(messages, "prepare: messages must be iterable");
+    /* A snapshot: the loop calls back into Python, where another thread could change a
+     * list the caller still holds. */
+    PyObject *seq = PySequence_Tuple(messages); /* "... is not iterable" if it is not */
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
     PyObject *zero = PyLong_FromLong(0);
     PyObject *plain_topic = NULL, *plain_trailer = NULL; /* last topic without properties */
@@ -344,7 +346,7 @@ static PyObject *speedups_prepare(PyObject *self, PyObject *args)
     if (out == NULL || zero == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *m = PyTuple_GET_ITEM(seq, i);
         body = PyObject_GetAttr(m, s_body);
         if (body == NULL)
             goto fail;
