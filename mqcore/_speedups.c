@@ -104,37 +104,60 @@ static int item_size(PyObject *item, Py_ssize_t i, int32_t *size)
 }
 
 PyDoc_STRVAR(pack_doc,
-"pack(prepared, queue_id, queue_offset, commitlog_offset, middle, magic) -> bytes\n\n"
-"The records of ``prepared`` back to back, as codec.pack writes them; ``middle`` is the\n"
-"48 header bytes every record of the batch shares (sys flag .. prepared offset).");
+"pack(prepared, queue_id, queue_offset, commitlog_offset, store_timestamp, store_ip,\n"
+"     store_port, born_ip, born_port, magic) -> bytes\n\n"
+"The records of ``prepared`` back to back, as codec.py_pack_records writes them. The sys\n"
+"flag, born timestamp, reconsume times and prepared offset come from the first item (one\n"
+"prepare() call shares them); hosts are 4 address bytes and a port.");
 
 static PyObject *speedups_pack(PyObject *self, PyObject *args)
 {
     PyObject *prepared;
-    int32_t queue_id, magic;
-    long long queue_offset, phys;
-    Py_buffer middle;
-    if (!PyArg_ParseTuple(args, "O!iLLy*i:pack", &PyList_Type, &prepared, &queue_id,
-                          &queue_offset, &phys, &middle, &magic))
+    int32_t queue_id, magic, store_port, born_port;
+    long long queue_offset, phys, store_ts;
+    const char *store_ip, *born_ip;
+    Py_ssize_t store_ip_len, born_ip_len;
+    if (!PyArg_ParseTuple(args, "O!iLLLy#iy#ii:pack", &PyList_Type, &prepared, &queue_id,
+                          &queue_offset, &phys, &store_ts, &store_ip, &store_ip_len,
+                          &store_port, &born_ip, &born_ip_len, &born_port, &magic))
         return NULL;
-    PyObject *out = NULL;
-    if (middle.len != MIDDLE_SIZE) {
-        PyErr_Format(PyExc_ValueError, "middle must be %d bytes, not %zd", MIDDLE_SIZE,
-                     middle.len);
-        goto done;
+    if (store_ip_len != 4 || born_ip_len != 4) {
+        PyErr_SetString(PyExc_ValueError, "pack: host addresses must be 4 bytes (IPv4)");
+        return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(prepared);
+    if (n == 0)
+        return PyBytes_FromStringAndSize(NULL, 0);
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = prepared_item(prepared, i);
         int32_t size;
         if (item == NULL || item_size(item, i, &size) < 0)
-            goto done;
+            return NULL;
         total += size;
     }
-    out = PyBytes_FromStringAndSize(NULL, total);
+    /* The 48 bytes every header of the batch shares, from the first item. */
+    unsigned char middle[MIDDLE_SIZE];
+    PyObject *first = PyList_GET_ITEM(prepared, 0);
+    int32_t sflag, recon;
+    int64_t born, ptx;
+    if (as_int32(PyTuple_GET_ITEM(first, 5), "sys flag", &sflag) < 0 ||
+        as_int64(PyTuple_GET_ITEM(first, 6), &born) < 0 ||
+        as_int32(PyTuple_GET_ITEM(first, 7), "reconsume times", &recon) < 0 ||
+        as_int64(PyTuple_GET_ITEM(first, 8), &ptx) < 0)
+        return NULL;
+    put_be32(middle, (uint32_t)sflag);
+    put_be64(middle + 4, (uint64_t)born);
+    memcpy(middle + 12, born_ip, 4);
+    put_be32(middle + 16, (uint32_t)born_port);
+    put_be64(middle + 20, (uint64_t)store_ts);
+    memcpy(middle + 28, store_ip, 4);
+    put_be32(middle + 32, (uint32_t)store_port);
+    put_be32(middle + 36, (uint32_t)recon);
+    put_be64(middle + 40, (uint64_t)ptx);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
-        goto done;
+        return NULL;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
         /* The list is ours for the duration (no Python code runs in this loop). */
@@ -145,8 +168,8 @@ static PyObject *speedups_pack(PyObject *self, PyObject *args)
         if (as_int32(PyTuple_GET_ITEM(item, P_SIZE), "record size", &size) < 0 ||
             as_int32(PyTuple_GET_ITEM(item, P_CRC), "body CRC", &crc) < 0 ||
             as_int32(PyTuple_GET_ITEM(item, P_FLAG), "flag", &flag) < 0) {
-            Py_CLEAR(out);
-            goto done;
+            Py_DECREF(out);
+            return NULL;
         }
         Py_ssize_t body_len = PyBytes_GET_SIZE(body);
         Py_ssize_t trailer_len = PyBytes_GET_SIZE(trailer);
@@ -157,15 +180,13 @@ static PyObject *speedups_pack(PyObject *self, PyObject *args)
         put_be32(p + 16, (uint32_t)flag);
         put_be64(p + 20, (uint64_t)(queue_offset + i));
         put_be64(p + 28, (uint64_t)phys);
-        memcpy(p + 36, middle.buf, MIDDLE_SIZE);
+        memcpy(p + 36, middle, MIDDLE_SIZE);
         put_be32(p + 84, (uint32_t)body_len);
         memcpy(p + HEADER_SIZE, PyBytes_AS_STRING(body), (size_t)body_len);
         memcpy(p + HEADER_SIZE + body_len, PyBytes_AS_STRING(trailer), (size_t)trailer_len);
         p += size;
         phys += size;
     }
-done:
-    PyBuffer_Release(&middle);
     return out;
 }
 

@@ -348,14 +348,46 @@ def pack(
     """
     if not prepared:
         return b""
+    if len(prepared) > 1 and prepared[-1][5:9] != prepared[0][5:9]:
+        raise CodecError("pack() takes the items of one prepare() call (or a slice of one)")
     born_ip, born_port = born_host or store_host
     store_ip, store_port = store_host
+    return _pack_records(
+        prepared if prepared.__class__ is list else list(prepared),
+        queue_id,
+        queue_offset,
+        commitlog_offset,
+        store_timestamp,
+        store_ip,
+        store_port,
+        born_ip,
+        born_port,
+        MESSAGE_MAGIC_CODE,
+    )
+
+
+def py_pack_records(
+    prepared: list[Any],
+    queue_id: int,
+    queue_offset: int,
+    commitlog_offset: int,
+    store_timestamp: int,
+    store_ip: bytes,
+    store_port: int,
+    born_ip: bytes,
+    born_port: int,
+    magic: int,
+) -> bytes:
+    """The records of ``prepared`` back to back (the items of one :func:`prepare` call).
+
+    The reference for ``mqcore._speedups.pack``, which :func:`pack` uses when it was built.
+    """
     first = prepared[0]
     if len(prepared) == 1:  # one message per put is common: one 17-field pack
         size, body, trailer, crc, flag, sflag, born, recon, ptx, _code, _keys = first
         header = _HEADER.pack(
             size,
-            MESSAGE_MAGIC_CODE,
+            magic,
             crc,
             queue_id,
             flag,
@@ -373,33 +405,12 @@ def pack(
             len(body),
         )
         return b"".join((header, body, trailer))
-    shared = first[5:9]
-    if prepared[-1][5:9] != shared:
-        raise CodecError("pack() takes the items of one prepare() call (or a slice of one)")
-    sflag, born, recon, ptx = shared
+    sflag, born, recon, ptx = first[5:9]
     # The 48 header bytes from the sys flag to the prepared-transaction offset are the same
     # for every record of a batch: packed once, they make each header a 9-field pack.
     middle = _MIDDLE.pack(
         sflag, born, born_ip, born_port, store_timestamp, store_ip, store_port, recon, ptx
     )
-    items = prepared if prepared.__class__ is list else list(prepared)
-    return _pack_records(
-        items, queue_id, queue_offset, commitlog_offset, middle, MESSAGE_MAGIC_CODE
-    )
-
-
-def py_pack_records(
-    prepared: list[Any],
-    queue_id: int,
-    queue_offset: int,
-    commitlog_offset: int,
-    middle: bytes,
-    magic: int,
-) -> bytes:
-    """The records of ``prepared`` back to back, each header sharing ``middle``.
-
-    The reference for ``mqcore._speedups.pack``, which :func:`pack` uses when it was built.
-    """
     hpack = _HEADER_SPLIT.pack
     parts: list[bytes] = []
     append = parts.append
@@ -415,9 +426,7 @@ def py_pack_records(
     return b"".join(parts)
 
 
-_pack_records: Callable[[list[Any], int, int, int, bytes, int], bytes] = (
-    py_pack_records if _speedups is None else _speedups.pack
-)
+_pack_records: Callable[..., bytes] = py_pack_records if _speedups is None else _speedups.pack
 
 
 def pack_blank(size: int) -> bytes:

@@ -15,8 +15,8 @@ from mqcore.store import PutResult
 
 speedups = pytest.importorskip("mqcore._speedups", reason="built without a C compiler")
 
-MIDDLE = bytes(range(48))
 MAGIC = codec.MESSAGE_MAGIC_CODE
+HOSTS = (b"\x0a\x01\x02\x03", 10911, b"\xc0\xa8\x00\x07", 54321)  # store ip, port, born ...
 
 messages = st.builds(
     Message,
@@ -77,14 +77,30 @@ def test_c_prepare_propagates_errors() -> None:
     st.integers(0, 2**31 - 1),
     offsets,
     offsets,
+    st.integers(0, 2**45),
 )
 def test_c_pack_writes_the_python_bytes(
-    msgs: list[Message], queue_id: int, queue_offset: int, phys: int
+    msgs: list[Message], queue_id: int, queue_offset: int, phys: int, ts: int
 ) -> None:
-    """Header fields, bodies and trailers come out byte for byte as the Python loop writes them."""
-    prepared = codec.prepare(msgs, 1700000000000, reconsume_times=2)
-    want = codec.py_pack_records(prepared, queue_id, queue_offset, phys, MIDDLE, MAGIC)
-    assert speedups.pack(prepared, queue_id, queue_offset, phys, MIDDLE, MAGIC) == want
+    """Header fields, bodies and trailers come out byte for byte as the Python code writes
+    them, for one message (its own path in Python) and for batches."""
+    prepared = codec.prepare(msgs, 1700000000000, reconsume_times=2, sys_flag=4)
+    args = (queue_id, queue_offset, phys, ts, *HOSTS, MAGIC)
+    want = codec.py_pack_records(prepared, *args)
+    assert speedups.pack(prepared, *args) == want
+    assert speedups.pack(prepared[:1], *args) == codec.py_pack_records(prepared[:1], *args)
+    # The shared header bytes really are the hosts and times passed in.
+    first = codec.decode(want)
+    assert (first.store_timestamp, first.store_host, first.born_host) == (
+        ts,
+        "10.1.2.3:10911",
+        "192.168.0.7:54321",
+    )
+    assert (first.born_timestamp, first.reconsume_times, first.sys_flag) == (
+        1700000000000,
+        2,
+        4,
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -150,13 +166,14 @@ def test_pack_through_codec_decodes() -> None:
 def test_c_pack_refuses_malformed_items(item: object, error: type, match: str) -> None:
     """A bad item raises; it is never written out of bounds."""
     with pytest.raises(error, match=match):
-        speedups.pack([item], 0, 0, 0, MIDDLE, MAGIC)
+        speedups.pack([item], 0, 0, 0, 0, *HOSTS, MAGIC)
 
 
 def test_c_functions_check_their_arguments() -> None:
     prepared = codec.prepare([Message("T", b"x")], 1)
-    with pytest.raises(ValueError, match="48 bytes"):
-        speedups.pack(prepared, 0, 0, 0, b"short", MAGIC)
+    with pytest.raises(ValueError, match="4 bytes"):
+        speedups.pack(prepared, 0, 0, 0, 0, b"\x01\x02", 1, b"\x01\x02\x03\x04", 2, MAGIC)
+    assert speedups.pack([], 0, 0, 0, 0, *HOSTS, MAGIC) == b""
     with pytest.raises(ValueError, match="1 offsets for 2 records"):
         speedups.put_results(PutResult, "AB", prepared * 2, [0], 0, 0)
     with pytest.raises(ValueError, match="1 offsets for 2 records"):
