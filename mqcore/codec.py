@@ -64,6 +64,7 @@ __all__ = [
     "decode_message_id",
     "iter_records",
     "make_message_id",
+    "message_id_prefix",
     "pack",
     "pack_blank",
     "prepare",
@@ -136,6 +137,13 @@ def host_bytes(host: str) -> tuple[bytes, int]:
         except OSError as exc:
             raise CodecError(f"host {host!r} is not an IPv4 address or resolvable name") from exc
     return packed, int(port)
+
+
+def message_id_prefix(store_host: tuple[bytes, int]) -> str:
+    """The first 16 hex digits of every message id a store host makes (its ip and port);
+    :func:`make_message_id` appends the commit-log offset's 16."""
+    ip, port = store_host
+    return f"{ip.hex().upper()}{port:08X}"
 
 
 def make_message_id(store_ip: bytes, store_port: int, commitlog_offset: int) -> str:

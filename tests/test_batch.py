@@ -114,7 +114,8 @@ def test_c_units_and_results_match_python(
     assert got == want
     _units, offs, end = got
     assert end == start + sum(p[0] for p in prepared)
-    prefix = "0A01020300002A9F"
+    prefix = codec.message_id_prefix((bytes([10, 1, 2, 3]), 10911))
+    assert prefix == "0A01020300002A9F"
     results = speedups.put_results(PutResult, prefix, prepared, offs, queue_offset, ts)
     assert results == batch.py_put_results(PutResult, prefix, prepared, offs, queue_offset, ts)
     for r, off in zip(results, offs, strict=True):

@@ -87,8 +87,7 @@ class LmdbStore:
         self.read_only = bool(opts["read_only"])
         self.store_host = str(opts["store_host"])
         self._host = codec.host_bytes(self.store_host)
-        # A message id is the hex of store ip (4), port (4) and offset (8): pack the host once.
-        self._id_prefix = f"{self._host[0].hex().upper()}{self._host[1]:08X}"
+        self._id_prefix = codec.message_id_prefix(self._host)
         map_size = _positive_int("map_size", opts["map_size"])
         interval = _positive_int("flush_interval_ms", opts["flush_interval_ms"])
         max_readers = _positive_int("max_readers", opts["max_readers"])

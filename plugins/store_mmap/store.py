@@ -39,6 +39,7 @@ from mqcore.codec import (
     POS_STORE_TIMESTAMP,
     check_record,
     host_bytes,
+    message_id_prefix,
     prepare,
     record_properties,
 )
@@ -126,8 +127,7 @@ class MmapStore:
         self._cq_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._store_host = host_bytes(opts.store_host)
-        ip, port = self._store_host
-        self._msgid_prefix = f"{ip.hex().upper()}{port:08X}"
+        self._msgid_prefix = message_id_prefix(self._store_host)
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         # Read-only openers: the highest queue offset per queue whose record is verified.
         self._visible: dict[tuple[str, int], int] = {}
