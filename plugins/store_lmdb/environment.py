@@ -79,7 +79,15 @@ class Environment:
                 writemap=self.writemap,
             )
         except lmdb.Error as exc:
-            raise StoreError(f"cannot open LMDB store at {str(path)!r}: {exc}") from exc
+            hint = ""
+            if "already open in this process" in str(exc):
+                # LMDB allows one environment per file and process (its locks are per process).
+                hint = (
+                    "; LMDB lets a process open a store once: read through the store already "
+                    "open (its reads see every committed batch), or open it read_only from "
+                    "another process"
+                )
+            raise StoreError(f"cannot open LMDB store at {str(path)!r}: {exc}{hint}") from exc
         self.log = self._open_db(layout.LOG_DB)
         self.cq = self._open_db(layout.CQ_DB)
         self.keyindex = self._open_db(layout.KEYINDEX_DB, dupsort=True)

@@ -157,6 +157,15 @@ def test_full_disk_at_open_names_the_way_out(tmp_path, monkeypatch):
         assert store.get("O", 0, 0).messages[0].body == b"x"
 
 
+def test_second_open_in_one_process_says_what_to_do(tmp_path):
+    """LMDB refuses a second environment on one file in a process: the error says so."""
+    with _open(tmp_path / "s") as store:
+        store.put("T", 0, [Message(topic="T", body=b"x")])
+        with pytest.raises(errors.StoreError, match="read through the store already open"):
+            _open(tmp_path / "s", read_only=True)
+        assert store.max_offset("T", 0) == 1
+
+
 def test_without_writemap_nothing_is_reserved(tmp_path):
     with _open(tmp_path / "s", writemap=False) as store:
         assert not store._env.writemap
