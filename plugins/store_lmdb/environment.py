@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,57 @@ UNMAP_EVERY = 64 * 1024 * 1024
 #: The map doubles while small, then grows by this much at a time (with ``writemap`` the
 #: growth is reserved on disk, so it should not run far ahead of the data).
 GROW_STEP_MAX = 1024 * 1024 * 1024
+
+
+# LMDB's meta pages (pages 0 and 1, native byte order): after the 16-byte page header come
+# the magic and format version, and at fixed offsets the page size (the free-list
+# database's md_pad), the last page in use and the transaction id.
+_META_MAGIC = 0xBEEFC0DE
+_META_HEAD = struct.Struct("=II")  # magic, version (at 16)
+_META_PSIZE = struct.Struct("=I")  # at 40
+_META_TAIL = struct.Struct("=QQ")  # last page number, txn id (at 136)
+
+
+def check_length(data: Path) -> None:
+    """Refuse a ``data.mdb`` shorter than its own meta pages say it is.
+
+    LMDB maps the file and trusts it: a page past a truncated end kills the process
+    (``SIGBUS``, or an assertion once ``writemap`` has extended the file with zeros).
+    Reading the two meta pages with ``pread`` first turns that into a clear error.
+    """
+    try:
+        with open(data, "rb") as f:
+            head = f.read(2 * 65536)
+            # The size after the meta pages: a writer in another process only ever extends
+            # the file before it commits a meta page naming the new pages.
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        return
+    if size == 0:
+        return  # LMDB initialises an empty file
+    best: tuple[int, int] | None = None  # (txn id, end of the last page)
+    # The second meta page starts one page in; the page size is in the first (if intact).
+    first_psize = _META_PSIZE.unpack_from(head, 40) if len(head) >= 44 else ()
+    for base in {0, 4096, 8192, 16384, 65536, *first_psize}:
+        if len(head) < base + 152:
+            continue
+        magic, _version = _META_HEAD.unpack_from(head, base + 16)
+        if magic != _META_MAGIC:
+            continue
+        (psize,) = _META_PSIZE.unpack_from(head, base + 40)
+        last_pg, txnid = _META_TAIL.unpack_from(head, base + 136)
+        if best is None or txnid > best[0]:
+            best = (txnid, (last_pg + 1) * psize)
+    if best is None:
+        raise StoreError(
+            f"{str(data)!r} is not an LMDB file, or both of its meta pages are damaged "
+            f"({size} bytes); restore it from a copy, or remove the directory to start empty"
+        )
+    if size < best[1]:
+        raise StoreError(
+            f"{str(data)!r} is truncated: {size} bytes, but its last page in use ends at "
+            f"byte {best[1]}; restore it from a copy, or remove the directory to start empty"
+        )
 
 
 class Environment:
@@ -65,6 +117,7 @@ class Environment:
                 f"no LMDB store at {str(path)!r} (data.mdb is missing); open it once without "
                 f"read_only=True to create it"
             )
+        check_length(path / "data.mdb")
         try:
             self.env = lmdb.open(
                 str(path),

@@ -166,6 +166,32 @@ def test_second_open_in_one_process_says_what_to_do(tmp_path):
         assert store.max_offset("T", 0) == 1
 
 
+@pytest.mark.parametrize("writemap", [True, False], ids=["writemap", "pwrite"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "reader"])
+def test_truncated_data_file_is_refused(tmp_path, writemap, read_only):
+    """A data.mdb cut short is refused with an error naming it (LMDB itself would crash
+    the process on the first page past the end), and the failed open leaves it as it is."""
+    with _open(tmp_path / "s", writemap=writemap) as store:
+        for _ in range(50):
+            store.put("T", 0, [Message(topic="T", body=bytes(2000))] * 16)
+        info = store._env.env.info()
+        used = (info["last_pgno"] + 1) * store._env.env.stat()["psize"]
+    data = tmp_path / "s" / "data.mdb"
+    cut = used // 2  # with writemap the file is longer (the reserved map): cut into the data
+    with open(data, "r+b") as f:
+        f.truncate(cut)
+    with pytest.raises(errors.StoreError, match=r"data\.mdb' is truncated: \d+ bytes"):
+        _open(tmp_path / "s", read_only=read_only, writemap=writemap and not read_only)
+    assert data.stat().st_size == cut
+
+
+def test_a_file_that_is_not_lmdb_is_refused(tmp_path):
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "data.mdb").write_bytes(bytes(range(256)) * 64)
+    with pytest.raises(errors.StoreError, match="is not an LMDB file"):
+        _open(tmp_path / "s")
+
+
 def test_without_writemap_nothing_is_reserved(tmp_path):
     with _open(tmp_path / "s", writemap=False) as store:
         assert not store._env.writemap
