@@ -49,6 +49,7 @@ _META_MAGIC = 0xBEEFC0DE
 _META_HEAD = struct.Struct("=II")  # magic, version (at 16)
 _META_PSIZE = struct.Struct("=I")  # at 40
 _META_TAIL = struct.Struct("=QQ")  # last page number, txn id (at 136)
+_SLACK_PAGES = 256  # pages at the end that may be numbered but never written (see below)
 
 
 def check_length(data: Path) -> None:
@@ -56,7 +57,8 @@ def check_length(data: Path) -> None:
 
     LMDB maps the file and trusts it: a page past a truncated end kills the process
     (``SIGBUS``, or an assertion once ``writemap`` has extended the file with zeros).
-    Reading the two meta pages with ``pread`` first turns that into a clear error.
+    Reading the two meta pages first turns that into a clear error, for any cut deeper
+    than the few last pages LMDB may number without writing (see ``_SLACK_PAGES``).
     """
     try:
         with open(data, "rb") as f:
@@ -68,7 +70,7 @@ def check_length(data: Path) -> None:
         return
     if size == 0:
         return  # LMDB initialises an empty file
-    best: tuple[int, int] | None = None  # (txn id, end of the last page)
+    best: tuple[int, int, int] | None = None  # (txn id, end of the last page, page size)
     # The second meta page starts one page in; the page size is in the first (if intact).
     first_psize = _META_PSIZE.unpack_from(head, 40) if len(head) >= 44 else ()
     for base in {0, 4096, 8192, 16384, 65536, *first_psize}:
@@ -80,16 +82,20 @@ def check_length(data: Path) -> None:
         (psize,) = _META_PSIZE.unpack_from(head, base + 40)
         last_pg, txnid = _META_TAIL.unpack_from(head, base + 136)
         if best is None or txnid > best[0]:
-            best = (txnid, (last_pg + 1) * psize)
+            best = (txnid, (last_pg + 1) * psize, psize)
     if best is None:
         raise StoreError(
             f"{str(data)!r} is not an LMDB file, or both of its meta pages are damaged "
             f"({size} bytes); restore it from a copy, or remove the directory to start empty"
         )
-    if size < best[1]:
+    _txnid, end, psize = best
+    # Without writemap, the last pages LMDB numbered need not be on disk (a page taken and
+    # given back within one transaction is never written): a file a few pages short is
+    # sound. A deeper cut is not.
+    if size < end - _SLACK_PAGES * psize:
         raise StoreError(
-            f"{str(data)!r} is truncated: {size} bytes, but its last page in use ends at "
-            f"byte {best[1]}; restore it from a copy, or remove the directory to start empty"
+            f"{str(data)!r} is truncated: {size} bytes, but its meta page numbers pages up "
+            f"to byte {end}; restore it from a copy, or remove the directory to start empty"
         )
 
 

@@ -172,7 +172,7 @@ def test_truncated_data_file_is_refused(tmp_path, writemap, read_only):
     """A data.mdb cut short is refused with an error naming it (LMDB itself would crash
     the process on the first page past the end), and the failed open leaves it as it is."""
     with _open(tmp_path / "s", writemap=writemap) as store:
-        for _ in range(50):
+        for _ in range(200):  # 6.4 MB: half of it is far more than the slack LMDB needs
             store.put("T", 0, [Message(topic="T", body=bytes(2000))] * 16)
         info = store._env.env.info()
         used = (info["last_pgno"] + 1) * store._env.env.stat()["psize"]
