@@ -15,14 +15,16 @@ from __future__ import annotations
 import importlib
 import os
 import struct
+from collections.abc import Sequence
 from itertools import accumulate, repeat
 from operator import itemgetter
 from types import ModuleType
 from typing import Any
 
-from mqcore.store import PutResult
+from mqcore.message import Message
+from mqcore.store import PutResult, deliver_timestamp
 
-__all__ = ["SPEEDUPS", "UNIT", "put_results", "units"]
+__all__ = ["SPEEDUPS", "UNIT", "put_results", "units", "with_deliver_times"]
 
 #: One consume-queue unit: commit-log offset, record size, tags hash code.
 UNIT = struct.Struct(">qiq")
@@ -122,3 +124,21 @@ def put_results(
             PutResult, prefix, prepared, offsets, queue_offset, store_timestamp
         )
     return py_put_results(PutResult, prefix, prepared, offsets, queue_offset, store_timestamp)
+
+
+def with_deliver_times(
+    prepared: list[Any],
+    messages: Sequence[Message],
+    delays: Sequence[int],
+    store_timestamp: int,
+) -> list[Any]:
+    """``prepared`` for a put into ``SCHEDULE_TOPIC_XXXX``: each delayed message's tags code
+    replaced by its deliver time (:func:`mqcore.store.deliver_timestamp`), as RocketMQ's
+    commit log does for the schedule topic. Messages without a delay level keep theirs."""
+    out = list(prepared)
+    for i, m in enumerate(messages):
+        if m.delay_level > 0:
+            p = out[i]
+            code = deliver_timestamp(delays, m.delay_level, store_timestamp)
+            out[i] = (*p[:9], code, *p[10:])
+    return out

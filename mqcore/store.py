@@ -18,21 +18,64 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
+from mqcore.errors import InvalidArgumentError
 from mqcore.interfaces import MessageFilter
 from mqcore.message import Message, MessageExt
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_MESSAGE_DELAY_LEVEL",
+    "SCHEDULE_TOPIC",
     "FlushMode",
     "GetResult",
     "GetStatus",
     "PutResult",
     "RawGetResult",
     "Store",
+    "deliver_timestamp",
+    "parse_delay_levels",
     "position_status",
 ]
 
 DEFAULT_MAX_BYTES = 256 * 1024  # RocketMQ's maxTransferBytesOnMessageInMemory
+
+#: RocketMQ's topic for delayed messages (``RMQ_SYS_SCHEDULE_TOPIC``): queue ``i`` holds the
+#: messages of delay level ``i + 1``.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+#: RocketMQ's ``messageDelayLevel`` default: level 1 is 1 s ... level 18 is 2 h.
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+_DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """``"1s 5s 10m 2h"`` -> delays in ms, level 1 first (units s, m, h, d, as RocketMQ)."""
+    delays: list[int] = []
+    for item in str(text).split():
+        unit = _DELAY_UNITS.get(item[-1:])
+        number = item[:-1]
+        if unit is None or not number.isdigit():
+            raise InvalidArgumentError(
+                f"delay level {len(delays) + 1} {item!r} in message_delay_level {text!r} is not "
+                "a whole number followed by s, m, h or d (e.g. '1s 5s 10s 30s 1m 2h')"
+            )
+        delays.append(int(number) * unit)
+    if not delays:
+        raise InvalidArgumentError(
+            f"message_delay_level {text!r} defines no level; give e.g. '1s 5s 10s 30s 1m'"
+        )
+    return tuple(delays)
+
+
+def deliver_timestamp(delays: Sequence[int], delay_level: int, store_timestamp: int) -> int:
+    """When a message held in :data:`SCHEDULE_TOPIC` at ``delay_level`` is due (ms).
+
+    Stores keep this as the message's consume-queue tags code, as RocketMQ's commit log does
+    (``computeDeliverTimestamp``): a level past the last counts as the last.
+    """
+    level = min(delay_level, len(delays))
+    return store_timestamp + delays[level - 1] if level > 0 else store_timestamp
 
 
 class FlushMode(enum.Enum):

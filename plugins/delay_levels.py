@@ -12,9 +12,9 @@ delivery order and the task stops at the first message not yet due.
 
 The delivery time is RocketMQ's ``computeDeliverTimestamp``: store timestamp plus the level's
 delay; a time further away than one full delay (the clock went back) counts as due now
-(``correctDeliverTimestamp``). RocketMQ keeps that time as the consume-queue tags code; the
-mqcore stores compute tags codes from tags alone, so the task computes it from the held
-message's store timestamp instead, which gives the same value.
+(``correctDeliverTimestamp``). The stores keep that time as the held message's consume-queue
+tags code, as RocketMQ does (:func:`mqcore.store.deliver_timestamp`); the task reads the held
+message anyway and computes it from its store timestamp, which gives the same value.
 
 Progress (the next offset of every level) is written to ``delayOffset.json`` in the broker's
 config directory, in RocketMQ's shape ``{"offsetTable": {"<level>": <offset>}}``, atomically
@@ -40,7 +40,7 @@ from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import hookimpl
 from mqcore.interfaces import DelayHost
 from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, Message, MessageExt
-from mqcore.store import GetStatus
+from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, parse_delay_levels
 
 __all__ = [
     "DEFAULT_MESSAGE_DELAY_LEVEL",
@@ -52,34 +52,11 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-#: RocketMQ's ``messageDelayLevel`` default: level 1 is 1 s ... level 18 is 2 h.
-DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-
 #: The progress file, in the broker's config directory (RocketMQ's ``delayOffset.json``).
 DELAY_OFFSET_FILE = "delayOffset.json"
 
-_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _IDLE_MS = 100  # RocketMQ's DELAY_FOR_A_WHILE: how soon an idle or blocked level looks again
 _BATCH = 32  # held messages read per store call
-
-
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """``"1s 5s 10m 2h"`` -> delays in ms, level 1 first (units s, m, h, d, as RocketMQ)."""
-    delays: list[int] = []
-    for item in str(text).split():
-        unit = _UNITS.get(item[-1:])
-        number = item[:-1]
-        if unit is None or not number.isdigit():
-            raise InvalidArgumentError(
-                f"delay level {len(delays) + 1} {item!r} in message_delay_level {text!r} is not "
-                "a whole number followed by s, m, h or d (e.g. '1s 5s 10s 30s 1m 2h')"
-            )
-        delays.append(int(number) * unit)
-    if not delays:
-        raise InvalidArgumentError(
-            f"message_delay_level {text!r} defines no level; give e.g. '1s 5s 10s 30s 1m'"
-        )
-    return tuple(delays)
 
 
 def _wall_clock_ms() -> int:

@@ -44,7 +44,7 @@ from mqcore.message import (
     MessageModel,
     MessageQueue,
 )
-from mqcore.store import GetStatus, PutResult
+from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 
 __all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
 
@@ -156,6 +156,10 @@ class Broker:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         store_options = {"store_host": self.config.store_host, **self.config.store_options}
+        if self.config.message_delay_level != DEFAULT_MESSAGE_DELAY_LEVEL:
+            # The store stamps held messages with their deliver time by the same table (only
+            # passed when changed: a third-party store need not know the option).
+            store_options.setdefault("message_delay_level", self.config.message_delay_level)
         self.store = self.kernel.open_store(store, self.data_dir / "store", **store_options)
         self.store_name = store
         try:

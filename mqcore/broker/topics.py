@@ -13,6 +13,7 @@ import structlog
 from mqcore.atomicfile import read_json, write_json_atomic
 from mqcore.broker.codes import ResponseCode
 from mqcore.errors import MessageIllegalError, NoPermissionError, TopicNotExistError
+from mqcore.store import SCHEDULE_TOPIC
 
 __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
@@ -36,7 +37,6 @@ PERM_RW = PERM_READ | PERM_WRITE
 
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 120

@@ -38,7 +38,17 @@ from mqcore.lockfile import StoreLock
 from mqcore.message import Message, MessageExt
 from mqcore.plugins.store_lmdb import layout, retention, scan
 from mqcore.plugins.store_lmdb.environment import Environment, Syncer
-from mqcore.store import DEFAULT_MAX_BYTES, FlushMode, GetResult, GetStatus, PutResult, RawGetResult
+from mqcore.store import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MESSAGE_DELAY_LEVEL,
+    SCHEDULE_TOPIC,
+    FlushMode,
+    GetResult,
+    GetStatus,
+    PutResult,
+    RawGetResult,
+    parse_delay_levels,
+)
 
 __all__ = ["OPTIONS", "LmdbStore"]
 
@@ -53,6 +63,7 @@ OPTIONS: dict[str, Any] = {
     "flush_interval_ms": 500,
     "max_readers": 126,
     "writemap": True,
+    "message_delay_level": DEFAULT_MESSAGE_DELAY_LEVEL,
     "file_reserved_time_hours": 72,
     "disk_max_used_space_ratio": 75,
 }
@@ -91,6 +102,7 @@ class LmdbStore:
         map_size = _positive_int("map_size", opts["map_size"])
         interval = _positive_int("flush_interval_ms", opts["flush_interval_ms"])
         max_readers = _positive_int("max_readers", opts["max_readers"])
+        self._delays = parse_delay_levels(opts["message_delay_level"])
         writemap = opts["writemap"]
         if not isinstance(writemap, bool):
             raise InvalidArgumentError(f"option writemap={writemap!r} must be True or False")
@@ -222,6 +234,8 @@ class LmdbStore:
             start_cl = self._next_cl
             # Store timestamps never go backwards, so offset_for_timestamp can bisect a queue.
             ts = max(now, self._last_ts)
+            if topic == SCHEDULE_TOPIC:  # held messages: their deliver time as tags code
+                prepared = batch.with_deliver_times(prepared, messages, self._delays, ts)
             buf = codec.pack(
                 prepared,
                 queue_id=queue_id,

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from mqcore.errors import InvalidArgumentError
-from mqcore.store import FlushMode
+from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, FlushMode, parse_delay_levels
 
 __all__ = ["MAX_BODY_SIZE", "MIN_SEGMENT_SIZE", "MmapStoreOptions"]
 
@@ -66,8 +66,12 @@ class MmapStoreOptions:
     warm_mapped_file: bool = attrs.field(default=False, converter=bool)
     index_hash_slots: int = attrs.field(default=5_000_000, validator=_at_least(1))
     index_max_entries: int = attrs.field(default=20_000_000, validator=_at_least(2))
+    #: RocketMQ's ``messageDelayLevel``: a message held in SCHEDULE_TOPIC_XXXX gets its
+    #: deliver time (store timestamp + its level's delay) as consume-queue tags code.
+    message_delay_level: str = attrs.field(default=DEFAULT_MESSAGE_DELAY_LEVEL)
 
     def __attrs_post_init__(self) -> None:
+        parse_delay_levels(self.message_delay_level)  # a bad table fails at open
         if self.transient_store_pool and self.flush_mode is FlushMode.SYNC_FLUSH:
             raise InvalidArgumentError(
                 "transient_store_pool=True needs flush_mode=ASYNC_FLUSH (as RocketMQ): a sync "

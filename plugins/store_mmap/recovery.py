@@ -33,6 +33,7 @@ from mqcore.codec import (
 )
 from mqcore.errors import CodecError, StoreCorruptedError
 from mqcore.message import MessageExt
+from mqcore.store import SCHEDULE_TOPIC, deliver_timestamp
 
 from .checkpoint import had_abnormal_shutdown
 from .consumequeue import UNIT
@@ -286,7 +287,12 @@ def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> N
         if queued is None:
             queued = (qoff, bytearray())
         units = queued[1]
-        units += UNIT.pack(phys, msg.store_size, tags_hash_code(msg.tags))
+        if msg.topic == SCHEDULE_TOPIC and msg.delay_level > 0:
+            # As the put did: a held message's tags code is its deliver time.
+            code = deliver_timestamp(store._delays, msg.delay_level, msg.store_timestamp)
+        else:
+            code = tags_hash_code(msg.tags)
+        units += UNIT.pack(phys, msg.store_size, code)
         pending[key] = (qoff + 1, units)
         count += 1
         if len(units) >= 1 << 20:

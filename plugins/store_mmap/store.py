@@ -54,11 +54,13 @@ from mqcore.lockfile import StoreLock
 from mqcore.message import Message, MessageExt
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
+    SCHEDULE_TOPIC,
     FlushMode,
     GetResult,
     GetStatus,
     PutResult,
     RawGetResult,
+    parse_delay_levels,
     position_status,
 )
 
@@ -128,6 +130,7 @@ class MmapStore:
         self._flush_lock = threading.Lock()
         self._store_host = host_bytes(opts.store_host)
         self._msgid_prefix = message_id_prefix(self._store_host)
+        self._delays = parse_delay_levels(opts.message_delay_level)
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         # Read-only openers: the highest queue offset per queue whose record is verified.
         self._visible: dict[tuple[str, int], int] = {}
@@ -306,6 +309,8 @@ class MmapStore:
             qoff = cq.max_offset
             # One clock read per put; the wall clock stepping back must not show in the log.
             store_ts = now if now >= self._last_store_ts else self._last_store_ts
+            if topic == SCHEDULE_TOPIC:  # held messages: their deliver time as tags code
+                prepared = batch.with_deliver_times(prepared, messages, self._delays, store_ts)
             # Files the units will need exist before the log is written (a full disk fails
             # here, with nothing written). Mid-file, the file holding qoff - 1 is there.
             into = qoff % cq.units_per_file

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mqcore import Message, codec, errors
-from mqcore.store import GetStatus
+from mqcore.store import SCHEDULE_TOPIC, GetStatus
 
 STORE_HOST = "10.1.2.3:10911"
 BORN_HOST = "192.168.7.9:52001"
@@ -251,6 +251,55 @@ def test_property_filter_sees_stored_properties(harness):
     assert [m.queue_offset for m in result.messages] == [0, 2]
     assert result.next_offset == 4
     assert {"TAGS": "T0", "color": "red"}.items() <= f.seen[0].items()
+
+
+class _CodeRecorder:
+    """A MessageFilter that passes everything and records the tags codes it is shown."""
+
+    expression_type = "TEST"
+    expression = "*"
+    uses_properties = False
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def matches(self, message: Any) -> bool:
+        return True
+
+    def matches_tags_code(self, tags_code: int) -> bool:
+        self.codes.append(tags_code)
+        return True
+
+    def matches_properties(self, properties: Any) -> bool:
+        return True
+
+
+def test_schedule_topic_units_hold_the_deliver_time(harness, reopen_mode):
+    """In SCHEDULE_TOPIC_XXXX a delayed message's consume-queue tags code is its store
+    timestamp plus its level's delay (RocketMQ's computeDeliverTimestamp); a level past the
+    table counts as the last; other topics keep the tags hash code."""
+    store = harness.open()
+    held = [
+        Message(topic=SCHEDULE_TOPIC, body=b"a", tags="TagA", delay_level=3),  # 10 s
+        Message(topic=SCHEDULE_TOPIC, body=b"b", tags="TagA", delay_level=3),
+    ]
+    got = store.put(SCHEDULE_TOPIC, 2, held)
+    late = store.put(SCHEDULE_TOPIC, 17, [Message(topic=SCHEDULE_TOPIC, body=b"c", delay_level=40)])
+    plain = store.put("Plain", 0, [Message(topic="Plain", body=b"p", tags="TagA", delay_level=3)])
+    store = harness.readback(store)
+    seen = _CodeRecorder()
+    assert [m.body for m in store.get(SCHEDULE_TOPIC, 2, 0, message_filter=seen).messages] == [
+        b"a",
+        b"b",
+    ]
+    assert seen.codes == [r.store_timestamp + 10_000 for r in got]
+    seen.codes.clear()
+    store.get(SCHEDULE_TOPIC, 17, 0, message_filter=seen)
+    assert seen.codes == [late[0].store_timestamp + 2 * 3600 * 1000]
+    seen.codes.clear()
+    store.get("Plain", 0, 0, message_filter=seen)
+    assert seen.codes == [codec.tags_hash_code("TagA")]
+    assert plain[0].store_timestamp > 0
 
 
 def test_lookup_by_key(harness, reopen_mode):

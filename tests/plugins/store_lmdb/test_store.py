@@ -211,6 +211,8 @@ def test_options_are_validated(tmp_path):
         _open(tmp_path / "s", map_size=0)
     with pytest.raises(errors.InvalidArgumentError, match="writemap='yes' must be True or False"):
         _open(tmp_path / "s", writemap="yes")
+    with pytest.raises(errors.InvalidArgumentError, match="'1x' in message_delay_level"):
+        _open(tmp_path / "s", message_delay_level="1s 1x")
     with pytest.raises(errors.InvalidArgumentError, match="flush mode"):
         _open(tmp_path / "s", flush_mode="sometimes")
     assert not (tmp_path / "s" / "data.mdb").exists()
