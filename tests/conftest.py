@@ -45,3 +45,31 @@ def _test_stores() -> list[str]:
 def store_name(request: pytest.FixtureRequest) -> str:
     """Each store backend under test, by name."""
     return str(request.param)
+
+
+class TagsCodeRecorder:
+    """A MessageFilter that passes everything and records the tags codes a store shows it
+    (the only public window on the consume-queue units' tags codes)."""
+
+    expression_type = "TEST"
+    expression = "*"
+    uses_properties = False
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def matches(self, message: object) -> bool:
+        return True
+
+    def matches_tags_code(self, tags_code: int) -> bool:
+        self.codes.append(tags_code)
+        return True
+
+    def matches_properties(self, properties: object) -> bool:
+        return True
+
+
+@pytest.fixture
+def tags_codes() -> TagsCodeRecorder:
+    """A fresh :class:`TagsCodeRecorder` to pass as ``message_filter``."""
+    return TagsCodeRecorder()

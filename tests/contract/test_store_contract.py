@@ -253,28 +253,7 @@ def test_property_filter_sees_stored_properties(harness):
     assert {"TAGS": "T0", "color": "red"}.items() <= f.seen[0].items()
 
 
-class _CodeRecorder:
-    """A MessageFilter that passes everything and records the tags codes it is shown."""
-
-    expression_type = "TEST"
-    expression = "*"
-    uses_properties = False
-
-    def __init__(self) -> None:
-        self.codes: list[int] = []
-
-    def matches(self, message: Any) -> bool:
-        return True
-
-    def matches_tags_code(self, tags_code: int) -> bool:
-        self.codes.append(tags_code)
-        return True
-
-    def matches_properties(self, properties: Any) -> bool:
-        return True
-
-
-def test_schedule_topic_units_hold_the_deliver_time(harness, reopen_mode):
+def test_schedule_topic_units_hold_the_deliver_time(harness, reopen_mode, tags_codes):
     """In SCHEDULE_TOPIC_XXXX a delayed message's consume-queue tags code is its store
     timestamp plus its level's delay (RocketMQ's computeDeliverTimestamp); a level past the
     table counts as the last; other topics keep the tags hash code."""
@@ -287,7 +266,7 @@ def test_schedule_topic_units_hold_the_deliver_time(harness, reopen_mode):
     late = store.put(SCHEDULE_TOPIC, 17, [Message(topic=SCHEDULE_TOPIC, body=b"c", delay_level=40)])
     plain = store.put("Plain", 0, [Message(topic="Plain", body=b"p", tags="TagA", delay_level=3)])
     store = harness.readback(store)
-    seen = _CodeRecorder()
+    seen = tags_codes
     assert [m.body for m in store.get(SCHEDULE_TOPIC, 2, 0, message_filter=seen).messages] == [
         b"a",
         b"b",

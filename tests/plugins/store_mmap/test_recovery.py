@@ -257,26 +257,10 @@ def test_interrupted_batch_copy_with_zero_head_is_a_torn_tail(kernel, tmp_path):
         assert store._commitlog.max_offset == int(segment.name) + end
 
 
-def test_rebuilt_schedule_queue_keeps_deliver_times(kernel, tmp_path):
+def test_rebuilt_schedule_queue_keeps_deliver_times(kernel, tmp_path, tags_codes):
     """Rebuilding SCHEDULE_TOPIC_XXXX's consume queue from the log writes the same tags codes
     as the put did (deliver times, under the store's own delay table)."""
     from mqcore.store import SCHEDULE_TOPIC
-
-    class Codes:
-        expression_type, expression, uses_properties = "TEST", "*", False
-
-        def __init__(self) -> None:
-            self.seen: list[int] = []
-
-        def matches(self, message: Any) -> bool:
-            return True
-
-        def matches_tags_code(self, code: int) -> bool:
-            self.seen.append(code)
-            return True
-
-        def matches_properties(self, properties: Any) -> bool:
-            return True
 
     opts = {**OPTIONS, "message_delay_level": "1s 7s"}
     path = tmp_path / "s"
@@ -285,9 +269,8 @@ def test_rebuilt_schedule_queue_keeps_deliver_times(kernel, tmp_path):
         results = store.put(SCHEDULE_TOPIC, 1, held)
     shutil.rmtree(path / "consumequeue")
     with kernel.open_store("mmap", path, **opts) as store:
-        codes = Codes()
-        assert len(store.get(SCHEDULE_TOPIC, 1, 0, message_filter=codes).messages) == 5
-    assert codes.seen == [r.store_timestamp + 7000 for r in results]
+        assert len(store.get(SCHEDULE_TOPIC, 1, 0, message_filter=tags_codes).messages) == 5
+    assert tags_codes.codes == [r.store_timestamp + 7000 for r in results]
 
 
 def test_a_bad_delay_table_is_refused(kernel, tmp_path):
