@@ -47,9 +47,23 @@ static void put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+/* Every int these loops read must be an int object: converting anything else would call
+ * its __index__, Python code that could change the lists being read. */
+static int check_int(PyObject *obj, const char *what)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return 0;
+}
+
 /* A Python int that must fit a signed 32-bit field (as struct's "i" requires). */
 static int as_int32(PyObject *obj, const char *what, int32_t *out)
 {
+    if (check_int(obj, what) < 0)
+        return -1;
     long long v = PyLong_AsLongLong(obj);
     if (v == -1 && PyErr_Occurred())
         return -1;
@@ -61,8 +75,10 @@ static int as_int32(PyObject *obj, const char *what, int32_t *out)
     return 0;
 }
 
-static int as_int64(PyObject *obj, int64_t *out)
+static int as_int64(PyObject *obj, const char *what, int64_t *out)
 {
+    if (check_int(obj, what) < 0)
+        return -1;
     long long v = PyLong_AsLongLong(obj);
     if (v == -1 && PyErr_Occurred())
         return -1;
@@ -70,9 +86,13 @@ static int as_int64(PyObject *obj, int64_t *out)
     return 0;
 }
 
-/* Item ``i`` of a prepared list, checked to be a tuple in Prepared's layout. */
+/* Item ``i`` of a prepared list (borrowed), checked to be a tuple in Prepared's layout. */
 static PyObject *prepared_item(PyObject *prepared, Py_ssize_t i)
 {
+    if (i >= PyList_GET_SIZE(prepared)) {
+        PyErr_SetString(PyExc_RuntimeError, "the prepared list changed size during the call");
+        return NULL;
+    }
     PyObject *item = PyList_GET_ITEM(prepared, i);
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != P_FIELDS) {
         PyErr_Format(PyExc_TypeError,
@@ -142,9 +162,9 @@ static PyObject *speedups_pack(PyObject *self, PyObject *args)
     int32_t sflag, recon;
     int64_t born, ptx;
     if (as_int32(PyTuple_GET_ITEM(first, 5), "sys flag", &sflag) < 0 ||
-        as_int64(PyTuple_GET_ITEM(first, 6), &born) < 0 ||
+        as_int64(PyTuple_GET_ITEM(first, 6), "born timestamp", &born) < 0 ||
         as_int32(PyTuple_GET_ITEM(first, 7), "reconsume times", &recon) < 0 ||
-        as_int64(PyTuple_GET_ITEM(first, 8), &ptx) < 0)
+        as_int64(PyTuple_GET_ITEM(first, 8), "prepared offset", &ptx) < 0)
         return NULL;
     put_be32(middle, (uint32_t)sflag);
     put_be64(middle + 4, (uint64_t)born);
@@ -159,8 +179,10 @@ static PyObject *speedups_pack(PyObject *self, PyObject *args)
     if (out == NULL)
         return NULL;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    unsigned char *end = p + total;
     for (Py_ssize_t i = 0; i < n; i++) {
-        /* The list is ours for the duration (no Python code runs in this loop). */
+        /* No Python code runs and nothing is allocated in this loop, so the items are the
+         * ones measured above; the bounds check below is a second line of defence. */
         PyObject *item = PyList_GET_ITEM(prepared, i);
         PyObject *body = PyTuple_GET_ITEM(item, P_BODY);
         PyObject *trailer = PyTuple_GET_ITEM(item, P_TRAILER);
@@ -173,6 +195,11 @@ static PyObject *speedups_pack(PyObject *self, PyObject *args)
         }
         Py_ssize_t body_len = PyBytes_GET_SIZE(body);
         Py_ssize_t trailer_len = PyBytes_GET_SIZE(trailer);
+        if (HEADER_SIZE + body_len + trailer_len != size || size > end - p) {
+            PyErr_SetString(PyExc_RuntimeError, "prepared items changed during pack()");
+            Py_DECREF(out);
+            return NULL;
+        }
         put_be32(p, (uint32_t)size);
         put_be32(p + 4, (uint32_t)magic);
         put_be32(p + 8, (uint32_t)crc);
@@ -214,7 +241,7 @@ static PyObject *speedups_units(PyObject *self, PyObject *args)
         int32_t size;
         int64_t code;
         if (item == NULL || as_int32(PyTuple_GET_ITEM(item, P_SIZE), "record size", &size) < 0 ||
-            as_int64(PyTuple_GET_ITEM(item, P_TAGS_CODE), &code) < 0)
+            as_int64(PyTuple_GET_ITEM(item, P_TAGS_CODE), "tags code", &code) < 0)
             goto fail;
         PyObject *off = PyLong_FromLongLong(at);
         if (off == NULL)
@@ -279,13 +306,23 @@ static PyObject *speedups_put_results(PyObject *self, PyObject *args)
         PyObject *item = prepared_item(prepared, i);
         if (item == NULL)
             goto fail;
+        if (i >= PyList_GET_SIZE(offsets)) {
+            PyErr_SetString(PyExc_RuntimeError, "the offsets list changed size during the call");
+            goto fail;
+        }
         PyObject *off = PyList_GET_ITEM(offsets, i);
         int64_t at;
-        if (as_int64(off, &at) < 0)
+        if (as_int64(off, "commit-log offset", &at) < 0)
             goto fail;
+        /* Owned from here: the allocations below may run the garbage collector. */
+        PyObject *size = Py_NewRef(PyTuple_GET_ITEM(item, P_SIZE));
+        Py_INCREF(off);
         PyObject *msg_id = PyUnicode_New(plen + 16, 127);
-        if (msg_id == NULL)
+        if (msg_id == NULL) {
+            Py_DECREF(size);
+            Py_DECREF(off);
             goto fail;
+        }
         char *c = (char *)PyUnicode_DATA(msg_id);
         memcpy(c, pchars, (size_t)plen);
         uint64_t u = (uint64_t)at;
@@ -296,12 +333,11 @@ static PyObject *speedups_put_results(PyObject *self, PyObject *args)
         if (result == NULL) {
             Py_DECREF(msg_id);
             Py_XDECREF(qoff);
+            Py_DECREF(size);
+            Py_DECREF(off);
             goto fail;
         }
-        PyObject *size = PyTuple_GET_ITEM(item, P_SIZE);
-        Py_INCREF(off);
         Py_INCREF(ts);
-        Py_INCREF(size);
         PyTuple_SET_ITEM(result, 0, msg_id);
         PyTuple_SET_ITEM(result, 1, qoff);
         PyTuple_SET_ITEM(result, 2, off);

@@ -153,6 +153,13 @@ def test_pack_through_codec_decodes() -> None:
     assert got[0].commitlog_offset == 64
 
 
+class _Index:
+    """Int-like through __index__ (which pure ``struct`` would accept)."""
+
+    def __index__(self) -> int:
+        return 5
+
+
 @pytest.mark.parametrize(
     ("item", "error", "match"),
     [
@@ -161,7 +168,9 @@ def test_pack_through_codec_decodes() -> None:
         ((100, "body", b"", 0, 0, 0, 0, 0, 0, 0, None), TypeError, "must be bytes"),
         ((100, b"body", b"", 0, 0, 0, 0, 0, 0, 0, None), ValueError, "does not match"),
         ((92, b"body", b"", 2**31, 0, 0, 0, 0, 0, 0, None), OverflowError, "CRC"),
-        ((92, b"body", b"", 0, "x", 0, 0, 0, 0, 0, None), TypeError, "integer"),
+        ((92, b"body", b"", 0, "x", 0, 0, 0, 0, 0, None), TypeError, "flag must be an int"),
+        # Only ints: converting anything else would run Python code in the middle of a loop.
+        ((92, b"body", b"", _Index(), 0, 0, 0, 0, 0, 0, None), TypeError, "CRC must be an int"),
     ],
 )
 def test_c_pack_refuses_malformed_items(item: object, error: type, match: str) -> None:
