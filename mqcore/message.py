@@ -9,11 +9,14 @@ a body nobody looks at.
 from __future__ import annotations
 
 import enum
+import operator
 import struct
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+
+from mqcore.errors import InvalidArgumentError
 
 __all__ = [
     "PROPERTY_DELAY",
@@ -149,6 +152,23 @@ def _to_props(value: Mapping[str, str] | None) -> dict[str, str]:
     return dict(value) if value else {}
 
 
+def _java_int(value: Any) -> int:
+    """``flag`` as RocketMQ stores it: a 32-bit signed int (NumPy ints and the like accepted)."""
+    if value.__class__ is int and -(2**31) <= value < 2**31:
+        return value  # the usual case, without a call
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"message flag {value!r} is not an int; RocketMQ keeps a 32-bit int flag"
+        ) from None
+    if not -(2**31) <= number < 2**31:
+        raise InvalidArgumentError(
+            f"message flag {number} does not fit a 32-bit signed int (-2**31 .. 2**31 - 1)"
+        )
+    return int(number)
+
+
 @attrs.frozen(hash=False)
 class Message:
     """A message to send.
@@ -163,7 +183,7 @@ class Message:
     tags: str | None = None
     keys: str | None = None
     properties: dict[str, str] = attrs.field(factory=dict, converter=_to_props)
-    flag: int = 0
+    flag: int = attrs.field(default=0, converter=_java_int)
     delay_level: int = 0
 
     def all_properties(self) -> dict[str, str]:

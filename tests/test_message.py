@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mqcore import Message, MessageQueue, PullResult, PullStatus
+from mqcore import Message, MessageQueue, PullResult, PullStatus, errors
 
 
 def test_message_queue_str_is_rocketmqs() -> None:
@@ -37,3 +37,24 @@ def test_properties_are_copied() -> None:
 def test_pull_result_aliases() -> None:
     r = PullResult(PullStatus.NO_NEW_MSG, 5, 0, 5)
     assert r.status is PullStatus.NO_NEW_MSG and r.messages == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "match"),
+    [(2**31, "does not fit a 32-bit"), (-(2**31) - 1, "does not fit"), ("7", "is not an int"),
+     (1.5, "is not an int")],
+)  # fmt: skip
+def test_flag_must_be_a_java_int(flag: object, match: str) -> None:
+    """A flag RocketMQ could not store is refused when the message is built, not at put."""
+    with pytest.raises(errors.InvalidArgumentError, match=match):
+        Message(topic="T", flag=flag)  # type: ignore[arg-type]
+
+
+def test_flag_accepts_int_likes() -> None:
+    class Int:
+        def __index__(self) -> int:
+            return 42
+
+    assert Message(topic="T", flag=Int()).flag == 42  # type: ignore[arg-type]
+    assert type(Message(topic="T", flag=True).flag) is int
+    assert Message(topic="T", flag=-(2**31)).flag == -(2**31)
