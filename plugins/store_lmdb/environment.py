@@ -37,9 +37,14 @@ T = TypeVar("T")
 _MAX_DBS = 8
 #: Bytes read or written after which the map is replaced to release its resident pages.
 UNMAP_EVERY = 64 * 1024 * 1024
-#: The map doubles while small, then grows by this much at a time (with ``writemap`` the
-#: growth is reserved on disk, so it should not run far ahead of the data).
+#: The map doubles while small, then grows by this much at a time.
 GROW_STEP_MAX = 1024 * 1024 * 1024
+#: ``writemap``: disk blocks reserved ahead of the data, as a share of the data (1/8), at
+#: least ``RESERVE_AHEAD_MIN`` and at most ``RESERVE_AHEAD_MAX``.
+RESERVE_AHEAD_MIN = 1024 * 1024
+RESERVE_AHEAD_MAX = 64 * 1024 * 1024
+#: ``writemap``: room a write transaction may take beyond the data, unless the caller says.
+TXN_RESERVE = 1024 * 1024
 
 
 # LMDB's meta pages (pages 0 and 1, native byte order): after the 16-byte page header come
@@ -116,6 +121,8 @@ class Environment:
         self.read_only = read_only
         #: LMDB writes pages straight into the shared map instead of ``pwrite``-ing copies.
         self.writemap = writemap and not read_only
+        self._reserved = 0  # writemap: bytes of the file whose disk blocks are allocated
+        self._end_hint = 0  # writemap: an upper bound of where LMDB's used pages end
         self._map_lock = threading.Lock()  # map replacement vs the background sync
         self._touched = 0  # bytes through the map since it was last (re)mapped
         if read_only and not (path / "data.mdb").exists():
@@ -147,16 +154,16 @@ class Environment:
                     "another process"
                 )
             raise StoreError(f"cannot open LMDB store at {str(path)!r}: {exc}{hint}") from exc
+        if self.writemap:  # before anything is written through the map (open_db writes)
+            try:
+                self.ensure_room(TXN_RESERVE)
+            except BaseException:
+                self.env.close()
+                raise
         self.log = self._open_db(layout.LOG_DB)
         self.cq = self._open_db(layout.CQ_DB)
         self.keyindex = self._open_db(layout.KEYINDEX_DB, dupsort=True)
         self.meta = self._open_db(layout.META_DB)
-        if self.writemap:
-            try:
-                self._reserve(self.map_size)
-            except BaseException:
-                self.env.close()
-                raise
 
     def _open_db(self, name: bytes, *, dupsort: bool = False) -> Any:
         try:
@@ -178,27 +185,47 @@ class Environment:
     def grow(self) -> None:
         """Enlarge the map (the caller must hold no transaction of this environment).
 
-        The map doubles up to :data:`GROW_STEP_MAX`, then grows by that much. With
-        ``writemap`` the new size is first reserved on disk (:meth:`_reserve`); on a full
-        disk this raises :class:`DiskFullError` and the map keeps its size.
+        The map doubles up to :data:`GROW_STEP_MAX`, then grows by that much. A larger map
+        takes no disk space by itself: with ``writemap``, blocks are reserved as the data
+        grows (:meth:`ensure_room`).
         """
         old = self.map_size
         new = old + min(old, GROW_STEP_MAX)
-        if self.writemap:
-            self._reserve(new)
         with self._map_lock:
             self.env.set_mapsize(new)
         self._touched = 0
         log.info("lmdb_map_grown", path=str(self.path), old_size=old, new_size=new)
 
-    def _reserve(self, size: int) -> None:
-        """Allocate the file's disk blocks up to ``size`` bytes (``writemap`` only).
+    def used_end(self) -> int:
+        """Where the pages LMDB has numbered so far end, in bytes from the file's start."""
+        return (int(self.env.info()["last_pgno"]) + 1) * int(self.env.stat()["psize"])
 
-        LMDB writes a writable map's pages in place, and a page of a sparse file that the
-        file system cannot back when it is first written kills the process with SIGBUS.
-        Reserving the blocks when the map is sized turns a full disk into a
-        :class:`DiskFullError` before anything is written.
+    def ensure_room(self, extra: int) -> None:
+        """``writemap``: have disk blocks allocated for ``extra`` bytes past the data.
+
+        LMDB writes a writable map's pages in place, and the first write to a page of a
+        sparse file that the file system cannot back kills the process with SIGBUS. So
+        before each write transaction the store makes sure the blocks the transaction may
+        take are allocated (``posix_fallocate``), reserving ahead in steps that grow with
+        the data (:data:`RESERVE_AHEAD_MIN` .. :data:`RESERVE_AHEAD_MAX`). On a full disk
+        this raises :class:`DiskFullError` before anything is written.
         """
+        if not self.writemap:
+            return
+        if self._end_hint + extra <= self._reserved:
+            self._end_hint += extra  # what the transaction may take, until measured again
+            return
+        end = self.used_end()
+        if end + extra > self._reserved:
+            ahead = min(max(end // 8, RESERVE_AHEAD_MIN), RESERVE_AHEAD_MAX)
+            try:
+                self._reserve(end + extra + ahead)
+            except DiskFullError:
+                self._reserve(end + extra)  # a nearly full disk: what this one needs
+        self._end_hint = end + extra
+
+    def _reserve(self, size: int) -> None:
+        """Allocate the file's disk blocks up to ``size`` bytes (``writemap`` only)."""
         data = self.path / "data.mdb"
         try:
             fd = os.open(data, os.O_RDWR)
@@ -211,23 +238,24 @@ class Environment:
                 raise DiskFullError(
                     exc.errno,
                     f"disk full: cannot reserve {size} bytes for the LMDB store at "
-                    f"{str(self.path)!r} (with writemap its whole map is reserved on disk); "
-                    f"nothing was written by this call and everything acknowledged before "
-                    f"is intact; free space and retry, or open the store with writemap=False",
+                    f"{str(self.path)!r} (with writemap, disk blocks are reserved before "
+                    f"LMDB writes through its map); nothing was written by this call and "
+                    f"everything acknowledged before is intact; free space and retry, or "
+                    f"open the store with writemap=False",
                 ) from exc
             if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
                 # A file system without fallocate: writes go on unreserved.
                 log.warning("lmdb_reserve_unsupported", path=str(self.path), error=str(exc))
+                self._reserved = 1 << 62  # do not ask again
                 return
             raise StoreError(f"cannot reserve space for {str(data)!r}: {exc}") from exc
+        self._reserved = max(self._reserved, size)
 
     def reserved_tail_bytes(self) -> int:
         """Bytes reserved past LMDB's last used page (free for writes; ``writemap`` only)."""
-        if not self.writemap:
+        if not self.writemap or self._reserved >= 1 << 62:
             return 0
-        info = self.env.info()
-        psize = int(self.env.stat()["psize"])
-        return max(0, int(info["map_size"]) - (int(info["last_pgno"]) + 1) * psize)
+        return max(0, self._reserved - self.used_end())
 
     def touched(self, nbytes: int) -> None:
         """Count ``nbytes`` read or written through the map (see :meth:`release_pages`)."""
@@ -260,8 +288,13 @@ class Environment:
                 self.env.set_mapsize(0)
             return self.env.begin(buffers=True)
 
-    def write(self, work: Callable[[Any], T]) -> T:
-        """Run ``work(txn)`` in one write transaction, growing the map until it fits."""
+    def write(self, work: Callable[[Any], T], room: int = TXN_RESERVE) -> T:
+        """Run ``work(txn)`` in one write transaction, growing the map until it fits.
+
+        ``room`` bounds the bytes of new pages the transaction may take (for the disk
+        reservation of ``writemap``, see :meth:`ensure_room`).
+        """
+        self.ensure_room(room)
         while True:
             try:
                 with self.env.begin(write=True) as txn:

@@ -270,7 +270,10 @@ class LmdbStore:
                 if new_queue:
                     txn.put(layout.QUEUE_META + prefix, b"", db=env.meta)
 
-            env.write(work)
+            # The new pages this transaction may take (writemap reserves disk blocks for
+            # them first): the records and units twice over, a page or two per key entry,
+            # and the B-tree paths and free list.
+            env.write(work, room=2 * (len(buf) + len(units)) + 8192 * len(key_items) + 65536)
             env.touched(len(buf))
             env.release_pages()
             self._next_cl = start_cl + len(buf)

@@ -96,46 +96,51 @@ def _allocated(path: Path) -> int:
     return (path / "data.mdb").stat().st_blocks * 512
 
 
-def test_writemap_reserves_the_map_on_disk(tmp_path):
-    """With writemap (the default) the file's blocks are allocated up to the map size,
-    at open and at every growth, so that no page written through the map lacks a block."""
-    with _open(tmp_path / "s", map_size=1024 * 1024) as store:
-        env = store._env
-        assert env.writemap
-        assert _allocated(tmp_path / "s") >= env.map_size == 1024 * 1024
-        body = bytes(30_000)
-        for _ in range(40):
-            store.put("W", 0, [Message(topic="W", body=body)] * 4)
-        assert env.map_size > 1024 * 1024  # it grew
-        assert _allocated(tmp_path / "s") >= env.map_size
-        assert 0 < env.reserved_tail_bytes() < env.map_size
-    with _open(tmp_path / "s") as store:
-        assert [len(m.body) for m in store.get("W", 0, 156, max_count=8).messages] == [30_000] * 4
-
-
-def test_full_disk_when_the_map_must_grow(tmp_path, monkeypatch):
-    """No room to reserve a larger map: DiskFullError, the map keeps its size, nothing of
-    the batch is stored, and batches that still fit the map go on being accepted."""
+def test_writemap_reserves_disk_blocks_ahead_of_the_data(tmp_path):
+    """With writemap (the default) the file's blocks are allocated ahead of the data before
+    each transaction, so that no page written through the map lacks a block; a small store
+    takes a few MiB, not its whole map."""
     from mqcore.plugins.store_lmdb import environment
 
-    with _open(tmp_path / "s", map_size=1024 * 1024) as store:
+    with _open(tmp_path / "s", map_size=8 * 1024 * 1024) as store:
+        env = store._env
+        assert env.writemap
+        assert env.used_end() + 1024 * 1024 <= _allocated(tmp_path / "s") < 4 * 1024 * 1024
+        body = bytes(30_000)
+        for _ in range(400):
+            store.put("W", 0, [Message(topic="W", body=body)] * 4)
+            # Every page LMDB numbered is backed, and the reservation runs only a step ahead.
+            allocated = _allocated(tmp_path / "s")
+            assert env.used_end() <= allocated <= env.used_end() * 1.25 + 2 * 1024 * 1024
+        assert env.map_size > 8 * 1024 * 1024  # it grew
+        assert _allocated(tmp_path / "s") < env.map_size
+        assert 0 < env.reserved_tail_bytes() <= environment.RESERVE_AHEAD_MAX + 1024 * 1024
+    with _open(tmp_path / "s") as store:
+        assert [len(m.body) for m in store.get("W", 0, 1596, max_count=8).messages] == [30_000] * 4
+
+
+def test_full_disk_while_reserving(tmp_path, monkeypatch):
+    """No room to reserve blocks for a batch: DiskFullError, nothing of the batch is stored,
+    and batches that fit the blocks already reserved go on being accepted."""
+    from mqcore.plugins.store_lmdb import environment
+
+    with _open(tmp_path / "s") as store:
         store.put("F", 0, [Message(topic="F", body=b"kept")])
-        size = store._env.map_size
+        reserved = _allocated(tmp_path / "s")
 
         def no_space(fd, offset, length):
-            if length > size:
+            if length > reserved:
                 raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(environment.os, "posix_fallocate", no_space)
         with pytest.raises(errors.DiskFullError, match="cannot reserve") as info:
-            store.put("F", 0, [Message(topic="F", body=bytes(600_000))] * 2)
+            store.put("F", 0, [Message(topic="F", body=bytes(900_000))] * 2)
         assert info.value.errno == errno.ENOSPC
-        assert store._env.map_size == size
         assert store.max_offset("F", 0) == 1
         (again,) = store.put("F", 0, [Message(topic="F", body=b"small")])
         assert again.queue_offset == 1
         monkeypatch.undo()
-        store.put("F", 0, [Message(topic="F", body=bytes(600_000))] * 2)  # room again
+        store.put("F", 0, [Message(topic="F", body=bytes(900_000))] * 2)  # room again
         assert [m.body[:5] for m in store.get("F", 0, 0).messages][:2] == [b"kept", b"small"]
 
 
