@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mqtest import FakeClock, wait_until
 
 from mqcore import Broker, Kernel, Message
 from mqcore.atomicfile import backup_path
@@ -18,32 +18,6 @@ from mqcore.hookspecs import hookimpl
 from mqcore.plugins.delay_levels import DELAY_OFFSET_FILE, DelayLevelScheduler
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class FakeClock:
-    """A settable clock in ms, starting half a second ahead of the wall time.
-
-    Stores stamp messages with the wall time. A clock behind a store timestamp would make
-    that message due at once (a due time more than one delay ahead means a clock gone back,
-    for the scheduler as for RocketMQ), so the clock starts ahead of the messages a test
-    sends soon after, and behind their first level's due time (1 s).
-    """
-
-    def __init__(self, now: int | None = None) -> None:
-        self.now = int(time.time() * 1000) + 500 if now is None else now
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll ``cond`` until true or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
 
 
 def _open(path: Path, store_name: str, clock: FakeClock, **kw: Any) -> Broker:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mqtest import FakeClock, wait_until
 
 from mqcore import (
     Broker,
@@ -20,26 +20,6 @@ from mqcore import (
 from mqcore.broker.topics import SCHEDULE_TOPIC
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class FakeClock:
-    """A settable clock in ms, half a second ahead of the wall time the store stamps with."""
-
-    def __init__(self) -> None:
-        self.now = int(time.time() * 1000) + 500
-
-    def __call__(self) -> int:
-        return self.now
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Poll ``cond`` until true or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return cond()
 
 
 @pytest.fixture

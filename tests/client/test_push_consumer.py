@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from mqtest import wait_until as _wait_until
 
 from mqcore import (
     Broker,
@@ -26,13 +27,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> bool:
-    """Poll ``cond`` until true or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
+    """:func:`mqtest.wait_until` with room for a rebalance (20 s by default)."""
+    return _wait_until(cond, timeout, interval=0.02)
 
 
 def _fast_clock(speed: int = 10_000) -> Callable[[], int]:

@@ -1,0 +1,37 @@
+"""Helpers shared by test modules (importable as ``mqtest``: pytest puts this folder on the path).
+
+Fixtures live in ``tests/conftest.py``; plain functions and classes that tests call directly
+live here, so that each test module does not define its own copy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> bool:
+    """Poll ``cond`` every ``interval`` seconds until it is true or ``timeout`` seconds pass;
+    returns its last value (tests assert on it, so a timeout fails the test)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(interval)
+    return cond()
+
+
+class FakeClock:
+    """A settable clock in ms, starting half a second ahead of the wall time.
+
+    Stores stamp messages with the wall time. A clock behind a store timestamp would make
+    that message due at once (a due time more than one delay ahead means a clock gone back,
+    for the scheduler as for RocketMQ), so the clock starts ahead of the messages a test
+    sends soon after, and behind their first level's due time (1 s).
+    """
+
+    def __init__(self, now: int | None = None) -> None:
+        self.now = int(time.time() * 1000) + 500 if now is None else now
+
+    def __call__(self) -> int:
+        return self.now
