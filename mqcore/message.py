@@ -244,6 +244,10 @@ HEADER_SIZE = _HEADER.size  # 88: everything up to and including the body length
 _BODY_LEN = struct.Struct(">i")
 
 
+#: The fields of :class:`Message`, as :meth:`MessageExt.to_message` copies them.
+_MESSAGE_FIELDS = tuple(a.name for a in attrs.fields(Message))
+
+
 class MessageExt:
     """A stored message: a read-only view over one encoded commit-log record.
 
@@ -432,17 +436,13 @@ class MessageExt:
         pos = self._h[0]
         return memoryview(self._buf)[pos : pos + self._h[1]]
 
-    def to_message(self) -> Message:
-        """A plain :class:`Message` with the same topic, body, tags, keys and properties."""
-        return Message(
-            topic=self.topic,
-            body=self.body,
-            tags=self.tags,
-            keys=self.keys,
-            properties=self.properties,
-            flag=self.flag,
-            delay_level=self.delay_level,
-        )
+    def to_message(self, **changes: Any) -> Message:
+        """A plain :class:`Message` with this message's fields, ``changes`` replacing some
+        (as :func:`attrs.evolve`); a field that is replaced is not decoded."""
+        for name in _MESSAGE_FIELDS:
+            if name not in changes:
+                changes[name] = getattr(self, name)
+        return Message(**changes)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):

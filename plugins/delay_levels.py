@@ -39,7 +39,7 @@ from mqcore.atomicfile import read_with_backup, write_json_atomic
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import hookimpl
 from mqcore.interfaces import DelayHost
-from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, Message, MessageExt
+from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, MessageExt
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, parse_delay_levels
 
 __all__ = [
@@ -272,14 +272,7 @@ class DelayLevelScheduler:
                 msg_id=msg.msg_id,
             )  # fmt: skip
             return True
-        message = Message(
-            topic=real_topic,
-            body=msg.body,
-            tags=msg.tags,
-            keys=msg.keys,
-            properties=props,
-            flag=msg.flag,
-        )
+        message = msg.to_message(topic=real_topic, properties=props, delay_level=0)
         try:
             host.deliver(
                 message,

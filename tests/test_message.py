@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mqcore import Message, MessageQueue, PullResult, PullStatus, errors
+from mqcore import Message, MessageQueue, PullResult, PullStatus, codec, errors
 
 
 def test_message_queue_str_is_rocketmqs() -> None:
@@ -58,3 +58,28 @@ def test_flag_accepts_int_likes() -> None:
     assert Message(topic="T", flag=Int()).flag == 42  # type: ignore[arg-type]
     assert type(Message(topic="T", flag=True).flag) is int
     assert Message(topic="T", flag=-(2**31)).flag == -(2**31)
+
+
+def test_to_message_copies_every_field_and_takes_changes() -> None:
+    """A stored message becomes a Message again with any field replaced (retries, delays)."""
+    m = Message(
+        topic="T", body=b"b", tags="A", keys="k1 k2", properties={"x": "1"}, flag=7,
+        delay_level=3,
+    )  # fmt: skip
+    ext = codec.decode(
+        codec.pack(
+            codec.prepare([m], 1),
+            queue_id=0,
+            queue_offset=0,
+            commitlog_offset=0,
+            store_timestamp=2,
+            store_host=codec.host_bytes("127.0.0.1:10911"),
+        )
+    )
+    assert ext.to_message() == m
+    moved = ext.to_message(topic="%RETRY%g", properties={"y": "2"}, delay_level=0)
+    assert moved == Message(
+        topic="%RETRY%g", body=b"b", tags="A", keys="k1 k2", properties={"y": "2"}, flag=7
+    )
+    with pytest.raises(TypeError):
+        ext.to_message(colour="red")

@@ -654,15 +654,7 @@ class Broker:
             topic = RETRY_GROUP_TOPIC_PREFIX + group
             delay_level = delay_level or 3 + times
         self.topics.ensure(topic, 1)
-        retry = Message(
-            topic=topic,
-            body=msg.body,
-            tags=msg.tags,
-            keys=msg.keys,
-            properties=props,
-            flag=msg.flag,
-            delay_level=delay_level,
-        )
+        retry = msg.to_message(topic=topic, properties=props, delay_level=delay_level)
         result = self._put(
             topic, 0, [retry], born_timestamp=msg.born_timestamp, reconsume_times=times + 1
         )[0]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import structlog
 
 from mqcore.broker.topics import SCHEDULE_TOPIC
@@ -125,15 +126,7 @@ class DelayService:
                 props = dict(m.properties)
                 props[PROPERTY_REAL_TOPIC] = topic
                 props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                moved = Message(
-                    topic=SCHEDULE_TOPIC,
-                    body=m.body,
-                    tags=m.tags,
-                    keys=m.keys,
-                    properties=props,
-                    flag=m.flag,
-                    delay_level=level,
-                )
+                moved = attrs.evolve(m, topic=SCHEDULE_TOPIC, properties=props, delay_level=level)
                 held.setdefault(qid, []).append((i, moved))
             else:
                 plain.append(i)
