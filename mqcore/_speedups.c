@@ -59,22 +59,6 @@ static int check_int(PyObject *obj, const char *what)
     return 0;
 }
 
-/* A Python int that must fit a signed 32-bit field (as struct's "i" requires). */
-static int as_int32(PyObject *obj, const char *what, int32_t *out)
-{
-    if (check_int(obj, what) < 0)
-        return -1;
-    long long v = PyLong_AsLongLong(obj);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v < INT32_MIN || v > INT32_MAX) {
-        PyErr_Format(PyExc_OverflowError, "%s %lld does not fit a signed 32-bit field", what, v);
-        return -1;
-    }
-    *out = (int32_t)v;
-    return 0;
-}
-
 static int as_int64(PyObject *obj, const char *what, int64_t *out)
 {
     if (check_int(obj, what) < 0)
@@ -83,6 +67,21 @@ static int as_int64(PyObject *obj, const char *what, int64_t *out)
     if (v == -1 && PyErr_Occurred())
         return -1;
     *out = (int64_t)v;
+    return 0;
+}
+
+/* A Python int that must fit a signed 32-bit field (as struct's "i" requires). */
+static int as_int32(PyObject *obj, const char *what, int32_t *out)
+{
+    int64_t v;
+    if (as_int64(obj, what, &v) < 0)
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "%s %lld does not fit a signed 32-bit field", what,
+                     (long long)v);
+        return -1;
+    }
+    *out = (int32_t)v;
     return 0;
 }
 
