@@ -122,6 +122,7 @@ class Environment:
         #: LMDB writes pages straight into the shared map instead of ``pwrite``-ing copies.
         self.writemap = writemap and not read_only
         self._reserved = 0  # writemap: bytes of the file whose disk blocks are allocated
+        self._can_reserve = self.writemap  # False too on a file system without fallocate
         self._end_hint = 0  # writemap: an upper bound of where LMDB's used pages end
         self._map_lock = threading.Lock()  # map replacement vs the background sync
         self._touched = 0  # bytes through the map since it was last (re)mapped
@@ -154,6 +155,7 @@ class Environment:
                     "another process"
                 )
             raise StoreError(f"cannot open LMDB store at {str(path)!r}: {exc}{hint}") from exc
+        self._psize = int(self.env.stat()["psize"])
         if self.writemap:  # before anything is written through the map (open_db writes)
             try:
                 self.ensure_room(TXN_RESERVE)
@@ -198,7 +200,7 @@ class Environment:
 
     def used_end(self) -> int:
         """Where the pages LMDB has numbered so far end, in bytes from the file's start."""
-        return (int(self.env.info()["last_pgno"]) + 1) * int(self.env.stat()["psize"])
+        return (int(self.env.info()["last_pgno"]) + 1) * self._psize
 
     def ensure_room(self, extra: int) -> None:
         """``writemap``: have disk blocks allocated for ``extra`` bytes past the data.
@@ -210,7 +212,7 @@ class Environment:
         the data (:data:`RESERVE_AHEAD_MIN` .. :data:`RESERVE_AHEAD_MAX`). On a full disk
         this raises :class:`DiskFullError` before anything is written.
         """
-        if not self.writemap:
+        if not self._can_reserve:
             return
         if self._end_hint + extra <= self._reserved:
             self._end_hint += extra  # what the transaction may take, until measured again
@@ -246,14 +248,14 @@ class Environment:
             if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
                 # A file system without fallocate: writes go on unreserved.
                 log.warning("lmdb_reserve_unsupported", path=str(self.path), error=str(exc))
-                self._reserved = 1 << 62  # do not ask again
+                self._can_reserve = False
                 return
             raise StoreError(f"cannot reserve space for {str(data)!r}: {exc}") from exc
         self._reserved = max(self._reserved, size)
 
     def reserved_tail_bytes(self) -> int:
         """Bytes reserved past LMDB's last used page (free for writes; ``writemap`` only)."""
-        if not self.writemap or self._reserved >= 1 << 62:
+        if not self._can_reserve:
             return 0
         return max(0, self._reserved - self.used_end())
 

@@ -197,6 +197,26 @@ def test_a_file_that_is_not_lmdb_is_refused(tmp_path):
         _open(tmp_path / "s")
 
 
+def test_file_system_without_fallocate_writes_unreserved(tmp_path, monkeypatch):
+    """Where fallocate is not supported, the store says so once and writes on."""
+    from mqcore.plugins.store_lmdb import environment
+
+    calls = []
+
+    def unsupported(fd, offset, length):
+        calls.append(length)
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(environment.os, "posix_fallocate", unsupported)
+    with capture_logs() as logs, _open(tmp_path / "s") as store:
+        for _ in range(20):
+            store.put("U", 0, [Message(topic="U", body=bytes(100_000))] * 4)
+        assert store._env.reserved_tail_bytes() == 0
+        assert store.max_offset("U", 0) == 80
+    assert len(calls) == 1
+    assert [e["event"] for e in logs].count("lmdb_reserve_unsupported") == 1
+
+
 def test_without_writemap_nothing_is_reserved(tmp_path):
     with _open(tmp_path / "s", writemap=False) as store:
         assert not store._env.writemap
