@@ -23,6 +23,10 @@ __all__ = [
     "NoPermissionError",
     "NotRegisteredError",
     "PluginLoadError",
+    "ProtocolError",
+    "RemotingConnectError",
+    "RemotingError",
+    "RemotingTimeoutError",
     "SendTimeoutError",
     "StoreClosedError",
     "StoreCorruptedError",
@@ -190,3 +194,36 @@ class MQClientError(MQError):
 
 class SendTimeoutError(MQClientError, TimeoutError):
     """A send did not complete within its timeout."""
+
+
+# --- remoting --------------------------------------------------------------------------
+
+
+class RemotingError(MQError):
+    """A failure of the remoting layer (RocketMQ's RemotingException); ``addr`` names the peer."""
+
+    def __init__(self, message: str, *, addr: str | None = None) -> None:
+        super().__init__(message)
+        self.addr = addr
+
+
+class RemotingConnectError(RemotingError, ConnectionError):
+    """The peer could not be reached, or the connection was lost before the answer came."""
+
+
+class RemotingTimeoutError(RemotingError, TimeoutError):
+    """No answer within the timeout; the message names the address and the request code."""
+
+    def __init__(self, message: str, *, addr: str | None = None, code: int | None = None) -> None:
+        super().__init__(message, addr=addr)
+        self.code = code
+
+
+class ProtocolError(RemotingError, ValueError):
+    """Bytes or fields that do not follow the remoting protocol: a malformed frame or header,
+    a frame over the size limit, or a custom header missing a required field or holding a
+    value of the wrong type (``field`` names it, when known)."""
+
+    def __init__(self, message: str, *, addr: str | None = None, field: str | None = None) -> None:
+        super().__init__(message, addr=addr)
+        self.field = field
