@@ -27,9 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import structlog
-
 from mqcore.errors import StoreCorruptedError
+from mqcore.logs import get_logger
 
 __all__ = [
     "BACKUP_SUFFIX",
@@ -40,7 +39,7 @@ __all__ = [
     "write_json_atomic",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BACKUP_SUFFIX = ".bak"
 

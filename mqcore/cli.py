@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import click
-import structlog
 from rich.console import Console
 from rich.table import Table
 
@@ -26,15 +26,39 @@ __all__ = ["main"]
     show_default=True,
     help="Events at this level and above go to stderr.",
 )
-def main(log_level: str) -> None:
+@click.option("-v", "--verbose", count=True, help="More log events on stderr: -v info, -vv debug.")
+def main(log_level: str, verbose: int) -> None:
     """mqcore: an embeddable message-queue kernel modelled on Apache RocketMQ 4.x."""
-    # The command is an application, so it (not the library) decides where logs go: stderr,
-    # keeping stdout for results such as `mqcore bench --json`.
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, log_level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    level = getattr(logging, log_level.upper())
+    if verbose:
+        level = min(level, logging.INFO if verbose == 1 else logging.DEBUG)
+    _log_to_stderr(level)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (click's test runner swaps it)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _log_to_stderr(level: int) -> None:
+    """The command is an application, so it (not the library) decides where logs go: the
+    ``mqcore`` loggers to stderr, keeping stdout for results such as `mqcore bench --json`."""
+    logger = logging.getLogger("mqcore")
+    for handler in list(logger.handlers):
+        if isinstance(handler, _StderrHandler):
+            logger.removeHandler(handler)  # main() runs again (tests invoke it repeatedly)
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
 
 
 def kernel_or_exit() -> Kernel:

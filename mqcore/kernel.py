@@ -11,15 +11,15 @@ from collections.abc import Iterable
 from typing import Any
 
 import pluggy
-import structlog
 
 from mqcore.config import KernelConfig
+from mqcore.logs import get_logger
 from mqcore.pluginmanager import create_plugin_manager, plugin_distribution
 from mqcore.registry import Registration, Registry
 
 __all__ = ["KINDS", "Kernel"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: kind -> the registration hook that fills its registry
 KINDS: dict[str, str] = {

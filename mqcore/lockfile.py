@@ -21,13 +21,12 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-import structlog
-
 from mqcore.errors import StoreLockedError
+from mqcore.logs import get_logger
 
 __all__ = ["LOCK_FILE_NAME", "StoreLock"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LOCK_FILE_NAME = "LOCK"
 

@@ -15,10 +15,10 @@ from types import ModuleType
 from typing import Any
 
 import pluggy
-import structlog
 
 from mqcore import hookspecs
 from mqcore.errors import PluginLoadError
+from mqcore.logs import get_logger
 
 __all__ = [
     "BUNDLED_PLUGINS",
@@ -27,7 +27,7 @@ __all__ = [
     "disabled_from_env",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ENTRY_POINT_GROUP = "mqcore"
 

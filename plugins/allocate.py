@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import attrs
-import structlog
 
 from mqcore.errors import InvalidArgumentError
 from mqcore.hookspecs import hookimpl
+from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
     "strategy_factory",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 S = TypeVar("S")
 

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from mqcore.atomicfile import read_with_backup, write_json_atomic
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import hookimpl
 from mqcore.interfaces import DelayHost
+from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, MessageExt
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, parse_delay_levels
 
@@ -50,7 +50,7 @@ __all__ = [
     "parse_delay_levels",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: The progress file, in the broker's config directory (RocketMQ's ``delayOffset.json``).
 DELAY_OFFSET_FILE = "delayOffset.json"

@@ -18,16 +18,16 @@ from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import attrs
-import structlog
 
 from mqcore.errors import InvalidArgumentError
 from mqcore.hookspecs import hookimpl
+from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
 from mqcore.plugins.offset_cache import OffsetCache, offset_store_factory
 
 __all__ = ["BrokerOffsetStore", "mqcore_register_offset_stores"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: What :meth:`BrokerOffsetStore.read_offset` returns when the broker failed (RocketMQ's -2).
 READ_FAILED = -2

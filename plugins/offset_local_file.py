@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
-import structlog
 
 from mqcore.atomicfile import read_with_backup, write_json_atomic
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import hookimpl
+from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
 from mqcore.plugins.offset_cache import OffsetCache, offset_store_factory
 
@@ -41,7 +41,7 @@ __all__ = [
     "mqcore_register_offset_stores",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ENV_OFFSETS_DIR = "MQCORE_OFFSETS_DIR"
 OFFSETS_FILE = "offsets.json"

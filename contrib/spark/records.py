@@ -16,11 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import structlog
 
 from mqcore import codec
 from mqcore.errors import InvalidArgumentError, StoreError
 from mqcore.kernel import Kernel
+from mqcore.logs import get_logger
 from mqcore.message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY,
@@ -43,7 +43,7 @@ __all__ = [
     "stream_bounds",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Column names of the source's schema, in order.
 COLUMNS = (

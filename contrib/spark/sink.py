@@ -18,13 +18,13 @@ from typing import Any
 
 import attrs
 import pyarrow as pa
-import structlog
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from mqcore.errors import InvalidArgumentError, StoreLockedError
 from mqcore.lockfile import StoreLock
+from mqcore.logs import get_logger
 from mqcore.message import Message
 
 from .layout import Location, resolve_write
@@ -32,7 +32,7 @@ from .options import WRITE_OPTIONS
 
 __all__ = ["REPLAY_ID", "WriteResult", "Writer", "held_error"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Property naming the source commit-log offset of a written row (for de-duplication).
 REPLAY_ID = "REPLAY_ID"

@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from mqcore.atomicfile import read_with_backup, write_json_atomic
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
+from mqcore.logs import get_logger
 
 __all__ = ["CONSUMER_OFFSET_FILE", "TOPIC_GROUP_SEPARATOR", "ConsumerOffsetManager"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: RocketMQ's key is ``topic + "@" + group``; neither name may contain the separator.
 TOPIC_GROUP_SEPARATOR = "@"

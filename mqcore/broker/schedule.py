@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from mqcore.broker.topics import SCHEDULE_TOPIC
+from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, Message
 from mqcore.store import GetResult, PutResult
 
 __all__ = ["DelayService"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _MAX_WAIT_MS = 100  # wake at least this often: an injected clock does not tell real time
 _ERROR_WAIT_MS = 10_000  # RocketMQ's DELAY_FOR_A_PERIOD after an unexpected error

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from mqcore.atomicfile import read_json, write_json_atomic
 from mqcore.broker.codes import ResponseCode
 from mqcore.errors import MessageIllegalError, NoPermissionError, TopicNotExistError
+from mqcore.logs import get_logger
 from mqcore.store import SCHEDULE_TOPIC
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "validate_topic",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # PermName bits, as RocketMQ.
 PERM_INHERIT = 0x1

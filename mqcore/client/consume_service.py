@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 from mqcore.client.process_queue import ProcessQueue
+from mqcore.logs import get_logger
 from mqcore.message import (
     ConsumeConcurrentlyStatus,
     ConsumeOrderlyStatus,
@@ -30,7 +30,7 @@ __all__ = [
     "OrderlyService",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _SEND_BACK_RETRY_S = 5.0  # RocketMQ re-submits locally when a send-back fails
 

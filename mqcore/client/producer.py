@@ -9,19 +9,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-import structlog
-
 from mqcore.broker.codes import ResponseCode
 from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
 from mqcore.client.async_sender import AsyncSender, PendingSend
 from mqcore.client.common import ClientBase
 from mqcore.errors import BrokerError, MessageIllegalError, MQClientError, SendTimeoutError
+from mqcore.logs import get_logger
 from mqcore.message import Message, MessageQueue, SendResult, SendStatus
 from mqcore.store import PutResult
 
 __all__ = ["MessageQueueSelector", "Producer"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: ``selector(mqs, msg, arg) -> MessageQueue``: picks the queue of an ordered message.
 MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]

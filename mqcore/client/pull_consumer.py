@@ -5,17 +5,16 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import structlog
-
 from mqcore.broker.clients import ConsumerData, SubscriptionData
 from mqcore.broker.codes import ResponseCode
 from mqcore.broker.topics import validate_group
 from mqcore.client.common import ClientBase
+from mqcore.logs import get_logger
 from mqcore.message import MessageExt, MessageModel, MessageQueue, PullResult, PullStatus
 
 __all__ = ["PullConsumer"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,

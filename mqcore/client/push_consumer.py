@@ -8,8 +8,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import structlog
-
 from mqcore.broker.clients import ConsumerData, SubscriptionData
 from mqcore.broker.codes import ResponseCode
 from mqcore.broker.topics import RETRY_GROUP_TOPIC_PREFIX, validate_group
@@ -17,6 +15,7 @@ from mqcore.client.common import ClientBase
 from mqcore.client.consume_service import ConcurrentlyService, OrderlyService
 from mqcore.client.process_queue import ProcessQueue
 from mqcore.errors import MQClientError
+from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_RETRY_TOPIC,
     ConsumeFromWhere,
@@ -27,7 +26,7 @@ from mqcore.message import (
 
 __all__ = ["PushConsumer"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _FLOW_CONTROL_DELAY_S = 0.05  # RocketMQ's PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
 _PULL_ERROR_DELAY_S = 3.0  # PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
-import structlog
 
 from mqcore.errors import DiskFullError, StoreError
+from mqcore.logs import get_logger
 from mqcore.plugins.store_lmdb import layout
 
 __all__ = ["Environment"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

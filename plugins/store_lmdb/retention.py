@@ -36,9 +36,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from mqcore import codec
+from mqcore.logs import get_logger
 from mqcore.message import MessageExt
 from mqcore.plugins.store_lmdb import layout
 
@@ -59,7 +58,7 @@ __all__ = [
     "reusable_bytes",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CLEAN_INTERVAL = 10.0  # seconds between passes (RocketMQ's cleanResourceInterval)
 #: The cleaner thread's clock (seconds since the epoch); ``None``: the current time.

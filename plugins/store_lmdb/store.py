@@ -29,12 +29,11 @@ from operator import add
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from mqcore import batch, codec
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreError
 from mqcore.interfaces import MessageFilter
 from mqcore.lockfile import StoreLock
+from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt
 from mqcore.plugins.store_lmdb import layout, retention, scan
 from mqcore.plugins.store_lmdb.environment import Environment, Syncer
@@ -52,7 +51,7 @@ from mqcore.store import (
 
 __all__ = ["OPTIONS", "LmdbStore"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Options accepted by :class:`LmdbStore`, with their defaults.
 OPTIONS: dict[str, Any] = {

@@ -26,9 +26,9 @@ import struct
 from pathlib import Path
 
 import attrs
-import structlog
 
 from mqcore.atomicfile import read_with_backup, write_atomic
+from mqcore.logs import get_logger
 
 __all__ = [
     "ABORT_FILE",
@@ -39,7 +39,7 @@ __all__ = [
     "remove_abort_marker",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CHECKPOINT_FILE = "checkpoint"
 ABORT_FILE = "abort"

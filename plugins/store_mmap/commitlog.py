@@ -21,16 +21,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from mqcore.codec import BLANK_MAGIC_CODE, BLANK_SIZE, Prepared, pack, pack_blank
 from mqcore.errors import StoreCorruptedError
+from mqcore.logs import get_logger
 
 from .mappedfile import MappedFile, TransientStorePool, segment_name
 
 __all__ = ["CommitLog"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _BLANK_HEADER = struct.Struct(">ii")
 _WARM_AHEAD = 16 * 1024 * 1024  # wake the page warmer when less is warmed ahead

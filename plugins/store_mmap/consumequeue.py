@@ -52,9 +52,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import structlog
-
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
+from mqcore.logs import get_logger
 
 from .filemaps import FileMaps
 from .mappedfile import segment_name
@@ -67,7 +66,7 @@ __all__ = [
     "CqUnit",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags hash code
 UNIT_SIZE = UNIT.size  # 20

@@ -23,13 +23,12 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
-
 from mqcore.errors import FlushTimeoutError, StoreError
+from mqcore.logs import get_logger
 
 __all__ = ["CommitService", "FlushService"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 COMMIT_INTERVAL = 0.2  # RocketMQ's commitIntervalCommitLog
 

@@ -49,17 +49,17 @@ from operator import itemgetter
 from pathlib import Path
 
 import attrs
-import structlog
 
 from mqcore.codec import string_hash_code
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
+from mqcore.logs import get_logger
 
 from . import mappedfile
 from .filemaps import FileMaps
 
 __all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IndexService", "index_key_hash"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, slot count, count
 HEADER_SIZE = HEADER.size  # 40

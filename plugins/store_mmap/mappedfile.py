@@ -30,15 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from mqcore.errors import DiskFullError, StoreCorruptedError
+from mqcore.logs import get_logger
 
 from .pagewarmer import populate_write
 
 __all__ = ["MappedFile", "TransientStorePool", "segment_name"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _PAGE = mmap.PAGESIZE
 #: disk blocks of a segment are allocated this much at a time, ahead of the writer

@@ -21,11 +21,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import structlog
+from mqcore.logs import get_logger
 
 __all__ = ["MADV_POPULATE_WRITE", "PageWarmer", "populate_write"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MADV_POPULATE_WRITE = 23  # linux/mman.h
 WINDOW = 32 * 1024 * 1024  # bytes kept populated ahead of the writer

@@ -21,8 +21,6 @@ import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from mqcore.codec import (
     BLANK,
     MESSAGE_MAGIC_CODE,
@@ -32,6 +30,7 @@ from mqcore.codec import (
     tags_hash_code,
 )
 from mqcore.errors import CodecError, StoreCorruptedError
+from mqcore.logs import get_logger
 from mqcore.message import MessageExt
 from mqcore.store import SCHEDULE_TOPIC, deliver_timestamp
 
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["find_end", "recover"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _MAGIC = struct.pack(">i", MESSAGE_MAGIC_CODE)
 _SIZE_MAGIC = struct.Struct(">ii")

@@ -17,14 +17,14 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-import structlog
+from mqcore.logs import get_logger
 
 if TYPE_CHECKING:
     from .store import MmapStore
 
 __all__ = ["CLEAN_INTERVAL", "CleanService", "delete_expired_files", "disk_used_ratio"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CLEAN_INTERVAL = 10.0  # seconds between passes (RocketMQ's cleanResourceInterval)
 

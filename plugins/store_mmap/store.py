@@ -29,8 +29,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from mqcore import batch
 from mqcore.codec import (
     BLANK_SIZE,
@@ -51,6 +49,7 @@ from mqcore.errors import (
 )
 from mqcore.interfaces import MessageFilter
 from mqcore.lockfile import StoreLock
+from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
@@ -76,7 +75,7 @@ from .pagewarmer import PageWarmer
 
 __all__ = ["MmapStore"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _I64 = struct.Struct(">q")
 _SIZE_MAGIC = struct.Struct(">ii")
