@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
-import structlog
 
 from mqcore.broker.clients import ChangeListener, ConsumerData, ConsumerManager
 from mqcore.broker.codes import RequestCode, ResponseCode
@@ -33,6 +32,7 @@ from mqcore.broker.topics import (
     validate_topic,
 )
 from mqcore.codec import decode_message_id
+from mqcore.logs import get_logger
 from mqcore.config import BrokerConfig
 from mqcore.errors import BrokerClosedError, BrokerError, MessageIllegalError
 from mqcore.kernel import Kernel
@@ -48,7 +48,7 @@ from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 
 __all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable, Iterable
 
 import attrs
-import structlog
 
+from mqcore.logs import get_logger
 from mqcore.message import ConsumeFromWhere, MessageModel
 
 __all__ = ["ConsumerData", "ConsumerManager", "SubscriptionData"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Called with the group whose membership changed (the embedded form of RocketMQ's
 #: NOTIFY_CONSUMER_IDS_CHANGED request; the remoting server sends that request instead).
