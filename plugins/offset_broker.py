@@ -89,7 +89,7 @@ class BrokerOffsetStore:
             if cached is not None:
                 return cached
         try:
-            offset = int(self.broker.query_consumer_offset(self.group, mq.topic, mq.queue_id))
+            offset = int(self.broker.query_consumer_offset(self.group, mq))
         except Exception as exc:
             log.warning(
                 "offset_query_failed",
@@ -105,7 +105,7 @@ class BrokerOffsetStore:
 
     def _commit(self, mq: MessageQueue, offset: int) -> bool:
         try:
-            self.broker.update_consumer_offset(self.group, mq.topic, mq.queue_id, offset)
+            self.broker.update_consumer_offset(self.group, mq, offset)
         except Exception as exc:
             # The offset stays cached: the next persist tries again.
             log.error(

@@ -13,9 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import attrs
-
-from mqcore.broker.clients import ChangeListener, ConsumerData, ConsumerManager
+from mqcore.broker.clients import ConsumerData, ConsumerManager
 from mqcore.broker.codes import RequestCode, ResponseCode
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
@@ -32,10 +30,16 @@ from mqcore.broker.topics import (
     validate_topic,
 )
 from mqcore.codec import decode_message_id
-from mqcore.logs import get_logger
 from mqcore.config import BrokerConfig
-from mqcore.errors import BrokerClosedError, BrokerError, MessageIllegalError
+from mqcore.errors import (
+    BrokerClosedError,
+    BrokerError,
+    InvalidArgumentError,
+    MessageFieldError,
+    MessageIllegalError,
+)
 from mqcore.kernel import Kernel
+from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
@@ -44,6 +48,10 @@ from mqcore.message import (
     MessageModel,
     MessageQueue,
 )
+from mqcore.protocol.channel import ClientChannel
+from mqcore.protocol.pull import PullResponse
+from mqcore.protocol.route import TopicRoute
+from mqcore.protocol.validation import check_sent_message
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 
 __all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
@@ -65,47 +73,6 @@ def operation(*codes: RequestCode) -> Callable[[F], F]:
         return func
 
     return mark
-
-
-@attrs.frozen
-class PullResponse:
-    """Result of a pull as the broker answers it (RocketMQ's response code and header)."""
-
-    code: ResponseCode
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    messages: list[MessageExt] = attrs.field(factory=list)
-    records: list[memoryview] = attrs.field(factory=list)
-    suggest_which_broker_id: int = 0
-
-
-@attrs.frozen
-class TopicRoute:
-    """Where a topic's queues live (one broker, for the embedded case)."""
-
-    topic: str
-    broker_name: str
-    broker_addr: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-
-    _queues: tuple[MessageQueue, ...] = attrs.field(init=False, eq=False, repr=False)
-
-    def __attrs_post_init__(self) -> None:
-        # Built once per route: producers ask for the queues on every send.
-        n = max(self.write_queue_nums, self.read_queue_nums)
-        queues = tuple(MessageQueue(self.topic, self.broker_name, i) for i in range(n))
-        object.__setattr__(self, "_queues", queues)
-
-    def write_queues(self) -> list[MessageQueue]:
-        """Queues producers send to."""
-        return list(self._queues[: self.write_queue_nums])
-
-    def read_queues(self) -> list[MessageQueue]:
-        """Queues consumers pull from."""
-        return list(self._queues[: self.read_queue_nums])
 
 
 # GetStatus -> response code, as RocketMQ's PullMessageProcessor maps GetMessageStatus.
@@ -305,13 +272,14 @@ class Broker:
         cached = self._routes.get(topic)
         if cached is not None and cached[0] is cfg:
             return cached[1]
-        route = TopicRoute(
-            topic=topic,
-            broker_name=self.config.broker_name,
-            broker_addr=self.config.store_host,
-            read_queue_nums=cfg.read_queue_nums,
-            write_queue_nums=cfg.write_queue_nums,
-            perm=cfg.perm,
+        route = TopicRoute.single(
+            topic,
+            self.config.broker_name,
+            self.config.store_host,
+            cfg.read_queue_nums,
+            cfg.write_queue_nums,
+            cfg.perm,
+            self.config.broker_cluster_name,
         )
         # Keyed by the config object: an update or delete makes a new one, so never stale.
         self._routes[topic] = (cfg, route)
@@ -329,6 +297,11 @@ class Broker:
                     f"a batch goes to one topic: {m.topic!r} differs from {topic!r}",
                     code=ResponseCode.MESSAGE_ILLEGAL,
                 )
+            # A remote client need not be mqcore's: every field is checked again here.
+            try:
+                check_sent_message(m, topic)
+            except InvalidArgumentError as exc:
+                raise MessageFieldError(str(exc), code=ResponseCode.MESSAGE_ILLEGAL) from None
             if len(m.body) > limit:
                 raise MessageIllegalError(
                     f"the message body size {len(m.body)} is over the max value {limit}",
@@ -434,23 +407,19 @@ class Broker:
         flt: Any,
         raw: bool,
     ) -> PullResponse:
-        if raw:
-            got: Any = self.store.get_raw(
-                topic, queue_id, queue_offset, max_count=max_msg_nums, message_filter=flt
-            )
-            items: dict[str, Any] = {"records": got.records}
-        else:
-            got = self.store.get(
-                topic, queue_id, queue_offset, max_count=max_msg_nums, message_filter=flt
-            )
-            items = {"messages": got.messages}
+        got = self.store.get_raw(
+            topic, queue_id, queue_offset, max_count=max_msg_nums, message_filter=flt
+        )
+        # Raw records view the store's maps: only a caller that writes them out at once (the
+        # remoting server) may hold them; everyone else gets copies that outlive the store.
+        records = got.records if raw else [bytes(r) for r in got.records]
         if got.status is GetStatus.NO_MESSAGE_IN_QUEUE:
             code = (
                 ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
             )
         else:
             code = _PULL_CODES[got.status]
-        return PullResponse(code, got.next_offset, got.min_offset, got.max_offset, **items)
+        return PullResponse(code, got.next_offset, got.min_offset, got.max_offset, records)
 
     @operation(RequestCode.PULL_MESSAGE)
     def pull_message(
@@ -467,12 +436,17 @@ class Broker:
         commit_offset: int | None = None,
         client_host: str = "",
         raw: bool = False,
+        cancelled: Callable[[], bool] | None = None,
     ) -> PullResponse:
         """Read up to ``max_msg_nums`` messages from one queue.
 
         With ``suspend_timeout_ms``, a pull that finds nothing new is held until a message
-        arrives for the queue (it returns at once) or the timeout passes (long polling).
-        ``commit_offset`` also commits the group's offset, as RocketMQ's pull does.
+        arrives for the queue (it returns at once) or the timeout passes (long polling), at
+        most ``suspend_max_time_ms``. ``commit_offset`` also commits the group's offset, as
+        RocketMQ's pull does. ``cancelled`` (in-process callers only) ends a held pull early
+        once it returns true; it is checked when the queue's waiters are woken
+        (``broker.waiters.notify((topic, queue_id))``), so a client that shuts down need not
+        wait for its own long poll.
         """
         self._check_open()
         cfg = self.topics.require(topic, read=True)
@@ -488,10 +462,15 @@ class Broker:
         resp = self._get(topic, queue_id, queue_offset, max_msg_nums, flt, raw)
         if resp.code is ResponseCode.PULL_NOT_FOUND and suspend_timeout_ms:
             store = self.store
+            hold_ms = min(suspend_timeout_ms, self.config.suspend_max_time_ms)
             arrived = self.waiters.wait_for(
                 (topic, queue_id),
-                lambda: self._closed or store.max_offset(topic, queue_id) > queue_offset,
-                suspend_timeout_ms / 1000,
+                lambda: (
+                    self._closed
+                    or (cancelled is not None and cancelled())
+                    or store.max_offset(topic, queue_id) > queue_offset
+                ),
+                hold_ms / 1000,
             )
             if arrived and not self._closed:
                 resp = self._get(topic, queue_id, queue_offset, max_msg_nums, flt, raw)
@@ -584,12 +563,13 @@ class Broker:
         client_id: str,
         consumer_data: Iterable[ConsumerData] = (),
         producer_groups: Iterable[str] = (),
-        listener: ChangeListener | None = None,
+        channel: ClientChannel | None = None,
     ) -> None:
         """Register (or refresh) a client and its subscriptions.
 
-        ``listener(group)`` is called when the membership of one of its groups changes
-        (RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED).
+        ``channel`` is how the broker reaches the client: it is told when the membership of
+        one of its groups changes (RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED) and when an operator
+        resets its group's offsets (RESET_CONSUMER_CLIENT_OFFSET).
         """
         self._check_open()
         for group in producer_groups:
@@ -599,7 +579,7 @@ class Broker:
             if data.message_model is MessageModel.CLUSTERING:
                 # As RocketMQ: each clustering group gets its retry topic on first heartbeat.
                 self.topics.ensure(RETRY_GROUP_TOPIC_PREFIX + data.group_name, 1)
-            self.consumers.register(client_id, data, listener)
+            self.consumers.register(client_id, data, channel)
 
     @operation(RequestCode.UNREGISTER_CLIENT)
     def unregister_client(self, client_id: str, consumer_group: str | None = None) -> None:

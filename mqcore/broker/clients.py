@@ -4,51 +4,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
 
 import attrs
 
 from mqcore.logs import get_logger
-from mqcore.message import ConsumeFromWhere, MessageModel
+from mqcore.protocol.channel import ClientChannel
+from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 
 __all__ = ["ConsumerData", "ConsumerManager", "SubscriptionData"]
 
 log = get_logger(__name__)
 
-#: Called with the group whose membership changed (the embedded form of RocketMQ's
-#: NOTIFY_CONSUMER_IDS_CHANGED request; the remoting server sends that request instead).
-ChangeListener = Callable[[str], None]
-
-
-@attrs.frozen(kw_only=True)
-class SubscriptionData:
-    """One topic a consumer subscribes to, with its filter expression."""
-
-    topic: str
-    sub_string: str = "*"
-    expression_type: str = "TAG"
-
-
-def _subs(items: Iterable[SubscriptionData]) -> tuple[SubscriptionData, ...]:
-    return tuple(items)
-
-
-@attrs.frozen(kw_only=True)
-class ConsumerData:
-    """What a consumer reports for one group in its heartbeat."""
-
-    group_name: str
-    consume_type: str = "CONSUME_PASSIVELY"  # push; pull consumers say CONSUME_ACTIVELY
-    message_model: MessageModel = MessageModel.CLUSTERING
-    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
-    subscriptions: tuple[SubscriptionData, ...] = attrs.field(default=(), converter=_subs)
 
 
 @attrs.define
 class _Client:
     client_id: str
     last_update_ms: int
-    listener: ChangeListener | None
+    channel: ClientChannel | None
 
 
 @attrs.define
@@ -69,10 +42,13 @@ class ConsumerManager:
         self,
         client_id: str,
         data: ConsumerData,
-        listener: ChangeListener | None = None,
+        channel: ClientChannel | None = None,
         now_ms: int | None = None,
     ) -> bool:
-        """Record a heartbeat; returns True (and notifies the group) when membership changed."""
+        """Record a heartbeat; returns True (and notifies the group) when membership changed.
+
+        ``channel`` is how the broker reaches the client (membership notices, offset resets).
+        """
         now = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
             group = self._groups.get(data.group_name)
@@ -82,11 +58,11 @@ class ConsumerManager:
             client = group.clients.get(client_id)
             changed = client is None
             if client is None:
-                group.clients[client_id] = _Client(client_id, now, listener)
+                group.clients[client_id] = _Client(client_id, now, channel)
             else:
                 client.last_update_ms = now
-                if listener is not None:
-                    client.listener = listener
+                if channel is not None:
+                    client.channel = channel
         if changed:
             log.info("consumer_registered", group=data.group_name, client_id=client_id)
             self._notify(data.group_name)
@@ -135,14 +111,20 @@ class ConsumerManager:
             self._notify(name)
         return dropped
 
-    def _notify(self, group_name: str) -> None:
+    def channels(self, group_name: str) -> list[tuple[str, ClientChannel]]:
+        """(client id, channel) of the group's live members that left a channel."""
         with self._lock:
             group = self._groups.get(group_name)
-            listeners: Iterable[ChangeListener] = (
-                [c.listener for c in group.clients.values() if c.listener] if group else []
-            )
-        for listener in listeners:
+            if group is None:
+                return []
+            return [(c.client_id, c.channel) for c in group.clients.values() if c.channel]
+
+    def _notify(self, group_name: str) -> None:
+        # RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED, to every member of the group.
+        for client_id, channel in self.channels(group_name):
             try:
-                listener(group_name)
-            except Exception:  # a client's callback must not break the broker
-                log.exception("consumer_ids_changed_listener_failed", group=group_name)
+                channel.consumer_ids_changed(group_name)
+            except Exception:  # a client's channel must not break the broker
+                log.exception(
+                    "consumer_ids_changed_notice_failed", group=group_name, client_id=client_id
+                )

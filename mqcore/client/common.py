@@ -7,9 +7,10 @@ import socket
 import threading
 from typing import Any
 
-from mqcore.broker.broker import Broker, TopicRoute
-from mqcore.broker.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
+from mqcore.client.api import BrokerAPI
 from mqcore.errors import BrokerError, InvalidArgumentError, MQClientError
+from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
+from mqcore.protocol.route import TopicRoute
 
 __all__ = ["ClientBase", "client_ip", "resolve_broker"]
 
@@ -22,24 +23,43 @@ def client_ip() -> str:
         return "127.0.0.1"
 
 
-def resolve_broker(broker: Any) -> Broker:
-    """The in-process :class:`Broker` behind ``broker=`` (addresses come with remoting)."""
+def resolve_broker(broker: Any = None, namesrv_addr: str | None = None) -> BrokerAPI:
+    """The transport behind ``broker=`` / ``namesrv_addr=``: a direct one for an in-process
+    :class:`~mqcore.broker.Broker`, a remoting one for ``"host:port[;host:port]"``."""
+    from mqcore.broker.broker import Broker  # the embedded transport is optional for remotes
+
+    if broker is not None and namesrv_addr is not None:
+        raise InvalidArgumentError("pass broker= or namesrv_addr=, not both")
     if isinstance(broker, Broker):
-        return broker
-    if isinstance(broker, str):
-        raise InvalidArgumentError(
-            f"broker={broker!r}: connecting to an address needs the remoting client, which this "
-            "version of mqcore does not have yet; pass an in-process Broker"
-        )
-    raise InvalidArgumentError(f"broker= must be a Broker, got {type(broker).__name__}")
+        from mqcore.client.transport_embedded import EmbeddedTransport
+
+        return EmbeddedTransport(broker)
+    addr = namesrv_addr if namesrv_addr is not None else broker
+    if isinstance(addr, str):
+        from mqcore.client.transport_remote import RemoteTransport
+
+        return RemoteTransport(addr)
+    if broker is None and namesrv_addr is None:
+        raise InvalidArgumentError("a client needs broker= (a Broker or 'host:port')")
+    raise InvalidArgumentError(
+        f"broker= must be a Broker or a 'host:port' string, got {type(broker).__name__}"
+    )
 
 
 class ClientBase:
     """Lifecycle and topic routes common to producers and consumers."""
 
-    def __init__(self, group: str, broker: Any, instance_name: str | None) -> None:
+    def __init__(
+        self,
+        group: str,
+        broker: Any,
+        instance_name: str | None,
+        namesrv_addr: str | None = None,
+    ) -> None:
         self.group = group
-        self.broker = resolve_broker(broker)
+        #: The client/broker seam (:class:`~mqcore.client.api.BrokerAPI`): every broker call
+        #: goes through it, in-process or over the network.
+        self.broker: BrokerAPI = resolve_broker(broker, namesrv_addr)
         self.kernel = self.broker.kernel
         # RocketMQ replaces the default instance name by the pid so that two clients of one
         # group in different processes on one host get different ids.

@@ -9,13 +9,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from mqcore.broker.codes import ResponseCode
 from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
 from mqcore.client.async_sender import AsyncSender, PendingSend
 from mqcore.client.common import ClientBase
 from mqcore.errors import BrokerError, MessageIllegalError, MQClientError, SendTimeoutError
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageQueue, SendResult, SendStatus
+from mqcore.protocol.validation import check_sent_message
+from mqcore.protocol.codes import ResponseCode
 from mqcore.store import PutResult
 
 __all__ = ["MessageQueueSelector", "Producer"]
@@ -52,7 +53,8 @@ class Producer(ClientBase):
     """Sends messages (RocketMQ's DefaultMQProducer, snake case).
 
     :param group: producer group.
-    :param broker: an in-process :class:`~mqcore.broker.Broker`.
+    :param broker: an in-process :class:`~mqcore.broker.Broker`, or the ``"host:port"`` of a
+        name server or of ``mqcore serve`` (several separated by ``;``).
     :param retry_times_when_send_failed: extra attempts of a synchronous send (2).
     :param retry_times_when_send_async_failed: extra attempts of an asynchronous send (2).
     :param send_msg_timeout: default timeout of a send, seconds (3).
@@ -66,8 +68,9 @@ class Producer(ClientBase):
     def __init__(
         self,
         group: str,
-        broker: Any,
+        broker: Any = None,
         *,
+        namesrv_addr: str | None = None,
         instance_name: str | None = None,
         retry_times_when_send_failed: int = 2,
         retry_times_when_send_async_failed: int = 2,
@@ -76,7 +79,7 @@ class Producer(ClientBase):
         async_send_threads: int = 1,
     ) -> None:
         validate_group(group)
-        super().__init__(group, broker, instance_name)
+        super().__init__(group, broker, instance_name, namesrv_addr)
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
         self.send_msg_timeout = send_msg_timeout
@@ -107,8 +110,12 @@ class Producer(ClientBase):
         if not self._claim_shutdown():
             return
         sender, self._sender = self._sender, None
-        if sender is not None:
-            sender.shutdown()
+        try:
+            if sender is not None:
+                sender.shutdown()
+            self.broker.unregister_client(self.client_id, producer_group=self.group)
+        finally:
+            self.broker.close()
 
     # -- validation and queue choice ---------------------------------------------------------
 
@@ -130,6 +137,9 @@ class Producer(ClientBase):
                 f"the message body size over max value, MAX: {self.max_message_size}",
                 code=ResponseCode.MESSAGE_ILLEGAL,
             )
+        # The broker's own rules, checked here first (a Message's properties dict can still
+        # be changed after it was built).
+        check_sent_message(msg, msg.topic)
 
     def _next_queue(self, mqs: list[MessageQueue], last: MessageQueue | None) -> MessageQueue:
         with self._index_lock:
@@ -172,7 +182,7 @@ class Producer(ClientBase):
             last_mq = mq
             try:
                 results = self.broker.send_message(
-                    topic, mq.queue_id, msgs, producer_group=self.group, born_timestamp=born
+                    mq, msgs, producer_group=self.group, born_timestamp=born
                 )
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:

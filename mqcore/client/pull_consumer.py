@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mqcore.broker.clients import ConsumerData, SubscriptionData
-from mqcore.broker.codes import ResponseCode
 from mqcore.broker.topics import validate_group
 from mqcore.client.common import ClientBase
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt, MessageModel, MessageQueue, PullResult, PullStatus
+from mqcore.protocol.codes import ResponseCode
+from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 
 __all__ = ["PullConsumer"]
 
@@ -28,7 +28,8 @@ class PullConsumer(ClientBase):
     """Pulls from queues the application picks; offsets kept by an offset-store plugin.
 
     :param group: consumer group.
-    :param broker: an in-process :class:`~mqcore.broker.Broker`.
+    :param broker: an in-process :class:`~mqcore.broker.Broker`, or the ``"host:port"`` of a
+        name server or of ``mqcore serve`` (several separated by ``;``).
     :param message_model: CLUSTERING keeps offsets on the broker (offset store ``broker``),
         BROADCASTING in a local file (offset store ``local_file``).
     :param offset_store: name of another registered offset store, or options via
@@ -40,8 +41,9 @@ class PullConsumer(ClientBase):
     def __init__(
         self,
         group: str,
-        broker: Any,
+        broker: Any = None,
         *,
+        namesrv_addr: str | None = None,
         instance_name: str | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_store: str | None = None,
@@ -50,7 +52,7 @@ class PullConsumer(ClientBase):
         broker_suspend_max_time: float = 20.0,
     ) -> None:
         validate_group(group)
-        super().__init__(group, broker, instance_name)
+        super().__init__(group, broker, instance_name, namesrv_addr)
         self.message_model = message_model
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
         self.broker_suspend_max_time = broker_suspend_max_time
@@ -90,8 +92,10 @@ class PullConsumer(ClientBase):
         if self._persister is not None:
             self._persister.join(timeout=10)
         self._persist()
-        if not self.broker.closed:
-            self.broker.unregister_client(self.client_id, self.group)
+        try:
+            self.broker.unregister_client(self.client_id, consumer_group=self.group)
+        finally:
+            self.broker.close()
 
     def _heartbeat(self) -> None:
         data = ConsumerData(
@@ -138,15 +142,15 @@ class PullConsumer(ClientBase):
 
     def min_offset(self, mq: MessageQueue) -> int:
         """Smallest offset stored in ``mq``."""
-        return self.broker.get_min_offset(mq.topic, mq.queue_id)
+        return self.broker.get_min_offset(mq)
 
     def max_offset(self, mq: MessageQueue) -> int:
         """One past the last offset of ``mq``."""
-        return self.broker.get_max_offset(mq.topic, mq.queue_id)
+        return self.broker.get_max_offset(mq)
 
     def search_offset(self, mq: MessageQueue, timestamp: int) -> int:
         """First offset of ``mq`` stored at or after ``timestamp`` (ms)."""
-        return self.broker.search_offset_by_timestamp(mq.topic, mq.queue_id, timestamp)
+        return self.broker.search_offset_by_timestamp(mq, timestamp)
 
     def view_message(self, msg_id: str) -> MessageExt:
         """The message with id ``msg_id``."""
@@ -173,15 +177,14 @@ class PullConsumer(ClientBase):
         if not 0 < max_nums <= 1024:
             raise ValueError(f"max_nums must be 1..1024, got {max_nums}")
         resp = self.broker.pull_message(
+            mq,
             self.group,
-            mq.topic,
-            mq.queue_id,
             offset,
             max_nums,
-            sub_expression=sub_expression,
+            sub_expression=sub_expression or "*",
             expression_type=expression_type,
-            suspend_timeout_ms=suspend_ms,
-            client_host=self.client_id,
+            suspend_timeout_ms=suspend_ms or 0,
+            client_id=self.client_id,
         )
         status = _STATUS[resp.code]
         msgs = resp.messages

@@ -8,8 +8,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from mqcore.broker.clients import ConsumerData, SubscriptionData
-from mqcore.broker.codes import ResponseCode
 from mqcore.broker.topics import RETRY_GROUP_TOPIC_PREFIX, validate_group
 from mqcore.client.common import ClientBase
 from mqcore.client.consume_service import ConcurrentlyService, OrderlyService
@@ -23,6 +21,8 @@ from mqcore.message import (
     MessageModel,
     MessageQueue,
 )
+from mqcore.protocol.codes import ResponseCode
+from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 
 __all__ = ["PushConsumer"]
 
@@ -52,8 +52,9 @@ class PushConsumer(ClientBase):
     def __init__(
         self,
         group: str,
-        broker: Any,
+        broker: Any = None,
         *,
+        namesrv_addr: str | None = None,
         instance_name: str | None = None,
         allocate_strategy: Any = "avg",
         allocate_options: dict[str, Any] | None = None,
@@ -75,7 +76,7 @@ class PushConsumer(ClientBase):
         offset_store_options: dict[str, Any] | None = None,
     ) -> None:
         validate_group(group)
-        super().__init__(group, broker, instance_name)
+        super().__init__(group, broker, instance_name, namesrv_addr)
         self.allocate_strategy = allocate_strategy
         self.allocate_options = dict(allocate_options or {})
         self.message_model = message_model
@@ -214,9 +215,11 @@ class PushConsumer(ClientBase):
             if not self.broker.closed:
                 if self._orderly and mqs:
                     self.broker.unlock_batch_mq(self.group, self.client_id, mqs)
-                self.broker.unregister_client(self.client_id, self.group)
+                self.broker.unregister_client(self.client_id, consumer_group=self.group)
         except Exception:  # the broker may already be gone
             log.exception("push_consumer_shutdown_incomplete", group=self.group)
+        finally:
+            self.broker.close()
 
     def assigned_queues(self, topic: str) -> set[MessageQueue]:
         """Queues of ``topic`` this consumer owns right now."""
@@ -235,9 +238,10 @@ class PushConsumer(ClientBase):
             consume_from_where=self.consume_from_where,
             subscriptions=list(self._subscriptions.values()),
         )
-        self.broker.heartbeat(self.client_id, consumer_data=[data], listener=self._ids_changed)
+        self.broker.heartbeat(self.client_id, consumer_data=[data], channel=self)
 
-    def _ids_changed(self, group: str) -> None:
+    def consumer_ids_changed(self, group: str) -> None:
+        """The broker's notice that the group's membership changed: rebalance now."""
         self._rebalance_now.set()
 
     def _run(self) -> None:
@@ -282,7 +286,7 @@ class PushConsumer(ClientBase):
             if self.message_model is MessageModel.BROADCASTING:
                 mine = set(mqs)
             else:
-                cids = self.broker.get_consumer_list_by_group(self.group)
+                cids = self.broker.get_consumer_list_by_group(self.group, topic)
                 if not cids:
                     continue
                 mine = set(
@@ -359,11 +363,11 @@ class PushConsumer(ClientBase):
         ):
             return 0
         if where is ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
-            return self.broker.get_max_offset(mq.topic, mq.queue_id)
+            return self.broker.get_max_offset(mq)
         if retry:
-            return self.broker.get_max_offset(mq.topic, mq.queue_id)
+            return self.broker.get_max_offset(mq)
         ts = datetime.strptime(self.consume_timestamp, "%Y%m%d%H%M%S").timestamp() * 1000
-        return self.broker.search_offset_by_timestamp(mq.topic, mq.queue_id, int(ts))
+        return self.broker.search_offset_by_timestamp(mq, int(ts))
 
     def _clean_expired(self) -> None:
         """Send back messages whose listener has run longer than ``consume_timeout``."""
@@ -402,15 +406,14 @@ class PushConsumer(ClientBase):
                 continue
             try:
                 resp = self.broker.pull_message(
+                    mq,
                     self.group,
-                    mq.topic,
-                    mq.queue_id,
                     offset,
                     self.pull_batch_size,
                     sub_expression=sub.sub_string,
                     expression_type=sub.expression_type,
                     suspend_timeout_ms=_HOLD_CHUNK_MS,
-                    client_host=self.client_id,
+                    client_id=self.client_id,
                 )
             except Exception as exc:
                 if self.broker.closed or self._stop.is_set():
@@ -457,13 +460,9 @@ class PushConsumer(ClientBase):
         try:
             self.broker.consumer_send_msg_back(
                 self.group,
-                msg.commitlog_offset,
+                msg,
                 delay_level,
-                origin_msg_id=msg.get_property("ORIGIN_MESSAGE_ID") or msg.msg_id,
-                origin_topic=msg.topic,
-                max_reconsume_times=self.max_reconsume_times
-                if self.max_reconsume_times is not None
-                else 2**31 - 1,
+                self.max_reconsume_times if self.max_reconsume_times is not None else 2**31 - 1,
             )
         except Exception as exc:
             log.warning("send_back_failed", group=self.group, error=repr(exc))

@@ -60,7 +60,7 @@ def test_topics_persist_across_restart(tmp_path: Path, store_name: str) -> None:
     with Broker(tmp_path, store=store_name) as b:
         assert [t.topic_name for t in b.list_topics()] == ["B"]
         route = b.get_route_info_by_topic("B")
-        assert (route.read_queue_nums, route.write_queue_nums) == (2, 5)
+        assert (len(route.read_queues()), len(route.write_queues())) == (2, 5)
 
 
 @pytest.mark.parametrize("name", ["", "a b", "x" * 128, "tópico", "a/b"])
@@ -79,7 +79,7 @@ def test_unknown_topic_is_rocketmqs_error(broker: Broker) -> None:
 def test_auto_create_topic(tmp_path: Path, store_name: str) -> None:
     with Broker(tmp_path, store=store_name, auto_create_topic_enable=True) as b:
         _send(b, 1, topic="Fresh")
-        assert b.get_route_info_by_topic("Fresh").write_queue_nums == 4
+        assert len(b.get_route_info_by_topic("Fresh").write_queues()) == 4
 
 
 def test_oversized_body_and_system_topic_are_refused_and_store_unchanged(broker: Broker) -> None:
@@ -183,16 +183,30 @@ def test_query_by_key_and_id_and_timestamp(broker: Broker) -> None:
     assert broker.get_earliest_msg_storetime("T", 0) == results[0].store_timestamp
 
 
+class _Channel:
+    """A client channel that records the notices it gets."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def consumer_ids_changed(self, group: str) -> None:
+        self.seen.append(group)
+
+    def reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        raise AssertionError("no reset expected")
+
+
 def test_heartbeat_membership_and_notifications(broker: Broker) -> None:
-    seen: list[str] = []
+    channel = _Channel()
+    seen = channel.seen
     data = ConsumerData(group_name="cg")
-    broker.heartbeat("c1", [data], listener=seen.append)
+    broker.heartbeat("c1", [data], channel=channel)
     broker.heartbeat("c2", [data])
     assert broker.get_consumer_list_by_group("cg") == ["c1", "c2"]
     assert seen == ["cg", "cg"]  # c1 hears of itself and of c2 joining
     broker.unregister_client("c2", "cg")
     assert broker.get_consumer_list_by_group("cg") == ["c1"] and len(seen) == 3
-    assert broker.get_route_info_by_topic("%RETRY%cg").write_queue_nums == 1
+    assert len(broker.get_route_info_by_topic("%RETRY%cg").write_queues()) == 1
 
 
 def test_silent_clients_expire(broker: Broker) -> None:

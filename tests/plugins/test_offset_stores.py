@@ -31,19 +31,19 @@ class FakeBroker:
         self.commits: list[tuple[str, str, int, int]] = []
         self.fail = False
 
-    def query_consumer_offset(self, consumer_group: str, topic: str, queue_id: int) -> int:
+    def query_consumer_offset(self, consumer_group: str, mq: MessageQueue) -> int:
         self.queries += 1
         if self.fail:
             raise ConnectionError("broker down")
-        return self.offsets.get((consumer_group, topic, queue_id), -1)
+        return self.offsets.get((consumer_group, mq.topic, mq.queue_id), -1)
 
     def update_consumer_offset(
-        self, consumer_group: str, topic: str, queue_id: int, commit_offset: int
+        self, consumer_group: str, mq: MessageQueue, commit_offset: int
     ) -> None:
         if self.fail:
             raise ConnectionError("broker down")
-        self.commits.append((consumer_group, topic, queue_id, commit_offset))
-        self.offsets[(consumer_group, topic, queue_id)] = commit_offset
+        self.commits.append((consumer_group, mq.topic, mq.queue_id, commit_offset))
+        self.offsets[(consumer_group, mq.topic, mq.queue_id)] = commit_offset
 
 
 @pytest.fixture(scope="module")

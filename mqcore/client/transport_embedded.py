@@ -1,0 +1,193 @@
+"""The embedded transport: the client/broker seam as direct calls on an in-process broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from mqcore.errors import InvalidArgumentError
+from mqcore.message import Message, MessageExt, MessageQueue
+from mqcore.protocol.channel import ClientChannel
+from mqcore.protocol.heartbeat import ConsumerData
+from mqcore.protocol.pull import PullResponse
+from mqcore.protocol.route import TopicRoute
+from mqcore.store import PutResult
+
+if TYPE_CHECKING:
+    from mqcore.broker.broker import Broker
+    from mqcore.kernel import Kernel
+
+__all__ = ["EmbeddedTransport"]
+
+
+class EmbeddedTransport:
+    """:class:`~mqcore.client.api.BrokerAPI` over a :class:`~mqcore.broker.Broker` in this
+    process. Nothing is encoded: messages go in as objects, pulled records come back as the
+    stored bytes (copied out of the store's maps), decoded by the client when read.
+    """
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    @property
+    def closed(self) -> bool:
+        """True once the broker is closed."""
+        return self.broker.closed
+
+    @property
+    def kernel(self) -> Kernel:
+        """The broker's kernel: embedded clients share its plugins."""
+        return self.broker.kernel
+
+    def close(self) -> None:
+        """Nothing to release: the broker belongs to the application."""
+
+    def _check(self, mq: MessageQueue) -> None:
+        name = self.broker.config.broker_name
+        if mq.broker_name != name:
+            raise InvalidArgumentError(f"{mq} is not served by broker {name!r}")
+
+    # -- routes and membership ----------------------------------------------------------------
+
+    def get_route_info_by_topic(self, topic: str) -> TopicRoute:
+        """The topic's route (one broker group of one member)."""
+        return self.broker.get_route_info_by_topic(topic)
+
+    def heartbeat(
+        self,
+        client_id: str,
+        consumer_data: Iterable[ConsumerData] = (),
+        producer_groups: Iterable[str] = (),
+        channel: ClientChannel | None = None,
+    ) -> None:
+        """Register or refresh the client."""
+        self.broker.heartbeat(client_id, consumer_data, producer_groups, channel)
+
+    def unregister_client(
+        self, client_id: str, producer_group: str | None = None, consumer_group: str | None = None
+    ) -> None:
+        """Remove the client from its group."""
+        if not self.broker.closed:
+            self.broker.unregister_client(client_id, consumer_group)
+
+    def get_consumer_list_by_group(self, consumer_group: str, topic: str) -> list[str]:
+        """Client ids of the group's live members."""
+        return self.broker.get_consumer_list_by_group(consumer_group)
+
+    # -- messages -------------------------------------------------------------------------------
+
+    def send_message(
+        self,
+        mq: MessageQueue,
+        messages: Sequence[Message],
+        *,
+        producer_group: str,
+        born_timestamp: int,
+    ) -> list[PutResult]:
+        """Store a batch in ``mq``."""
+        self._check(mq)
+        return self.broker.send_message(
+            mq.topic,
+            mq.queue_id,
+            messages,
+            producer_group=producer_group,
+            born_timestamp=born_timestamp,
+        )
+
+    def pull_message(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        queue_offset: int,
+        max_msg_nums: int,
+        *,
+        sub_expression: str = "*",
+        expression_type: str = "TAG",
+        suspend_timeout_ms: int = 0,
+        commit_offset: int | None = None,
+        client_id: str = "",
+        timeout: float | None = None,
+    ) -> PullResponse:
+        """Read records of ``mq`` (the broker holds the call up to ``suspend_timeout_ms``)."""
+        self._check(mq)
+        return self.broker.pull_message(
+            consumer_group,
+            mq.topic,
+            mq.queue_id,
+            queue_offset,
+            max_msg_nums,
+            sub_expression=sub_expression,
+            expression_type=expression_type,
+            suspend_timeout_ms=suspend_timeout_ms or None,
+            commit_offset=commit_offset,
+            client_host=client_id,
+        )
+
+    def consumer_send_msg_back(
+        self,
+        consumer_group: str,
+        msg: MessageExt,
+        delay_level: int,
+        max_reconsume_times: int,
+    ) -> None:
+        """Send ``msg`` back for a later retry (or to the DLQ)."""
+        self.broker.consumer_send_msg_back(
+            consumer_group,
+            msg.commitlog_offset,
+            delay_level,
+            origin_msg_id=msg.get_property("ORIGIN_MESSAGE_ID") or msg.msg_id,
+            origin_topic=msg.topic,
+            max_reconsume_times=max_reconsume_times,
+        )
+
+    def view_message_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """The message with id ``msg_id``."""
+        return self.broker.view_message_by_id(msg_id)
+
+    def query_message(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 32,
+        begin_timestamp: int = 0,
+        end_timestamp: int = 2**63 - 1,
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` indexed under ``key``."""
+        return self.broker.query_message(topic, key, max_num, begin_timestamp, end_timestamp)
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def query_consumer_offset(self, consumer_group: str, mq: MessageQueue) -> int:
+        """The group's committed offset in ``mq`` (-1: none)."""
+        return self.broker.query_consumer_offset(consumer_group, mq.topic, mq.queue_id)
+
+    def update_consumer_offset(self, consumer_group: str, mq: MessageQueue, offset: int) -> None:
+        """Commit the group's next offset in ``mq``."""
+        self.broker.update_consumer_offset(consumer_group, mq.topic, mq.queue_id, offset)
+
+    def get_min_offset(self, mq: MessageQueue) -> int:
+        """Smallest offset stored in ``mq``."""
+        return self.broker.get_min_offset(mq.topic, mq.queue_id)
+
+    def get_max_offset(self, mq: MessageQueue) -> int:
+        """One past the last offset of ``mq``."""
+        return self.broker.get_max_offset(mq.topic, mq.queue_id)
+
+    def search_offset_by_timestamp(self, mq: MessageQueue, timestamp: int) -> int:
+        """First offset of ``mq`` stored at or after ``timestamp``."""
+        return self.broker.search_offset_by_timestamp(mq.topic, mq.queue_id, timestamp)
+
+    # -- orderly consumption ----------------------------------------------------------------------
+
+    def lock_batch_mq(
+        self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> set[MessageQueue]:
+        """Lock queues for ``client_id``."""
+        return self.broker.lock_batch_mq(consumer_group, client_id, mqs)
+
+    def unlock_batch_mq(
+        self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> None:
+        """Release queue locks held by ``client_id``."""
+        if not self.broker.closed:
+            self.broker.unlock_batch_mq(consumer_group, client_id, mqs)
