@@ -1,0 +1,191 @@
+"""The machinery under the custom headers: typed fields read from and written to extFields.
+
+RocketMQ carries a request's arguments in ``extFields``, a map of strings. Clients differ in
+what they put there: the Java client writes every value as a string, the C++ core writes some
+ints as JSON numbers and its booleans as ``"true"``/``"false"`` (or ``"0"``/``"1"`` in older
+code). Each field therefore accepts a number or its decimal string, and a boolean in any of
+those spellings; an empty string counts as absent. Values always go out as strings.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+
+from mqcore.errors import ProtocolError
+
+__all__ = ["CommandHeader", "Kind", "wire_field"]
+
+_META = "mqcore.wire"
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+class Kind(enum.Enum):
+    """The Java type of a header field, which decides how its value is read and written."""
+
+    STRING = "String"
+    INT = "Integer"
+    LONG = "Long"
+    BOOLEAN = "Boolean"
+
+
+def wire_field(name: str, kind: Kind, *, required: bool = False, default: Any = None) -> Any:
+    """An attrs field carried in extFields under the RocketMQ name ``name``.
+
+    ``required`` mirrors RocketMQ's ``@CFNotNull`` on a field without a Java default: an
+    absent value is an error when the header is read.
+    """
+    metadata = {_META: (name, kind)}
+    if required:
+        return attrs.field(metadata=metadata)
+    return attrs.field(default=default, metadata=metadata)
+
+
+def _bad(header: str, name: str, kind: Kind, value: Any) -> ProtocolError:
+    return ProtocolError(
+        f"{header}: field {name!r} must be a {kind.value}, got {value!r}; "
+        f"send it as a JSON number or its decimal string",
+        field=name,
+    )
+
+
+def _read_str(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def _read_int(value: Any, low: int, high: int) -> int | None:
+    if value.__class__ is int:
+        number = value
+    elif isinstance(value, str):
+        try:
+            number = int(value.strip(), 10)
+        except ValueError:
+            return None
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        return None
+    return number if low <= number <= high else None
+
+
+_TRUE = frozenset({"true", "1"})
+_FALSE = frozenset({"false", "0"})
+
+
+def _read_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        return None
+    if value.__class__ is int and value in (0, 1):
+        return bool(value)
+    return None
+
+
+def _reader(kind: Kind) -> Callable[[Any], Any]:
+    if kind is Kind.STRING:
+        return _read_str
+    if kind is Kind.INT:
+        return lambda v: _read_int(v, INT32_MIN, INT32_MAX)
+    if kind is Kind.LONG:
+        return lambda v: _read_int(v, INT64_MIN, INT64_MAX)
+    return _read_bool
+
+
+@attrs.frozen
+class _Spec:
+    wire: str
+    attr: str
+    kind: Kind
+    read: Callable[[Any], Any]
+    required: bool
+
+
+H = TypeVar("H", bound="CommandHeader")
+
+
+class CommandHeader:
+    """Base of every custom header (RocketMQ's ``CommandCustomHeader``).
+
+    Subclasses are ``attrs.frozen(kw_only=True)`` classes whose fields are made with
+    :func:`wire_field`; attribute names are snake case, wire names RocketMQ's.
+    """
+
+    __slots__ = ()
+
+    # Wire names replaced in a subclass (the V2 send header's one-letter names).
+    WIRE_RENAME: ClassVar[Mapping[str, str]] = {}
+    _specs_cache: ClassVar[dict[type, tuple[_Spec, ...]]] = {}
+
+    @classmethod
+    def _specs(cls) -> tuple[_Spec, ...]:
+        specs = CommandHeader._specs_cache.get(cls)
+        if specs is None:
+            built = []
+            for f in attrs.fields(cls):  # type: ignore[arg-type]
+                name, kind = f.metadata[_META]
+                wire = cls.WIRE_RENAME.get(name, name)
+                required = f.default is attrs.NOTHING
+                built.append(_Spec(wire, f.name, kind, _reader(kind), required))
+            specs = CommandHeader._specs_cache[cls] = tuple(built)
+        return specs
+
+    @classmethod
+    def wire_names(cls) -> tuple[str, ...]:
+        """The extFields names this header reads and writes, in declaration order."""
+        return tuple(s.wire for s in cls._specs())
+
+    @classmethod
+    def from_ext_fields(cls: type[H], ext: Mapping[str, Any] | None) -> H:
+        """Read the header from a command's extFields.
+
+        Values may be strings or JSON numbers/booleans; unknown names (ACL's ``AccessKey``,
+        ``Signature``, ``OnsChannel``, fields of newer RocketMQ versions) are ignored.
+
+        :raises ProtocolError: a required field is absent, or a value has the wrong type or
+            is out of the Java type's range.
+        """
+        ext = ext or {}
+        values: dict[str, Any] = {}
+        for spec in cls._specs():
+            raw = ext.get(spec.wire)
+            if raw is None or (raw == "" and spec.kind is not Kind.STRING):
+                if spec.required:
+                    raise ProtocolError(
+                        f"{cls.__name__}: required field {spec.wire!r} is missing; "
+                        f"the command must carry it in extFields",
+                        field=spec.wire,
+                    )
+                continue
+            value = spec.read(raw)
+            if value is None:
+                raise _bad(cls.__name__, spec.wire, spec.kind, raw)
+            values[spec.attr] = value
+        return cls(**values)
+
+    def to_ext_fields(self) -> dict[str, str]:
+        """The header as extFields: every field that is not None, as a string."""
+        out: dict[str, str] = {}
+        for spec in self._specs():
+            value = getattr(self, spec.attr)
+            if value is None:
+                continue
+            if spec.kind is Kind.BOOLEAN:
+                out[spec.wire] = "true" if value else "false"
+            else:
+                out[spec.wire] = value if spec.kind is Kind.STRING else str(int(value))
+        return out
