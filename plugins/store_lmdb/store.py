@@ -48,6 +48,7 @@ from mqcore.store import (
     RawGetResult,
     parse_delay_levels,
 )
+from mqcore.storekind import check_store_kind
 
 __all__ = ["OPTIONS", "LmdbStore"]
 
@@ -130,6 +131,7 @@ class LmdbStore:
             self._writer_lock = StoreLock(self.path).acquire()
         env = None
         try:
+            check_store_kind(self.path, "lmdb", read_only=self.read_only)
             env = self._env = Environment(
                 self.path,
                 read_only=self.read_only,

@@ -62,6 +62,7 @@ from mqcore.store import (
     parse_delay_levels,
     position_status,
 )
+from mqcore.storekind import check_store_kind
 
 from . import recovery, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
@@ -152,6 +153,7 @@ class MmapStore:
             self.path.mkdir(parents=True, exist_ok=True)
             self._lock = StoreLock(self.path).acquire()
         try:
+            check_store_kind(self.path, "mmap", read_only=self.read_only)
             self._open()
         except BaseException:
             self._release_all()
