@@ -1,0 +1,388 @@
+"""RocketMQ's ``RemotingCommand``: the unit of the remoting protocol, and its two encodings.
+
+A frame on the wire::
+
+    int32 BE  total length  (4 + header length + body length; the length field itself excluded)
+    int32 BE  serialisation type << 24 | header length
+    header    JSON (type 0) or RocketMQ's binary layout (type 1, ``RocketMQSerializable``)
+    body      the rest
+
+The binary header is: code int16, language int8, version int16, opaque int32, flag int32,
+remark (int32 length + UTF-8; length 0 = none), extFields (int32 length of the entries, then
+per entry: int16 key length + key, int32 value length + value). Everything is big-endian.
+A response is written in the serialisation its request used.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+import re
+import struct
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from mqcore.errors import ProtocolError
+from mqcore.protocol.fields import CommandHeader
+
+__all__ = [
+    "DEFAULT_VERSION",
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "LanguageCode",
+    "RemotingCommand",
+    "SerializeType",
+    "next_opaque",
+]
+
+FLAG_RESPONSE = 0x1  # RPC_TYPE bit: 0 request, 1 response
+FLAG_ONEWAY = 0x2  # RPC_ONEWAY bit: no response expected
+
+# RocketMQ 4.9.4's MQVersion ordinal: brokers gate some features on the client's version.
+DEFAULT_VERSION = 401
+
+_INT = struct.Struct(">i")
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_FRAME_PREFIX = struct.Struct(">ii")  # total length, type|header length
+_SHORT = struct.Struct(">h")
+_HEADER_LEN_MASK = 0xFFFFFF
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+H = TypeVar("H", bound=CommandHeader)
+
+
+class SerializeType(enum.IntEnum):
+    """How a frame's header is encoded (the high byte of the header-length word)."""
+
+    JSON = 0
+    ROCKETMQ = 1
+
+
+class LanguageCode(enum.IntEnum):
+    """The sender's language (RocketMQ's ``LanguageCode``): a name in JSON, a byte in binary."""
+
+    JAVA = 0
+    CPP = 1
+    DOTNET = 2
+    PYTHON = 3
+    DELPHI = 4
+    ERLANG = 5
+    RUBY = 6
+    OTHER = 7
+    HTTP = 8
+    GO = 9
+    PHP = 10
+    OMS = 11
+    RUST = 12
+    NODE_JS = 13
+
+
+_LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
+_opaque_counter = itertools.count(1)
+
+
+def next_opaque() -> int:
+    """A fresh request id (positive int32, wrapping), unique within this process for a while."""
+    return next(_opaque_counter) & _INT32_MAX
+
+
+def _language(value: Any) -> LanguageCode:
+    if isinstance(value, str):
+        return _LANGUAGE_BY_NAME.get(value, LanguageCode.OTHER)
+    if value.__class__ is int:
+        try:
+            return LanguageCode(value)
+        except ValueError:
+            return LanguageCode.OTHER
+    raise ProtocolError(f"command header: 'language' must be a name or a number, got {value!r}")
+
+
+def _int32(obj: Mapping[str, Any], key: str, default: int) -> int:
+    value = obj.get(key, default)
+    if value.__class__ is int and _INT32_MIN <= value <= _INT32_MAX:
+        return int(value)
+    raise ProtocolError(f"command header: {key!r} must be a 32-bit integer, got {value!r:.60}")
+
+
+def _ext_str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@attrs.define(slots=True, eq=True)
+class RemotingCommand:
+    """One request or response (RocketMQ's ``RemotingCommand``).
+
+    ``ext_fields`` holds a custom header's fields (values as received: strings, or numbers
+    from clients that send JSON numbers); ``body`` is bytes-like and never copied on encode.
+    """
+
+    code: int
+    language: LanguageCode = LanguageCode.PYTHON
+    version: int = DEFAULT_VERSION
+    opaque: int = attrs.field(factory=next_opaque)
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, Any] | None = None
+    body: bytes | bytearray | memoryview | None = None
+    serialize_type: SerializeType = SerializeType.JSON
+
+    # --- building -------------------------------------------------------------------------
+
+    @classmethod
+    def request(
+        cls,
+        code: int,
+        header: CommandHeader | None = None,
+        body: bytes | bytearray | memoryview | None = None,
+        *,
+        oneway: bool = False,
+        serialize_type: SerializeType = SerializeType.JSON,
+    ) -> RemotingCommand:
+        """A request with a fresh opaque, the header's fields as extFields."""
+        return cls(
+            code,
+            ext_fields=header.to_ext_fields() if header is not None else None,
+            body=body,
+            flag=FLAG_ONEWAY if oneway else 0,
+            serialize_type=serialize_type,
+        )
+
+    @classmethod
+    def response(
+        cls,
+        code: int,
+        remark: str | None = None,
+        header: CommandHeader | None = None,
+        body: bytes | bytearray | memoryview | None = None,
+        *,
+        to: RemotingCommand | None = None,
+    ) -> RemotingCommand:
+        """A response; with ``to``, it carries that request's opaque and serialisation.
+
+        (The server sets both anyway when it sends a processor's answer.)
+        """
+        cmd = cls(
+            code,
+            remark=remark,
+            ext_fields=header.to_ext_fields() if header is not None else None,
+            body=body,
+            flag=FLAG_RESPONSE,
+            opaque=to.opaque if to is not None else 0,
+        )
+        if to is not None:
+            cmd.serialize_type = to.serialize_type
+        return cmd
+
+    @property
+    def is_response(self) -> bool:
+        """Flag bit 0: this is a response."""
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        """Flag bit 1: the sender expects no response."""
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def read_header(self, cls: type[H]) -> H:
+        """The custom header ``cls`` read from ``ext_fields``. :raises ProtocolError: see
+        :meth:`CommandHeader.from_ext_fields`."""
+        return cls.from_ext_fields(self.ext_fields)
+
+    # --- encoding -------------------------------------------------------------------------
+
+    def encode_header(self) -> bytes:
+        """The header in this command's serialisation (no length words)."""
+        if self.serialize_type == SerializeType.ROCKETMQ:
+            return self._binary_header()
+        return self._json_header()
+
+    def _json_header(self) -> bytes:
+        obj: dict[str, Any] = {
+            "code": self.code,
+            "language": self.language.name,
+            "version": self.version,
+            "opaque": self.opaque,
+            "flag": self.flag,
+        }
+        if self.remark is not None:
+            obj["remark"] = self.remark
+        if self.ext_fields is not None:
+            obj["extFields"] = {k: _ext_str(v) for k, v in self.ext_fields.items()}
+        obj["serializeTypeCurrentRPC"] = "JSON"
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def _binary_header(self) -> bytes:
+        parts = [
+            _BIN_FIXED.pack(self.code, int(self.language), self.version, self.opaque, self.flag)
+        ]
+        remark = self.remark.encode() if self.remark else b""
+        parts.append(_INT.pack(len(remark)))
+        parts.append(remark)
+        entries: list[bytes] = []
+        for key, value in (self.ext_fields or {}).items():
+            if value is None:
+                continue
+            k, v = key.encode(), _ext_str(value).encode()
+            entries += (_SHORT.pack(len(k)), k, _INT.pack(len(v)), v)
+        ext = b"".join(entries)
+        parts.append(_INT.pack(len(ext)))
+        parts.append(ext)
+        return b"".join(parts)
+
+    def encode_parts(self) -> tuple[bytes, bytes | bytearray | memoryview]:
+        """The frame as (length words + header, body): write both, the body is not copied."""
+        header = self.encode_header()
+        if len(header) > _HEADER_LEN_MASK:
+            raise ProtocolError(f"command header of {len(header)} bytes exceeds 16 MiB")
+        body = self.body if self.body is not None else b""
+        prefix = _FRAME_PREFIX.pack(
+            4 + len(header) + len(body), (int(self.serialize_type) << 24) | len(header)
+        )
+        return prefix + header, body
+
+    def encode(self) -> bytes:
+        """The whole frame, total-length word included."""
+        head, body = self.encode_parts()
+        return head + bytes(body)
+
+    # --- decoding -------------------------------------------------------------------------
+
+    @classmethod
+    def decode(cls, frame: bytes | bytearray | memoryview) -> RemotingCommand:
+        """Decode one frame *without* its total-length word (what a frame decoder yields).
+
+        :raises ProtocolError: bad header length, unknown serialisation, malformed header.
+        """
+        view = memoryview(frame)
+        if len(view) < 4:
+            raise ProtocolError(f"frame of {len(view)} bytes has no header-length word")
+        (word,) = _INT.unpack_from(view, 0)
+        header_len = word & _HEADER_LEN_MASK
+        kind = (word >> 24) & 0xFF
+        if header_len > len(view) - 4:
+            raise ProtocolError(
+                f"header length {header_len} exceeds the frame's {len(view) - 4} bytes"
+            )
+        header = view[4 : 4 + header_len]
+        if kind == SerializeType.JSON:
+            cmd = cls._decode_json(header)
+        elif kind == SerializeType.ROCKETMQ:
+            cmd = cls._decode_binary(header)
+        else:
+            raise ProtocolError(f"unknown serialisation type {kind} (0 JSON, 1 ROCKETMQ)")
+        if len(view) > 4 + header_len:
+            cmd.body = bytes(view[4 + header_len :])
+        return cmd
+
+    @classmethod
+    def _decode_json(cls, header: memoryview) -> RemotingCommand:
+        try:
+            obj = json.loads(bytes(header))
+        except (ValueError, RecursionError) as exc:
+            raise ProtocolError(f"command header is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError("command header must be a JSON object")
+        ext = obj.get("extFields")
+        if ext is not None and not isinstance(ext, dict):
+            raise ProtocolError("command header: 'extFields' must be a JSON object")
+        remark = obj.get("remark")
+        if remark is not None and not isinstance(remark, str):
+            raise ProtocolError("command header: 'remark' must be a string")
+        code = _int32(obj, "code", -1)
+        if "code" not in obj:
+            raise ProtocolError("command header has no 'code'")
+        return cls(
+            code,
+            language=_language(obj.get("language", "JAVA")),
+            version=_int32(obj, "version", 0),
+            opaque=_int32(obj, "opaque", 0),
+            flag=_int32(obj, "flag", 0),
+            remark=remark,
+            ext_fields=ext,
+            serialize_type=SerializeType.JSON,
+        )
+
+    @classmethod
+    def _decode_binary(cls, header: memoryview) -> RemotingCommand:
+        size = len(header)
+        if size < _BIN_FIXED.size + 8:
+            raise ProtocolError(f"binary command header of {size} bytes is truncated")
+        code, language, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+        pos = _BIN_FIXED.size
+        remark, pos = _read_str(header, pos, _INT, "remark")
+        (ext_len,) = _INT.unpack_from(header, pos) if pos + 4 <= size else (-1,)
+        pos += 4
+        if ext_len < 0 or pos + ext_len > size:
+            raise ProtocolError(
+                f"binary command header: extFields length {ext_len} is out of range"
+            )
+        ext: dict[str, Any] | None = None
+        if ext_len:
+            ext = {}
+            end = pos + ext_len
+            sub = header[:end]
+            while pos < end:
+                key, pos = _read_str(sub, pos, _SHORT, "extFields key")
+                value, pos = _read_str(sub, pos, _INT, "extFields value")
+                # As RocketMQ: a zero length reads as null, so the entry carries nothing.
+                if key is not None and value is not None:
+                    ext[key] = value
+        return cls(
+            code,
+            language=_language(language),
+            version=version,
+            opaque=opaque,
+            flag=flag,
+            remark=remark,
+            ext_fields=ext,
+            serialize_type=SerializeType.ROCKETMQ,
+        )
+
+
+def _read_str(
+    buf: memoryview, pos: int, length: struct.Struct, what: str
+) -> tuple[str | None, int]:
+    if pos + length.size > len(buf):
+        raise ProtocolError(f"binary command header: truncated before the {what} length")
+    (n,) = length.unpack_from(buf, pos)
+    pos += length.size
+    if n < 0 or pos + n > len(buf):
+        raise ProtocolError(f"binary command header: {what} length {n} is out of range")
+    if n == 0:
+        return None, pos
+    try:
+        return bytes(buf[pos : pos + n]).decode(), pos + n
+    except UnicodeDecodeError:
+        raise ProtocolError(f"binary command header: {what} is not UTF-8") from None
+
+
+_JSON_OPAQUE = re.compile(rb'"opaque"\s*:\s*(-?\d{1,10})')
+
+
+def salvage_opaque(frame: bytes | bytearray | memoryview) -> int | None:
+    """The opaque of a frame whose header failed to decode, when it can still be read.
+
+    Used to answer a malformed request instead of closing the connection.
+    """
+    view = memoryview(frame)
+    if len(view) < 4:
+        return None
+    (word,) = _INT.unpack_from(view, 0)
+    kind, header_len = (word >> 24) & 0xFF, word & _HEADER_LEN_MASK
+    header = view[4 : 4 + min(header_len, len(view) - 4)]
+    if kind == SerializeType.ROCKETMQ and len(header) >= 9:
+        return int(_INT.unpack_from(header, 5)[0])
+    if kind == SerializeType.JSON:
+        m = _JSON_OPAQUE.search(bytes(header))
+        if m is not None:
+            value = int(m.group(1))
+            if _INT32_MIN <= value <= _INT32_MAX:
+                return value
+    return None

@@ -1,0 +1,71 @@
+"""Cutting a byte stream into remoting frames (RocketMQ's ``NettyDecoder``).
+
+Each frame starts with a 4-byte big-endian length of what follows. A length that would make
+the frame (length word included) larger than ``max_frame_size`` is refused before any of it is
+buffered, as RocketMQ refuses frames over 16 MiB.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from mqcore.errors import ProtocolError
+
+__all__ = ["DEFAULT_MAX_FRAME_SIZE", "FrameDecoder"]
+
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024  # RocketMQ's com.rocketmq.remoting.frameMaxLength
+_LENGTH = struct.Struct(">i")
+_MIN_LENGTH = 4  # the header-length word
+
+
+class FrameDecoder:
+    """Incremental decoder: :meth:`feed` bytes as they arrive, get complete frames back.
+
+    A frame is returned without its length word, ready for
+    :meth:`~mqcore.remoting.command.RemotingCommand.decode`. Not thread-safe: one per
+    connection.
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a frame."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Append ``data``; return every frame now complete, in order.
+
+        :raises ProtocolError: a length word is negative, below the minimum or over
+            ``max_frame_size``; the stream cannot be resynchronised after that.
+        """
+        buf = self._buf
+        buf += data
+        pos = self._pos
+        end = len(buf)
+        frames: list[bytes] = []
+        while end - pos >= 4:
+            (length,) = _LENGTH.unpack_from(buf, pos)
+            if length < _MIN_LENGTH or length + 4 > self.max_frame_size:
+                raise ProtocolError(
+                    f"frame length {length} is out of range (at least {_MIN_LENGTH}, at most "
+                    f"{self.max_frame_size - 4}); the stream is not RocketMQ remoting"
+                )
+            if end - pos - 4 < length:
+                break
+            frames.append(bytes(buf[pos + 4 : pos + 4 + length]))
+            pos += 4 + length
+        # Drop consumed bytes in one go, not per frame (a batch of small frames stays linear).
+        if pos == end:
+            buf.clear()
+            pos = 0
+        elif pos > 65536:
+            del buf[:pos]
+            pos = 0
+        self._pos = pos
+        return frames
