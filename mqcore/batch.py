@@ -21,6 +21,7 @@ from operator import itemgetter
 from types import ModuleType
 from typing import Any
 
+from mqcore.errors import InvalidArgumentError
 from mqcore.message import Message
 from mqcore.store import PutResult, deliver_timestamp
 
@@ -76,7 +77,7 @@ def py_put_results(
     """:func:`put_results` in Python."""
     n = len(prepared)
     if len(offsets) != n:
-        raise ValueError(f"put_results: {len(offsets)} offsets for {n} records")
+        raise InvalidArgumentError(f"put_results: {len(offsets)} offsets for {n} records")
     # The ids of the whole batch: one pack and one hex call instead of a format per message.
     digits = _qwords(n).pack(*offsets).hex().upper()
     ids = [prefix + digits[j : j + 16] for j in range(0, 16 * n, 16)]

@@ -8,14 +8,17 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
 from mqcore.config import KernelConfig
+from mqcore.errors import InvalidArgumentError, MQError, PluginLoadError
+from mqcore.interfaces import AllocateStrategy, DelayScheduler, MessageFilter, OffsetStore
 from mqcore.logs import get_logger
 from mqcore.pluginmanager import create_plugin_manager, plugin_distribution
 from mqcore.registry import Registration, Registry
+from mqcore.store import Store
 
 __all__ = ["KINDS", "Kernel"]
 
@@ -48,6 +51,17 @@ class Kernel:
         disabled_plugins: Iterable[str] = (),
         autoload: bool | None = None,
     ) -> None:
+        if isinstance(plugins, (str, bytes)) or isinstance(disabled_plugins, (str, bytes)):
+            raise InvalidArgumentError(
+                f"plugins= and disabled_plugins= take a list of names, got the string "
+                f"{plugins if isinstance(plugins, (str, bytes)) else disabled_plugins!r}; "
+                "wrap it in a list"
+            )
+        if config is not None and (plugins or disabled_plugins or autoload is not None):
+            raise InvalidArgumentError(
+                "Kernel(config=...) takes its plugins, disabled_plugins and autoload from the "
+                "config; set them there (attrs.evolve(config, plugins=...)), not as keywords too"
+            )
         if config is None:
             config = KernelConfig(
                 plugins=tuple(plugins), disabled_plugins=tuple(disabled_plugins), autoload=autoload
@@ -77,7 +91,18 @@ class Kernel:
             ) -> None:
                 registry.register(name, factory, plugin=_p, distribution=_d)
 
-            impl.function(register=register)
+            try:
+                impl.function(register=register)
+            except MQError:
+                raise  # mqcore's own complaint (a duplicate name...), already naming the plugin
+            except Exception as exc:
+                where = f" from distribution {dist!r}" if dist else ""
+                raise PluginLoadError(
+                    f'Plugin "{impl.plugin_name}"{where} failed in {hook.name}: '
+                    f"{type(exc).__name__}: {exc}",
+                    plugin=impl.plugin_name,
+                    distribution=dist,
+                ) from exc
 
     # -- lookups --------------------------------------------------------------------------
 
@@ -86,36 +111,36 @@ class Kernel:
         """The plugin manager's hook caller (lifecycle hooks: ``k.hook.mqcore_send_after(...)``)."""
         return self.pm.hook
 
-    def allocator(self, name: str, **options: Any) -> Any:
+    def allocator(self, name: str, **options: Any) -> AllocateStrategy:
         """A new allocation strategy ``name`` built with ``options``."""
-        return self.registries["allocator"].create(name, **options)
+        return cast(AllocateStrategy, self.registries["allocator"].create(name, **options))
 
-    def filter(self, expression_type: str, expression: str | None) -> Any:
+    def filter(self, expression_type: str, expression: str | None) -> MessageFilter:
         """A compiled filter; compiled filters are cached per (type, expression)."""
         key = (str(expression_type).upper(), expression or "")
         with self._filters_lock:
             found = self._filters.get(key)
             if found is not None:
                 self._filters.move_to_end(key)
-                return found
+                return cast(MessageFilter, found)
         compiled = self.registries["filter"].create(expression_type, expression)
         with self._filters_lock:
             self._filters[key] = compiled
             while len(self._filters) > _FILTER_CACHE_SIZE:
                 self._filters.popitem(last=False)
-        return compiled
+        return cast(MessageFilter, compiled)
 
-    def open_store(self, name: str, path: Any, **options: Any) -> Any:
+    def open_store(self, name: str, path: Any, **options: Any) -> Store:
         """Open (or create) a store of backend ``name`` at ``path``."""
-        return self.registries["store"].create(name, path, **options)
+        return cast(Store, self.registries["store"].create(name, path, **options))
 
-    def offset_store(self, name: str, **options: Any) -> Any:
+    def offset_store(self, name: str, **options: Any) -> OffsetStore:
         """A new consumer offset store ``name``."""
-        return self.registries["offset_store"].create(name, **options)
+        return cast(OffsetStore, self.registries["offset_store"].create(name, **options))
 
-    def delay_scheduler(self, name: str, **options: Any) -> Any:
+    def delay_scheduler(self, name: str, **options: Any) -> DelayScheduler:
         """A new delay scheduler ``name``."""
-        return self.registries["delay_scheduler"].create(name, **options)
+        return cast(DelayScheduler, self.registries["delay_scheduler"].create(name, **options))
 
     def registrations(self) -> dict[str, list[Registration[Any]]]:
         """Everything registered, per kind, sorted by name."""

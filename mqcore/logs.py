@@ -59,7 +59,7 @@ _LEVELS = {
 
 
 def _capturing() -> bool:
-    processors = _CONFIG.default_processors
+    processors: Any = _CONFIG.default_processors  # capture_logs keeps a list here
     return bool(processors) and isinstance(processors[-1], LogCapture)  # capture_logs: last
 
 
@@ -89,4 +89,4 @@ _PROCESSORS = _Processors()
 def get_logger(name: str) -> Any:
     """A structlog logger for module ``name`` that writes to ``logging.getLogger(name)``."""
     # Built directly, not through structlog.wrap_logger: its lazy proxy re-binds on each call.
-    return _Logger(logging.getLogger(name), processors=_PROCESSORS, context={})  # type: ignore[arg-type]
+    return _Logger(logging.getLogger(name), processors=_PROCESSORS, context={})

@@ -43,6 +43,7 @@ BUNDLED_PLUGINS: tuple[str, ...] = (
     "mqcore.plugins.filter_tag",
     "mqcore.plugins.filter_sql92",
     "mqcore.plugins.delay_levels",
+    "mqcore.plugins.delay_timer_wheel",
 )
 
 ENV_DISABLE_AUTOLOAD = "MQCORE_DISABLE_PLUGIN_AUTOLOAD"
@@ -63,11 +64,13 @@ def autoload_from_env() -> bool:
 def _register(pm: pluggy.PluginManager, plugin: Any, name: str, dist: str | None) -> None:
     try:
         pm.register(plugin, name=name)
-    except ValueError as exc:
-        # pluggy refuses a second plugin with the same name (or the same object).
+    except (ValueError, pluggy.PluginValidationError) as exc:
+        # pluggy refuses a second plugin with the same name (or the same object), and a hook
+        # implementation whose arguments the hook's specification does not have.
         where = f" from distribution {dist!r}" if dist else ""
+        text = " ".join(str(exc).split())  # pluggy's message spans lines; keep one
         raise PluginLoadError(
-            f'Error registering plugin "{name}"{where}: {exc}', plugin=name, distribution=dist
+            f'Error registering plugin "{name}"{where}: {text}', plugin=name, distribution=dist
         ) from exc
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MESSAGE_DELAY_LEVEL",
     "SCHEDULE_TOPIC",
+    "TIMER_TOPIC",
     "FlushMode",
     "GetResult",
     "GetStatus",
@@ -42,6 +43,10 @@ DEFAULT_MAX_BYTES = 256 * 1024  # RocketMQ's maxTransferBytesOnMessageInMemory
 #: RocketMQ's topic for delayed messages (``RMQ_SYS_SCHEDULE_TOPIC``): queue ``i`` holds the
 #: messages of delay level ``i + 1``.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+#: RocketMQ 5's topic for timer messages (``TimerMessageStore.TIMER_TOPIC``): queue 0 holds
+#: every timer message, in arrival order, until it is due.
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 #: RocketMQ's ``messageDelayLevel`` default: level 1 is 1 s ... level 18 is 2 h.
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -95,7 +100,7 @@ class FlushMode(enum.Enum):
         try:
             return cls[text]
         except KeyError:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"unknown flush mode {value!r}; use ASYNC_FLUSH or SYNC_FLUSH"
             ) from None
 
@@ -178,8 +183,14 @@ class Store(Protocol):
         born_timestamp: int | None = None,
         born_host: str | None = None,
         reconsume_times: int = 0,
+        sys_flag: int = 0,
     ) -> list[PutResult]:
-        """Append a batch to one queue (one encode, one write); honours the flush mode."""
+        """Append a batch to one queue (one encode, one write); honours the flush mode.
+
+        ``sys_flag`` is stored in every record of the batch (RocketMQ's ``MessageSysFlag``:
+        bit 0 marks a body a client sent zlib-compressed). The broker passes it only when it
+        is not 0, so a store that predates it keeps working for everything else.
+        """
         ...
 
     def get(

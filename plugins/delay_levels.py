@@ -67,11 +67,13 @@ def _decode_offsets(data: bytes) -> dict[int, int]:
     obj = json.loads(data)
     table = obj.get("offsetTable") if isinstance(obj, dict) else None
     if not isinstance(table, dict):
-        raise ValueError("no offsetTable object")
+        raise StoreCorruptedError("no offsetTable object")
     out: dict[int, int] = {}
     for level, offset in table.items():
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ValueError(f"offset {offset!r} of level {level!r} is not a non-negative int")
+            raise StoreCorruptedError(
+                f"offset {offset!r} of level {level!r} is not a non-negative int"
+            )
         out[int(level)] = offset
     return out
 

@@ -82,13 +82,13 @@ def _encode(group: str, client_id: str, offsets: dict[MessageQueue, int]) -> dic
 def _decode(data: bytes) -> dict[MessageQueue, int]:
     obj = json.loads(data)
     if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable"), list):
-        raise ValueError("no 'offsetTable' list at the top level")
+        raise StoreCorruptedError("no 'offsetTable' list at the top level")
     offsets: dict[MessageQueue, int] = {}
     for entry in obj["offsetTable"]:
         offset = entry["offset"]
         queue_id = entry["queueId"]
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (offset, queue_id)):
-            raise ValueError(f"bad entry {entry!r}: queueId and offset must be integers")
+            raise StoreCorruptedError(f"bad entry {entry!r}: queueId and offset must be integers")
         offsets[MessageQueue(str(entry["topic"]), str(entry["brokerName"]), queue_id)] = offset
     return offsets
 

@@ -129,3 +129,49 @@ def test_bundled_plugins_are_listed_as_mqcore() -> None:
     for regs in k.registrations().values():
         for reg in regs:
             assert reg.distribution == "mqcore"
+
+
+def test_options_beside_a_config_are_refused() -> None:
+    """Kernel(config=..., plugins=...) would drop the plugins: it is refused instead."""
+    from mqcore.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="config"):
+        Kernel(KernelConfig(autoload=False), plugins=[FirstPlugin()])
+    with pytest.raises(InvalidArgumentError, match="config"):
+        Kernel(KernelConfig(autoload=False), autoload=True)
+    with pytest.raises(InvalidArgumentError, match="list"):
+        Kernel(plugins="mqcore_sticky", autoload=False)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError too
+        Kernel(disabled_plugins="allocate", autoload=False)  # type: ignore[arg-type]
+
+
+def test_plugin_raising_in_a_registration_hook_is_a_plugin_load_error() -> None:
+    """A plugin named in config that raises while registering: PluginLoadError naming it."""
+
+    class Raising:
+        __name__ = "raising-plugin"
+
+        @hookimpl
+        def mqcore_register_filters(self, register):  # type: ignore[no-untyped-def]
+            raise RuntimeError("cannot compile the grammar")
+
+    with pytest.raises(PluginLoadError, match="raising-plugin.*cannot compile") as info:
+        Kernel(plugins=[Raising()], autoload=False)
+    assert info.value.plugin == "raising-plugin"
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_factories_return_the_protocol_types(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """What the kernel builds satisfies mqcore.interfaces' protocols (and the store contract)."""
+    from mqcore.interfaces import AllocateStrategy, DelayScheduler, MessageFilter, OffsetStore
+    from mqcore.store import Store
+
+    k = Kernel(autoload=False)
+    assert isinstance(k.allocator("avg"), AllocateStrategy)
+    assert isinstance(k.filter("TAG", "a || b"), MessageFilter)
+    assert isinstance(
+        k.offset_store("local_file", group="g", client_id="c", store_dir=tmp_path), OffsetStore
+    )
+    assert isinstance(k.delay_scheduler("delay_levels"), DelayScheduler)
+    with k.open_store("mmap", tmp_path / "s") as store:
+        assert isinstance(store, Store)

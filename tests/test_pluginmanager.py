@@ -86,3 +86,72 @@ def test_bundled_plugins_import() -> None:
 
     for name in BUNDLED_PLUGINS:
         assert importlib.import_module(name).__name__ == name
+
+
+_MISNAMED = """
+from mqcore import hookimpl
+
+@hookimpl
+def mqcore_register_allocators(registrar):
+    registrar("x", object)
+"""
+
+_MISSING = """
+from mqcore import hookimpl
+
+@hookimpl
+def mqcore_register_allocators():
+    pass
+"""
+
+_RAISING = """
+from mqcore import hookimpl
+
+@hookimpl
+def mqcore_register_allocators(register):
+    raise KeyError("no config for the strategy")
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        (_MISNAMED, "registrar"),
+        (_MISSING, "TypeError"),
+        (_RAISING, "no config for the strategy"),
+    ],
+    ids=["misnamed-argument", "missing-argument", "raises-while-registering"],
+)
+def test_bad_hook_implementation_is_a_plugin_load_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, says: str
+) -> None:
+    """A hook implementation with a wrong signature, or that raises, names plugin and dist."""
+    module = f"mqcore_bad_{says.replace(' ', '_').lower()}"  # each case its own module
+    _fake_distribution(tmp_path, "mqcore-bad", module, source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginLoadError) as info:
+        Kernel()
+    err = info.value
+    assert err.plugin == "mqcore-bad" and err.distribution == "mqcore-bad"
+    assert '"mqcore-bad"' in str(err) and "'mqcore-bad'" in str(err) and says in str(err)
+
+
+def test_cli_prints_a_plugin_load_error_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`mqcore plugins` with a broken plugin: one line on stderr, no traceback, exit 1."""
+    _fake_distribution(tmp_path, "mqcore-bad", "mqcore_bad_cli", _MISNAMED)
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("mqcore")), "plugins"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "mqcore-bad" in lines[0] and "Traceback" not in proc.stderr

@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from mqcore.errors import InvalidArgumentError
 from mqcore.kernel import Kernel
 
 from .layout import Location, resolve_read

@@ -58,18 +58,20 @@ def _decode(data: bytes) -> tuple[dict[_Key, dict[int, int]], int]:
     """Parse the file's bytes; raises on anything that is not the expected shape."""
     obj = json.loads(data)
     if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable"), dict):
-        raise ValueError("no 'offsetTable' object at the top level")
+        raise StoreCorruptedError("no 'offsetTable' object at the top level")
     table: dict[_Key, dict[int, int]] = {}
     for key, queues in obj["offsetTable"].items():
         topic, sep, group = str(key).partition(TOPIC_GROUP_SEPARATOR)
         if not sep or not topic or not group or TOPIC_GROUP_SEPARATOR in group:
-            raise ValueError(f"bad key {key!r}, expected '<topic>@<group>'")
+            raise StoreCorruptedError(f"bad key {key!r}, expected '<topic>@<group>'")
         if not isinstance(queues, dict):
-            raise ValueError(f"offsets of {key!r} are not an object")
+            raise StoreCorruptedError(f"offsets of {key!r} are not an object")
         offsets: dict[int, int] = {}
         for queue_id, offset in queues.items():
             if isinstance(offset, bool) or not isinstance(offset, int):
-                raise ValueError(f"offset {offset!r} of {key!r} queue {queue_id!r} is not an int")
+                raise StoreCorruptedError(
+                    f"offset {offset!r} of {key!r} queue {queue_id!r} is not an int"
+                )
             offsets[int(queue_id)] = offset
         table[(topic, group)] = offsets
     version = obj.get("dataVersion", {})

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mqcore.errors import FilterEvaluationError
+from mqcore.errors import FilterEvaluationError, FilterExpressionError
 from mqcore.plugins.filter_sql92 import javatypes
 from mqcore.plugins.filter_sql92.nodes import (
     BoolCast,
@@ -156,7 +156,7 @@ class _Codegen:
         elif isinstance(node, StrMatch):
             self.str_match(node, out)
         else:  # the parser casts properties and refuses other values as conditions
-            raise TypeError(f"not a condition: {node!r}")
+            raise FilterExpressionError(f"not a condition: {node!r}")
 
     def chain(self, op: str, children: list[Node] | list[str]) -> str:
         """A function for ``c1 op c2 op ...``; children are nodes or generated functions."""
