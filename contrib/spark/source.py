@@ -75,7 +75,7 @@ def _check_schema(schema: StructType) -> StructType:
     known = {f.name: f for f in SCHEMA.fields}
     for field in schema.fields:
         if field.name not in known or field.dataType != known[field.name].dataType:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"column {field.name} {field.dataType.simpleString()} is not one the mqcore "
                 f"source provides; its schema is {SCHEMA.simpleString()}"
             )
