@@ -19,6 +19,7 @@ __all__ = [
     "InvalidArgumentError",
     "MQClientError",
     "MQError",
+    "MessageFieldError",
     "MessageIllegalError",
     "NoPermissionError",
     "NotRegisteredError",
@@ -178,6 +179,12 @@ class TopicNotExistError(BrokerError):
 
 class MessageIllegalError(BrokerError, ValueError):
     """The message is invalid: bad topic name, empty or oversized body (MESSAGE_ILLEGAL)."""
+
+
+class MessageFieldError(MessageIllegalError, InvalidArgumentError):
+    """The broker refused a field of a message (a property separator inside it, a system
+    property a client may not set...): MESSAGE_ILLEGAL to the sender, and the same
+    :class:`InvalidArgumentError` the producer raises for it."""
 
 
 class NoPermissionError(BrokerError):

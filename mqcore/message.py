@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from mqcore.errors import InvalidArgumentError
+from mqcore.protocol.validation import check_text, check_user_properties
 
 __all__ = [
     "PROPERTY_DELAY",
@@ -35,6 +36,7 @@ __all__ = [
     "SendStatus",
     "format_properties",
     "parse_properties",
+    "system_message",
 ]
 
 # Property names RocketMQ reserves (MessageConst); the codec stores tags, keys and the delay
@@ -149,7 +151,39 @@ class MessageQueue:
 
 
 def _to_props(value: Mapping[str, str] | None) -> dict[str, str]:
-    return dict(value) if value else {}
+    if not value:
+        return {}
+    try:
+        props = dict(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(
+            f"message properties must be a mapping of str to str, got {value!r}"
+        ) from None
+    check_user_properties(props)
+    return props
+
+
+def _check_optional_text(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        check_text(attribute.name, value)
+
+
+def _delay_level(value: Any) -> int:
+    """``delay_level`` as an int >= 0 (NumPy ints and the like accepted, bools not)."""
+    if value.__class__ is int and value >= 0:
+        return value  # the usual case, without a call
+    if isinstance(value, bool):
+        number = -1
+    else:
+        try:
+            number = operator.index(value)
+        except TypeError:
+            number = -1
+    if number < 0:
+        raise InvalidArgumentError(
+            f"message delay_level must be an int >= 0 (0 = no delay), got {value!r}"
+        )
+    return int(number)
 
 
 def _java_int(value: Any) -> int:
@@ -176,15 +210,20 @@ class Message:
     ``tags`` is one tag (used for TAG filtering), ``keys`` one or more space-separated keys
     (indexed for lookup), ``properties`` user properties (strings), ``delay_level`` one of
     RocketMQ's 18 levels (0 = no delay).
+
+    Checked when built (:class:`~mqcore.errors.InvalidArgumentError` names the field): text
+    fields are ``str`` without the property separators ``\\x01`` and ``\\x02``; property
+    names are not RocketMQ system names (``TAGS``, ``DELAY``, ``REAL_TOPIC``, ``UNIQ_KEY``...,
+    see :data:`mqcore.protocol.validation.SYSTEM_PROPERTY_NAMES`): only the library sets those.
     """
 
     topic: str
     body: bytes = b""
-    tags: str | None = None
-    keys: str | None = None
+    tags: str | None = attrs.field(default=None, validator=_check_optional_text)
+    keys: str | None = attrs.field(default=None, validator=_check_optional_text)
     properties: dict[str, str] = attrs.field(factory=dict, converter=_to_props)
     flag: int = attrs.field(default=0, converter=_java_int)
-    delay_level: int = 0
+    delay_level: int = attrs.field(default=0, converter=_delay_level)
 
     def all_properties(self) -> dict[str, str]:
         """Properties as stored: user properties plus TAGS, KEYS and DELAY when set."""
@@ -201,6 +240,27 @@ class Message:
     def key_list(self) -> list[str]:
         """The keys, split on spaces (RocketMQ's key separator)."""
         return self.keys.split() if self.keys else []
+
+
+def system_message(*, properties: Mapping[str, str] | None = None, **fields: Any) -> Message:
+    """A :class:`Message` built by the library itself, whose ``properties`` may hold system
+    names (``RETRY_TOPIC``, ``REAL_TOPIC``...), as RocketMQ's ``MessageAccessor``.
+
+    Every other check still applies, and the broker still checks what it is sent
+    (:func:`mqcore.protocol.validation.check_sent_message`): this is the path for the client
+    library's own setters, for the broker's retry, dead-letter and delay copies, and for
+    delay-scheduler plugins, never for application data.
+    """
+    msg = Message(**fields)
+    if properties:
+        props = dict(properties)
+        for name, value in props.items():
+            check_text("property name", name)
+            check_text(f"property {name!r} value", value)
+        # Timer fields were copied into the message's own dict by its post-init.
+        props.update(msg.properties)
+        object.__setattr__(msg, "properties", props)
+    return msg
 
 
 @attrs.frozen
@@ -438,11 +498,15 @@ class MessageExt:
 
     def to_message(self, **changes: Any) -> Message:
         """A plain :class:`Message` with this message's fields, ``changes`` replacing some
-        (as :func:`attrs.evolve`); a field that is replaced is not decoded."""
+        (as :func:`attrs.evolve`); a field that is replaced is not decoded.
+
+        The copy keeps the record's system properties (``RETRY_TOPIC``, ``REAL_TOPIC``...;
+        see :func:`system_message`); the broker decides which of them it accepts back.
+        """
         for name in _MESSAGE_FIELDS:
             if name not in changes:
                 changes[name] = getattr(self, name)
-        return Message(**changes)
+        return system_message(**changes)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MessageExt):

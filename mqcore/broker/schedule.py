@@ -24,9 +24,10 @@ from typing import Any
 
 import attrs
 
-from mqcore.broker.topics import SCHEDULE_TOPIC
+from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, SCHEDULE_TOPIC, validate_topic
+from mqcore.errors import MessageIllegalError
 from mqcore.logs import get_logger
-from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, Message
+from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, Message, system_message
 from mqcore.store import GetResult, PutResult
 
 __all__ = ["DelayService"]
@@ -126,7 +127,10 @@ class DelayService:
                 props = dict(m.properties)
                 props[PROPERTY_REAL_TOPIC] = topic
                 props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                moved = attrs.evolve(m, topic=SCHEDULE_TOPIC, properties=props, delay_level=level)
+                # The broker's own REAL_TOPIC/REAL_QID replace any a client sent.
+                fields = attrs.asdict(m, recurse=False)
+                fields.update(topic=SCHEDULE_TOPIC, properties=props, delay_level=level)
+                moved = system_message(**fields)
                 held.setdefault(qid, []).append((i, moved))
             else:
                 plain.append(i)
@@ -172,7 +176,21 @@ class DelayService:
 
         Raises only when the message was not stored: once it is, a failing wake-up or hook
         must not make the scheduler deliver it a second time.
+
+        A destination no producer may send to (the schedule topic itself, an illegal name, a
+        negative queue) is never written: such a record can only predate the broker's checks
+        of ``REAL_TOPIC``, and delivering it could make it copy itself forever. It is logged
+        and skipped.
         """
+        topic = message.topic
+        try:
+            validate_topic(topic)
+            refused = topic in NOT_ALLOWED_SEND_TOPICS or queue_id < 0
+        except MessageIllegalError:
+            refused = True
+        if refused:
+            log.error("delay_delivery_refused", topic=topic, queue_id=queue_id)
+            return
         got = self.store.put(
             message.topic,
             queue_id,

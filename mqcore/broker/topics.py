@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from mqcore.atomicfile import read_json, write_json_atomic
 from mqcore.broker.codes import ResponseCode
 from mqcore.errors import MessageIllegalError, NoPermissionError, TopicNotExistError
 from mqcore.logs import get_logger
+from mqcore.protocol.validation import VALID_NAME
 from mqcore.store import SCHEDULE_TOPIC
 
 __all__ = [
@@ -40,7 +40,8 @@ DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 120
-_VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# A whole-string match: with re.match and "$", "T\n" would pass.
+_VALID_NAME = VALID_NAME
 
 #: Topics the broker keeps for itself (TopicValidator's system topics).
 SYSTEM_TOPICS = frozenset(
@@ -89,7 +90,7 @@ def _check_topic(topic: str) -> None:
         raise MessageIllegalError(
             "The specified topic is blank.", code=ResponseCode.MESSAGE_ILLEGAL
         )
-    if not _VALID_NAME.match(topic):
+    if _VALID_NAME.fullmatch(topic) is None:
         raise MessageIllegalError(
             f"The specified topic[{topic}] contains illegal characters, "
             "allowing only ^[%|a-zA-Z0-9_-]+$",
@@ -111,7 +112,7 @@ def validate_group(group: str) -> None:
         raise MessageIllegalError(
             "The specified group is blank.", code=ResponseCode.MESSAGE_ILLEGAL
         )
-    if not _VALID_NAME.match(group):
+    if _VALID_NAME.fullmatch(group) is None:
         raise MessageIllegalError(
             f"the specified group[{group}] contains illegal characters, "
             "allowing only ^[%|a-zA-Z0-9_-]+$",

@@ -15,8 +15,8 @@ from mqcore.client.common import ClientBase
 from mqcore.errors import BrokerError, MessageIllegalError, MQClientError, SendTimeoutError
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageQueue, SendResult, SendStatus
-from mqcore.protocol.validation import check_sent_message
 from mqcore.protocol.codes import ResponseCode
+from mqcore.protocol.validation import check_sent_message
 from mqcore.store import PutResult
 
 __all__ = ["MessageQueueSelector", "Producer"]
