@@ -21,7 +21,35 @@ class PullWaiters:
         self._lock = threading.Lock()
         self._seq: dict[Hashable, int] = {}
         self._conds: dict[Hashable, tuple[threading.Condition, list[int]]] = {}
+        # Callbacks of pulls parked without a thread (the remoting server's event loop).
+        self._callbacks: dict[Hashable, set[Callable[[], None]]] = {}
         self._closed = False
+
+    def sequence(self, key: Hashable) -> int:
+        """How many times ``key`` was notified (read it before checking for messages)."""
+        with self._lock:
+            return self._seq.get(key, 0)
+
+    def park(self, key: Hashable, seq: int, callback: Callable[[], None]) -> bool:
+        """Call ``callback()`` (once, from the notifying thread) at the next notice for ``key``.
+
+        Returns False, registering nothing, when ``key`` was notified since ``seq`` was read
+        or the waiters are closed: the caller should check for messages again instead.
+        """
+        with self._lock:
+            if self._closed or self._seq.get(key, 0) != seq:
+                return False
+            self._callbacks.setdefault(key, set()).add(callback)
+            return True
+
+    def unpark(self, key: Hashable, callback: Callable[[], None]) -> None:
+        """Forget a callback registered with :meth:`park` (its pull timed out or went away)."""
+        with self._lock:
+            waiting = self._callbacks.get(key)
+            if waiting is not None:
+                waiting.discard(callback)
+                if not waiting:
+                    del self._callbacks[key]
 
     def wait_for(self, key: Hashable, check: Callable[[], bool], timeout_s: float) -> bool:
         """Block until ``check()`` is true (True) or ``timeout_s`` passes / close() (False)."""
@@ -59,6 +87,10 @@ class PullWaiters:
             entry = self._conds.get(key)
             if entry is not None:
                 entry[0].notify_all()
+            parked = self._callbacks.pop(key, None)
+        if parked:
+            for callback in parked:
+                callback()
 
     def close(self) -> None:
         """Wake every waiter; later waits return False at once."""
@@ -66,3 +98,7 @@ class PullWaiters:
             self._closed = True
             for cond, _ in self._conds.values():
                 cond.notify_all()
+            parked = [cb for cbs in self._callbacks.values() for cb in cbs]
+            self._callbacks.clear()
+        for callback in parked:
+            callback()

@@ -1,0 +1,430 @@
+"""The broker's request processor: RocketMQ remoting commands in, broker operations, answers out.
+
+:data:`OPERATION_TABLE` maps each request code to its handler and its request header class
+(from :data:`mqcore.protocol.headers.REQUEST_HEADERS`). A handler reads the typed header and
+the body, calls the same :class:`~mqcore.broker.Broker` method the embedded transport calls,
+and builds the response. Pulls that find nothing are parked on the broker's long-poll waiters
+as futures of the server's event loop, never as threads, so thousands of held polls cost
+nothing but memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from mqcore.broker.schedule import is_timer_message
+from mqcore.errors import BrokerError, MessageIllegalError, MQError, ProtocolError
+from mqcore.logs import get_logger
+from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
+from mqcore.protocol import bodies, headers
+from mqcore.protocol.codes import RequestCode, ResponseCode
+from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
+from mqcore.protocol.send import decode_batch, message_from_wire
+from mqcore.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from mqcore.broker.broker import Broker
+
+__all__ = ["OPERATION_TABLE", "BrokerProcessor", "RemoteChannel"]
+
+log = get_logger(__name__)
+
+COMPRESSED_FLAG = 0x1  # MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
+_SYS_FLAG_KEPT = COMPRESSED_FLAG  # the only sender sys flag bit a stored record keeps
+
+Reply = RemotingCommand | Awaitable[RemotingCommand] | None
+Handler = Callable[["BrokerProcessor", RemotingCommand, Any, Any], Reply]
+
+#: request code -> (handler, request header class or None)
+OPERATION_TABLE: dict[int, tuple[Handler, type[headers.CommandHeader] | None]] = {}
+
+
+def _op(*codes: RequestCode) -> Callable[[Handler], Handler]:
+    def mark(func: Handler) -> Handler:
+        for code in codes:
+            OPERATION_TABLE[int(code)] = (func, headers.REQUEST_HEADERS.get(int(code)))
+        return func
+
+    return mark
+
+
+def _ok(req: RemotingCommand, header: Any = None, body: Any = None) -> RemotingCommand:
+    return RemotingCommand.response(ResponseCode.SUCCESS, None, header, body, to=req)
+
+
+def _error(req: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    return RemotingCommand.response(code, remark, to=req)
+
+
+class RemoteChannel:
+    """The broker's way to one remote client: requests over the client's own connection."""
+
+    def __init__(self, connection: Any, language: Any) -> None:
+        self.connection = connection
+        self.language = language
+
+    def consumer_ids_changed(self, group: str) -> None:
+        """Send NOTIFY_CONSUMER_IDS_CHANGED (40), one-way."""
+        header = headers.NotifyConsumerIdsChangedRequestHeader(consumer_group=group)
+        self.connection.send_oneway(
+            RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, header, oneway=True)
+        )
+
+    def reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Send RESET_CONSUMER_CLIENT_OFFSET (220) with the new offsets, one-way."""
+        header = headers.ResetOffsetRequestHeader(topic=topic, group=group, timestamp=0)
+        for_cpp = getattr(self.language, "name", "") == "CPP"
+        body = bodies.ResetOffsetBody(offset_table=offsets).encode(for_cpp=for_cpp)
+        self.connection.send_oneway(
+            RemotingCommand.request(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body, oneway=True
+            )
+        )
+
+
+def _consumer_data(wire: bodies.ConsumerData) -> ConsumerData:
+    return ConsumerData(
+        group_name=wire.group_name,
+        consume_type=wire.consume_type,
+        message_model=MessageModel[wire.message_model],
+        consume_from_where=ConsumeFromWhere[wire.consume_from_where]
+        if wire.consume_from_where in ConsumeFromWhere.__members__
+        else ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        subscriptions=[
+            SubscriptionData(
+                topic=s.topic, sub_string=s.sub_string, expression_type=s.expression_type
+            )
+            for s in wire.subscription_data_set
+        ],
+    )
+
+
+class BrokerProcessor:
+    """Serves remoting commands with a :class:`~mqcore.broker.Broker` (and its name server role).
+
+    :param broker: the broker.
+    :param address: the ``host:port`` clients reach this server at (routes name it).
+    """
+
+    def __init__(self, broker: Broker, address: str) -> None:
+        self.broker = broker
+        self.address = address
+
+    def process(self, req: RemotingCommand, connection: Any) -> Reply:
+        """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
+        entry = OPERATION_TABLE.get(req.code)
+        if entry is None:
+            return _error(
+                req,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request type {req.code} not supported",
+            )
+        handler, header_cls = entry
+        try:
+            header = req.read_header(header_cls) if header_cls is not None else None
+            return handler(self, req, header, connection)
+        except ProtocolError as exc:
+            return _error(req, ResponseCode.INVALID_PARAMETER, str(exc))
+        except BrokerError as exc:
+            return _error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
+        except MQError as exc:
+            code = getattr(exc, "code", None)
+            return _error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
+
+    # -- name server role ------------------------------------------------------------------------
+
+    @_op(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+    def _route(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
+        return _ok(req, body=route.encode())
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    @_op(RequestCode.UPDATE_AND_CREATE_TOPIC)
+    def _create_topic(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        self.broker.create_topic(
+            h.topic,
+            read_queue_nums=h.read_queue_nums,
+            write_queue_nums=h.write_queue_nums,
+            perm=h.perm,
+            order=h.order,
+        )
+        return _ok(req)
+
+    @_op(RequestCode.DELETE_TOPIC_IN_BROKER)
+    def _delete_topic(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        self.broker.delete_topic(h.topic)
+        return _ok(req)
+
+    @_op(RequestCode.GET_ALL_TOPIC_CONFIG)
+    def _all_topics(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        table = {
+            t.topic_name: {
+                "topicName": t.topic_name,
+                "readQueueNums": t.read_queue_nums,
+                "writeQueueNums": t.write_queue_nums,
+                "perm": t.perm,
+                "order": t.order,
+            }
+            for t in self.broker.list_topics()
+        }
+        return _ok(req, body=json.dumps({"topicConfigTable": table}).encode())
+
+    # -- send ------------------------------------------------------------------------------------
+
+    @_op(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    def _send(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        body = bytes(req.body or b"")
+        sys_flag = h.sys_flag & _SYS_FLAG_KEPT
+        if req.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            messages = decode_batch(h.topic, body)
+        else:
+            msg = message_from_wire(h.topic, body, h.flag, h.properties)
+            if sys_flag and (msg.delay_level or is_timer_message(msg)):
+                # A held message is copied again when due, from its decoded body: keep it plain.
+                msg = message_from_wire(h.topic, _inflate(body), h.flag, h.properties)
+                sys_flag = 0
+            messages = [msg]
+        queue_id = h.queue_id
+        if queue_id < 0:  # RocketMQ: any writable queue
+            route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
+            queue_id = random.randrange(max(1, len(route.write_queues())))
+        results = self.broker.send_message(
+            h.topic,
+            queue_id,
+            messages,
+            producer_group=h.producer_group,
+            born_timestamp=h.born_timestamp,
+            born_host=getattr(conn, "peer", None),
+            reconsume_times=h.reconsume_times or 0,
+            sys_flag=sys_flag,
+        )
+        first = results[0]
+        header = headers.SendMessageResponseHeader(
+            msg_id=",".join(r.msg_id for r in results),
+            queue_id=queue_id,
+            queue_offset=first.queue_offset,
+        )
+        return _ok(req, header)
+
+    # -- pull ------------------------------------------------------------------------------------
+
+    @_op(RequestCode.PULL_MESSAGE)
+    def _pull(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        flags = headers.PullSysFlag(h.sys_flag)
+        if flags & headers.PullSysFlag.SUBSCRIPTION and h.subscription is not None:
+            expression, expression_type = h.subscription, h.expression_type or "TAG"
+        else:
+            expression, expression_type = self._subscription(h.consumer_group, h.topic)
+        commit = h.commit_offset if flags & headers.PullSysFlag.COMMIT_OFFSET else None
+        broker = self.broker
+        key = (h.topic, h.queue_id)
+        seq = broker.waiters.sequence(key)
+        resp = broker.pull_message(
+            h.consumer_group,
+            h.topic,
+            h.queue_id,
+            h.queue_offset,
+            h.max_msg_nums,
+            sub_expression=expression,
+            expression_type=expression_type,
+            commit_offset=commit,
+            client_host=getattr(conn, "peer", "") or "",
+            raw=True,
+        )
+        hold_ms = h.suspend_timeout_millis if flags & headers.PullSysFlag.SUSPEND else 0
+        if resp.code != ResponseCode.PULL_NOT_FOUND or hold_ms <= 0:
+            return self._pull_reply(req, resp)
+        return self._held_pull(req, h, expression, expression_type, key, seq, hold_ms)
+
+    async def _held_pull(
+        self,
+        req: RemotingCommand,
+        h: Any,
+        expression: str,
+        expression_type: str,
+        key: tuple[str, int],
+        seq: int,
+        hold_ms: int,
+    ) -> RemotingCommand:
+        loop = asyncio.get_running_loop()
+        arrived = loop.create_future()
+
+        def wake() -> None:  # runs on the producing thread
+            loop.call_soon_threadsafe(_resolve, arrived)
+
+        waiters = self.broker.waiters
+        if waiters.park(key, seq, wake):
+            try:
+                await asyncio.wait_for(asyncio.shield(arrived), hold_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                waiters.unpark(key, wake)
+        resp = self.broker.pull_message(
+            h.consumer_group,
+            h.topic,
+            h.queue_id,
+            h.queue_offset,
+            h.max_msg_nums,
+            sub_expression=expression,
+            expression_type=expression_type,
+            raw=True,
+        )
+        return self._pull_reply(req, resp)
+
+    def _pull_reply(self, req: RemotingCommand, resp: Any) -> RemotingCommand:
+        header = headers.PullMessageResponseHeader(
+            suggest_which_broker_id=resp.suggest_which_broker_id,
+            next_begin_offset=resp.next_begin_offset,
+            min_offset=resp.min_offset,
+            max_offset=resp.max_offset,
+        )
+        # One copy out of the store's maps: the frame must not pin them after this call.
+        body = b"".join(resp.records) if resp.records else None
+        return RemotingCommand.response(int(resp.code), None, header, body, to=req)
+
+    def _subscription(self, group: str, topic: str) -> tuple[str, str]:
+        data = self.broker.consumers.group_data(group)
+        if data is not None:
+            for sub in data.subscriptions:
+                if sub.topic == topic:
+                    return sub.sub_string, sub.expression_type
+        return "*", "TAG"
+
+    # -- groups ----------------------------------------------------------------------------------
+
+    @_op(RequestCode.HEART_BEAT)
+    def _heartbeat(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        data = bodies.HeartbeatData.decode(req.body or b"{}")
+        channel = RemoteChannel(conn, req.language)
+        if hasattr(conn, "client_id"):
+            conn.client_id = data.client_id
+        self.broker.heartbeat(
+            data.client_id,
+            [_consumer_data(c) for c in data.consumer_data_set],
+            [p.group_name for p in data.producer_data_set],
+            channel,
+        )
+        return _ok(req)
+
+    @_op(RequestCode.UNREGISTER_CLIENT)
+    def _unregister(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        self.broker.unregister_client(h.client_id, h.consumer_group)
+        return _ok(req)
+
+    @_op(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
+    def _consumer_list(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        ids = self.broker.get_consumer_list_by_group(h.consumer_group)
+        body = bodies.GetConsumerListByGroupResponseBody(consumer_id_list=ids).encode()
+        return _ok(req, body=body)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    @_op(RequestCode.QUERY_CONSUMER_OFFSET)
+    def _query_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        offset = self.broker.query_consumer_offset(h.consumer_group, h.topic, h.queue_id)
+        if offset < 0:
+            return _error(req, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe")
+        return _ok(req, headers.QueryConsumerOffsetResponseHeader(offset=offset))
+
+    @_op(RequestCode.UPDATE_CONSUMER_OFFSET)
+    def _update_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        self.broker.update_consumer_offset(
+            h.consumer_group, h.topic, h.queue_id, h.commit_offset, getattr(conn, "peer", "")
+        )
+        return None if req.is_oneway else _ok(req)
+
+    @_op(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+    def _search_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        offset = self.broker.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp)
+        return _ok(req, headers.SearchOffsetResponseHeader(offset=offset))
+
+    @_op(RequestCode.GET_MAX_OFFSET)
+    def _max_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        offset = self.broker.get_max_offset(h.topic, h.queue_id)
+        return _ok(req, headers.GetMaxOffsetResponseHeader(offset=offset))
+
+    @_op(RequestCode.GET_MIN_OFFSET)
+    def _min_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        offset = self.broker.get_min_offset(h.topic, h.queue_id)
+        return _ok(req, headers.GetMinOffsetResponseHeader(offset=offset))
+
+    @_op(RequestCode.GET_EARLIEST_MSG_STORETIME)
+    def _earliest(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        ts = self.broker.get_earliest_msg_storetime(h.topic, h.queue_id)
+        return _ok(req, headers.GetEarliestMsgStoretimeResponseHeader(timestamp=ts))
+
+    # -- queries and retries -----------------------------------------------------------------
+
+    @_op(RequestCode.VIEW_MESSAGE_BY_ID)
+    def _view(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        record = self.broker.record_at(h.offset)
+        if record is None:
+            return _error(
+                req, ResponseCode.SYSTEM_ERROR, f"can not find message by offset {h.offset}"
+            )
+        return _ok(req, body=record)
+
+    @_op(RequestCode.QUERY_MESSAGE)
+    def _query(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        found = self.broker.query_message(
+            h.topic, h.key, h.max_num, h.begin_timestamp, h.end_timestamp
+        )
+        if not found:
+            return _error(
+                req,
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+            )
+        header = headers.QueryMessageResponseHeader(
+            index_last_update_timestamp=max(m.store_timestamp for m in found),
+            index_last_update_phyoffset=max(m.commitlog_offset for m in found),
+        )
+        return _ok(req, header, b"".join(m.record_bytes() for m in found))
+
+    @_op(RequestCode.CONSUMER_SEND_MSG_BACK)
+    def _send_back(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        self.broker.consumer_send_msg_back(
+            h.group,
+            h.offset,
+            h.delay_level,
+            origin_msg_id=h.origin_msg_id,
+            origin_topic=h.origin_topic,
+            max_reconsume_times=h.max_reconsume_times,
+        )
+        return _ok(req)
+
+    # -- orderly consumption -----------------------------------------------------------------
+
+    @_op(RequestCode.LOCK_BATCH_MQ)
+    def _lock(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        body = bodies.LockBatchRequestBody.decode(req.body or b"{}")
+        locked = self.broker.lock_batch_mq(body.consumer_group, body.client_id, body.mq_set)
+        return _ok(req, body=bodies.LockBatchResponseBody(lock_ok_mq_set=locked).encode())
+
+    @_op(RequestCode.UNLOCK_BATCH_MQ)
+    def _unlock(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        body = bodies.UnlockBatchRequestBody.decode(req.body or b"{}")
+        self.broker.unlock_batch_mq(body.consumer_group, body.client_id, body.mq_set)
+        return None if req.is_oneway else _ok(req)
+
+
+def _inflate(body: bytes) -> bytes:
+    try:
+        return zlib.decompress(body)
+    except zlib.error as exc:
+        raise MessageIllegalError(
+            f"the body is flagged compressed but is not zlib data: {exc}",
+            code=ResponseCode.MESSAGE_ILLEGAL,
+        ) from None
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
