@@ -44,7 +44,9 @@ class BrokerConfig:
         ``default_topic_queue_nums`` queues. RocketMQ defaults to true for development; mqcore
         defaults to false so that a typo in a topic name is an error, not a new topic.
     :param max_message_size: largest body accepted, bytes (``maxMessageSize``, 4 MiB).
-    :param suspend_max_time_ms: how long a pull with nothing new is held (long polling).
+    :param suspend_max_time_ms: the longest a pull with nothing new is held (long polling),
+        whatever the client asks (30 s: RocketMQ clients give up on a held pull after 30 s,
+        ``CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND``; push consumers ask for 15 s).
     :param channel_expired_timeout_ms: a client silent this long is dropped (120 s).
     :param flush_consumer_offset_interval_ms: how often consumer offsets are persisted (5 s).
     :param rebalance_lock_max_live_time_ms: queue locks of orderly consumers expire (60 s).
@@ -55,6 +57,14 @@ class BrokerConfig:
     :param flush_delay_offset_interval_ms: how often the scheduler's progress is persisted
         (``flushDelayOffsetInterval``, 10 s).
     :param delay_scheduler_options: extra options for the scheduler (e.g. ``clock``).
+    :param timer_scheduler: name of the registered scheduler holding timer messages
+        (RocketMQ 5's ``TIMER_DELIVER_MS``...): ``timer``, the timing wheel, by default;
+        ``None`` or ``""`` turns timer messages off (a send of one is then refused), as
+        RocketMQ's ``timerWheelEnable=false``.
+    :param timer_precision_ms: width of a wheel slot (``timerPrecisionMs``, 1 s).
+    :param timer_max_delay_sec: the furthest ahead a timer may be set
+        (``timerMaxDelaySec``, 3 days); a send beyond it is refused.
+    :param timer_scheduler_options: extra options for the timer scheduler (e.g. ``clock``).
     :param store_options: extra options for the store plugin.
     """
 
@@ -66,7 +76,7 @@ class BrokerConfig:
     auto_create_topic_enable: bool = False
     default_topic_queue_nums: int = 4
     max_message_size: int = 4 * 1024 * 1024
-    suspend_max_time_ms: int = 15_000
+    suspend_max_time_ms: int = 30_000
     channel_expired_timeout_ms: int = 120_000
     client_scan_interval_ms: int = 10_000
     flush_consumer_offset_interval_ms: int = 5_000
@@ -76,6 +86,10 @@ class BrokerConfig:
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_delay_offset_interval_ms: int = 10_000
     delay_scheduler_options: dict[str, Any] = attrs.field(factory=dict)
+    timer_scheduler: str | None = "timer"
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    timer_scheduler_options: dict[str, Any] = attrs.field(factory=dict)
     store_options: dict[str, Any] = attrs.field(factory=dict)
 
     @property

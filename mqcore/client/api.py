@@ -97,6 +97,10 @@ class BrokerAPI(Protocol):
         message arrives or the time passes (long polling).
         """
 
+    def cancel_pulls(self) -> None:
+        """End this client's held pulls at once (they return with nothing new) and hold no
+        later one: the client is shutting down and must not wait out its own long polls."""
+
     def consumer_send_msg_back(
         self,
         consumer_group: str,

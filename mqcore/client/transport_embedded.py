@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,10 @@ class EmbeddedTransport:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        # Long polls in flight, per queue, so that cancel_pulls() can wake them.
+        self._pulls_lock = threading.Lock()
+        self._pulls: dict[tuple[str, int], int] = {}
+        self._pulls_cancelled = False
 
     @property
     def closed(self) -> bool:
@@ -110,18 +115,43 @@ class EmbeddedTransport:
     ) -> PullResponse:
         """Read records of ``mq`` (the broker holds the call up to ``suspend_timeout_ms``)."""
         self._check(mq)
-        return self.broker.pull_message(
-            consumer_group,
-            mq.topic,
-            mq.queue_id,
-            queue_offset,
-            max_msg_nums,
-            sub_expression=sub_expression,
-            expression_type=expression_type,
-            suspend_timeout_ms=suspend_timeout_ms or None,
-            commit_offset=commit_offset,
-            client_host=client_id,
-        )
+        key = (mq.topic, mq.queue_id)
+        # Registered before the call and cancel_pulls() sets its flag before waking: a pull
+        # is either woken or sees the flag on its first check, never held unnoticed.
+        with self._pulls_lock:
+            self._pulls[key] = self._pulls.get(key, 0) + 1
+        try:
+            return self.broker.pull_message(
+                consumer_group,
+                mq.topic,
+                mq.queue_id,
+                queue_offset,
+                max_msg_nums,
+                sub_expression=sub_expression,
+                expression_type=expression_type,
+                suspend_timeout_ms=suspend_timeout_ms or None,
+                commit_offset=commit_offset,
+                client_host=client_id,
+                cancelled=self._pulls_are_cancelled,
+            )
+        finally:
+            with self._pulls_lock:
+                left = self._pulls[key] - 1
+                if left:
+                    self._pulls[key] = left
+                else:
+                    del self._pulls[key]
+
+    def _pulls_are_cancelled(self) -> bool:
+        return self._pulls_cancelled
+
+    def cancel_pulls(self) -> None:
+        """End this client's held pulls now (they find nothing); later pulls are not held."""
+        with self._pulls_lock:
+            self._pulls_cancelled = True
+            keys = list(self._pulls)
+        for key in keys:
+            self.broker.waiters.notify(key)
 
     def consumer_send_msg_back(
         self,
