@@ -454,6 +454,13 @@ class MessageExt:
         # client does; only the client that owns this fresh view calls it.
         self._meta = (topic, self._decode_meta()[1])
 
+    def _set_reconsume_times(self, times: int) -> None:
+        # A push consumer counts local re-deliveries on its own view (RocketMQ's client sets
+        # reconsumeTimes in memory); the stored record is not touched.
+        h = list(self._h)
+        h[15] = times
+        self._hdr = tuple(h)
+
     def all_properties(self) -> dict[str, str]:
         """Every stored property, including TAGS, KEYS and DELAY (a copy)."""
         return dict(self._decode_meta()[1])

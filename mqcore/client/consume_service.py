@@ -32,7 +32,9 @@ __all__ = [
 
 log = get_logger(__name__)
 
-_SEND_BACK_RETRY_S = 5.0  # RocketMQ re-submits locally when a send-back fails
+#: RocketMQ's ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY: an orderly task
+#: hands its queue back to the pool after this long, so other queues get a thread too.
+MAX_TIME_CONSUME_CONTINUOUSLY_S = 60.0
 
 
 @attrs.define
@@ -68,8 +70,15 @@ class _ServiceBase:
         self._stop = threading.Event()
 
     def shutdown(self) -> None:
+        """Let running listeners finish and drop the tasks not started."""
         self._stop.set()
         self.executor.shutdown(wait=True, cancel_futures=True)
+
+    def _later(self, delay_s: float, fn: Callable[[], object]) -> None:
+        # Waiting happens on the consumer's scheduler thread, never in a consume thread.
+        scheduler = self.consumer.scheduler
+        if scheduler is not None and not self._stop.is_set():
+            scheduler.schedule(delay_s, fn)
 
     def _call_listener(self, msgs: Sequence[MessageExt], mq: MessageQueue, ctx: Any) -> Any:
         hook = self.consumer.kernel.hook
@@ -92,7 +101,17 @@ class _ServiceBase:
 class ConcurrentlyService(_ServiceBase):
     """RocketMQ's ConsumeMessageConcurrentlyService."""
 
-    def submit(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+    #: Messages whose send-back failed are consumed again locally after this long (RocketMQ's
+    #: submitConsumeRequestLater, 5 s).
+    consume_later_delay_s = 5.0
+
+    def submit(
+        self,
+        msgs: Sequence[MessageExt],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+        dispatch_to_consume: bool = True,
+    ) -> None:
         """Queue ``msgs`` for consumption in batches of ``consume_message_batch_max_size``."""
         size = self.consumer.consume_message_batch_max_size
         for i in range(0, len(msgs), size):
@@ -117,6 +136,8 @@ class ConcurrentlyService(_ServiceBase):
         if failed and self.consumer.message_model is MessageModel.CLUSTERING:
             for m in failed:
                 if not self.consumer.send_message_back(m, ctx.delay_level_when_next_consume):
+                    # Consumed again here later; it counts as a retry, as in RocketMQ.
+                    m._set_reconsume_times(m.reconsume_times + 1)
                     retry_here.append(m)
         elif failed:
             log.warning(
@@ -127,68 +148,150 @@ class ConcurrentlyService(_ServiceBase):
         offset = pq.remove_messages(done)
         if offset >= 0 and not pq.dropped:
             self.consumer.offset_store.update_offset(mq, offset, True)
-        if retry_here and not self._stop.wait(_SEND_BACK_RETRY_S):
-            self.submit(retry_here, pq, mq)
+        if retry_here:
+            self._later(self.consume_later_delay_s, lambda: self.submit(retry_here, pq, mq))
 
 
 class OrderlyService(_ServiceBase):
-    """RocketMQ's ConsumeMessageOrderlyService: one queue, one thread, in offset order."""
+    """RocketMQ's ConsumeMessageOrderlyService: one queue, one thread at a time, in offset order.
+
+    A queue gets one consume task at a time (the process queue's dispatch gate); the task
+    runs while messages wait, under the queue's broker lock (clustering), and yields its
+    thread after ``consumer.max_time_consume_continuously`` seconds. Pauses (a suspended
+    queue, a lock to retry) are scheduled, never slept in a consume thread.
+    """
 
     def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
         super().__init__(consumer, listener)
-        self._attempts: dict[tuple[MessageQueue, int], int] = {}
+        self._queue_locks: dict[MessageQueue, threading.Lock] = {}
+        self._queue_locks_guard = threading.Lock()
 
-    def submit(self, msgs: Sequence[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
-        """Wake the queue's consumer task (messages are already in ``pq``)."""
+    def submit(
+        self,
+        msgs: Sequence[MessageExt],
+        pq: ProcessQueue,
+        mq: MessageQueue,
+        dispatch_to_consume: bool = True,
+    ) -> None:
+        """Start a consume task for the queue (messages are already in ``pq``)."""
+        if not dispatch_to_consume:
+            return  # a task already owns the queue and will see the new messages
         try:
             self.executor.submit(self._consume_queue, pq, mq)
         except RuntimeError:  # shutting down
             return
 
-    def _may_consume(self, pq: ProcessQueue) -> bool:
-        if self.consumer.message_model is MessageModel.BROADCASTING:
-            return True
-        return pq.locked and time.monotonic() - pq.last_lock_time < 30.0
+    def submit_later(self, pq: ProcessQueue, mq: MessageQueue, delay_ms: int) -> None:
+        """Start a consume task after ``delay_ms`` (-1: ``suspend_current_queue_time_millis``)."""
+        if delay_ms == -1:
+            delay_ms = self.consumer.suspend_current_queue_time_millis
+        delay_ms = min(max(delay_ms, 10), 30_000)  # RocketMQ's bounds
+        self._later(delay_ms / 1000, lambda: self.submit([], pq, mq))
+
+    def _try_lock_later(self, pq: ProcessQueue, mq: MessageQueue, delay_ms: int) -> None:
+        def relock() -> None:
+            if self._stop.is_set() or pq.dropped:
+                return
+            self.submit_later(pq, mq, 10 if self.consumer._lock_one(mq) else 3000)
+
+        self._later(delay_ms / 1000, relock)
+
+    def _queue_lock(self, mq: MessageQueue) -> threading.Lock:
+        with self._queue_locks_guard:
+            lock = self._queue_locks.get(mq)
+            if lock is None:
+                lock = self._queue_locks[mq] = threading.Lock()
+            return lock
+
+    def _clustering(self) -> bool:
+        return self.consumer.message_model is MessageModel.CLUSTERING
 
     def _consume_queue(self, pq: ProcessQueue, mq: MessageQueue) -> None:
-        # The per-queue lock keeps one thread on a queue, so messages go out in order.
-        with pq.consume_lock:
-            while not pq.dropped and not self._stop.is_set():
-                if not self._may_consume(pq):
-                    # Re-tried when the rebalance (re)locks the queue.
+        if pq.dropped:
+            return
+        # Two tasks of one queue can meet (a scheduled retry and a fresh dispatch): the
+        # second waits for the first, so messages still go out one at a time, in order.
+        with self._queue_lock(mq):
+            if self._clustering() and (not pq.locked or pq.is_lock_expired()):
+                if not pq.dropped:
+                    self._try_lock_later(pq, mq, 100)
+                return
+            try:
+                self._consume_locked(pq, mq)
+            except Exception:  # keep the queue going: the gate is still closed, so retry
+                log.exception("orderly_consume_failed", group=self.consumer.group, queue=str(mq))
+                self.submit_later(pq, mq, -1)
+
+    def _consume_locked(self, pq: ProcessQueue, mq: MessageQueue) -> None:
+        begin = time.monotonic()
+        while not pq.dropped and not self._stop.is_set():
+            if self._clustering() and (not pq.locked or pq.is_lock_expired()):
+                self._try_lock_later(pq, mq, 10)
+                return
+            if time.monotonic() - begin > self.consumer.max_time_consume_continuously:
+                self.submit_later(pq, mq, 10)  # let other queues have this thread
+                return
+            msgs = pq.take_messages(self.consumer.consume_message_batch_max_size)
+            if not msgs:
+                return  # take_messages opened the gate
+            ctx = ConsumeOrderlyContext(mq)
+            with pq.consume_lock:
+                # Rebalance may have taken the queue away while this task waited.
+                if pq.dropped:
                     return
-                msgs = pq.take_messages(self.consumer.consume_message_batch_max_size)
-                if not msgs:
-                    return
-                ctx = ConsumeOrderlyContext(mq)
                 status = self._call_listener(msgs, mq, ctx)
-                if status in (ConsumeOrderlyStatus.SUCCESS, ConsumeOrderlyStatus.COMMIT):
-                    self._commit(pq, mq, msgs)
-                    continue
-                # Failure: consume the same messages again after a pause, in order, or give
-                # up on them (DLQ) after max_reconsume_times attempts.
-                if self._exhausted(mq, msgs) and all(
-                    self.consumer.send_message_back(m, -1) for m in msgs
-                ):
-                    self._commit(pq, mq, msgs)
-                    continue
+            if not isinstance(status, ConsumeOrderlyStatus):  # None or an exception
+                status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+            if not self._process_result(pq, mq, msgs, status, ctx):
+                return
+
+    def _process_result(
+        self,
+        pq: ProcessQueue,
+        mq: MessageQueue,
+        msgs: Sequence[MessageExt],
+        status: ConsumeOrderlyStatus,
+        ctx: ConsumeOrderlyContext,
+    ) -> bool:
+        """RocketMQ's processConsumeResult; False when the task must stop for now."""
+        commit = False
+        if status is ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
+            if self._check_reconsume_times(msgs):
                 pq.make_message_to_consume_again(msgs)
-                pause = ctx.suspend_current_queue_time_millis
-                if self._stop.wait(pause / 1000 if pause > 0 else 1.0):
-                    return
+                self.submit_later(pq, mq, ctx.suspend_current_queue_time_millis)
+                return False
+            # Every message went to the dead-letter queue.
+            commit = ctx.auto_commit
+        elif ctx.auto_commit:
+            if status is not ConsumeOrderlyStatus.SUCCESS:
+                log.warning(
+                    "orderly_status_needs_auto_commit_off", group=self.consumer.group,
+                    queue=str(mq), status=status.name,
+                )  # fmt: skip
+            commit = True  # SUCCESS, and COMMIT or ROLLBACK taken as an acknowledgement
+        elif status is ConsumeOrderlyStatus.COMMIT:
+            commit = True
+        elif status is ConsumeOrderlyStatus.ROLLBACK:
+            pq.rollback()
+            self.submit_later(pq, mq, ctx.suspend_current_queue_time_millis)
+            return False
+        # Auto-commit off and SUCCESS: consumed, but committed only by a later COMMIT.
+        if commit:
+            offset = pq.commit()
+            if offset >= 0 and not pq.dropped:
+                self.consumer.offset_store.update_offset(mq, offset, False)
+        return True
 
-    def _exhausted(self, mq: MessageQueue, msgs: Sequence[MessageExt]) -> bool:
+    def _check_reconsume_times(self, msgs: Sequence[MessageExt]) -> bool:
+        """Count another attempt on each message, or dead-letter those out of attempts.
+
+        True when the batch must be consumed again (RocketMQ's checkReconsumeTimes).
+        """
         limit = self.consumer.max_reconsume_times
-        exhausted = False
+        limit = 2**31 - 1 if limit is None else limit
+        suspend = False
         for m in msgs:
-            key = (mq, m.queue_offset)
-            self._attempts[key] = n = self._attempts.get(key, 0) + 1
-            exhausted = exhausted or (limit is not None and n > limit)
-        return exhausted
-
-    def _commit(self, pq: ProcessQueue, mq: MessageQueue, msgs: Sequence[MessageExt]) -> None:
-        for m in msgs:
-            self._attempts.pop((mq, m.queue_offset), None)
-        offset = pq.commit()
-        if offset >= 0 and not pq.dropped:
-            self.consumer.offset_store.update_offset(mq, offset, False)
+            if m.reconsume_times < limit or not self.consumer.send_message_back(m, -1):
+                suspend = True
+                m._set_reconsume_times(m.reconsume_times + 1)
+        return suspend

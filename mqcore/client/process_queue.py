@@ -11,6 +11,11 @@ from mqcore.message import MessageExt
 
 __all__ = ["ProcessQueue"]
 
+#: An orderly consumer stops using a queue lock not renewed for this long (RocketMQ's
+#: REBALANCE_LOCK_MAX_LIVE_TIME); the broker keeps it twice as long, so a lock the client
+#: still trusts is always one the broker still grants.
+REBALANCE_LOCK_MAX_LIVE_TIME_S = 30.0
+
 
 class ProcessQueue:
     """In-flight messages of one queue, ordered by queue offset.
@@ -33,15 +38,24 @@ class ProcessQueue:
         self.last_consume_time = time.monotonic()
         # Orderly consumption: messages taken out for the listener, not yet committed.
         self._consuming: dict[int, MessageExt] = {}
+        # Held while an orderly listener runs on this queue: rebalance waits on it before
+        # giving the queue's broker lock away, so two members never consume one queue at once.
         self.consume_lock = threading.Lock()
+        # Orderly dispatch gate: True while a consume task owns the queue's messages, so that
+        # pulls do not queue more tasks for it (one backlogged queue, one consume thread).
+        self.consuming = False
 
     @property
     def msg_count(self) -> int:
         """Messages in flight."""
         return len(self._msgs) + len(self._consuming)
 
-    def put_messages(self, msgs: Sequence[MessageExt]) -> None:
-        """Add freshly pulled messages."""
+    def put_messages(self, msgs: Sequence[MessageExt]) -> bool:
+        """Add freshly pulled messages.
+
+        Returns True when an orderly consume task must be dispatched for the queue (messages
+        wait and no task owns them yet); the gate stays closed until a task finds none left.
+        """
         with self._lock:
             for m in msgs:
                 off = m.queue_offset
@@ -52,6 +66,10 @@ class ProcessQueue:
                 self.msg_size += len(m.body_view)
                 self.queue_offset_max = max(self.queue_offset_max, off)
             self.last_pull_time = time.monotonic()
+            dispatch = bool(self._offsets) and not self.consuming
+            if dispatch:
+                self.consuming = True
+            return dispatch
 
     def max_span(self) -> int:
         """Distance between the largest and smallest offset in flight (flow control)."""
@@ -102,6 +120,8 @@ class ProcessQueue:
                 m = self._msgs.pop(off)
                 self._consuming[off] = m
                 taken.append(m)
+            if not taken:
+                self.consuming = False  # the task ends: the next pull dispatches a new one
             return taken
 
     def commit(self) -> int:
@@ -124,6 +144,19 @@ class ProcessQueue:
                 if self._consuming.pop(off, None) is not None:
                     self._msgs[off] = m
                     bisect.insort(self._offsets, off)
+
+    def rollback(self) -> None:
+        """Orderly, auto-commit off: every message taken since the last commit is consumed
+        again, from the first."""
+        with self._lock:
+            for off, m in self._consuming.items():
+                self._msgs[off] = m
+                bisect.insort(self._offsets, off)
+            self._consuming.clear()
+
+    def is_lock_expired(self) -> bool:
+        """Orderly: the queue lock was not renewed recently enough to consume under it."""
+        return time.monotonic() - self.last_lock_time > REBALANCE_LOCK_MAX_LIVE_TIME_S
 
     def has_temp_message(self) -> bool:
         """Whether messages wait to be consumed."""

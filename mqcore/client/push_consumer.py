@@ -10,8 +10,13 @@ from typing import Any
 
 from mqcore.broker.topics import RETRY_GROUP_TOPIC_PREFIX, validate_group
 from mqcore.client.common import ClientBase
-from mqcore.client.consume_service import ConcurrentlyService, OrderlyService
+from mqcore.client.consume_service import (
+    MAX_TIME_CONSUME_CONTINUOUSLY_S,
+    ConcurrentlyService,
+    OrderlyService,
+)
 from mqcore.client.process_queue import ProcessQueue
+from mqcore.client.scheduler import Scheduler
 from mqcore.errors import MQClientError
 from mqcore.logs import get_logger
 from mqcore.message import (
@@ -29,9 +34,12 @@ __all__ = ["PushConsumer"]
 log = get_logger(__name__)
 
 _FLOW_CONTROL_DELAY_S = 0.05  # RocketMQ's PULL_TIME_DELAY_MILLS_WHEN_FLOW_CONTROL
-_PULL_ERROR_DELAY_S = 3.0  # PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
-_HOLD_CHUNK_MS = 1000  # long polls are held in chunks so shutdown is never slow
+_PULL_ERROR_DELAY_S = 1.0  # ClientConfig.pullTimeDelayMillsWhenException (RocketMQ 4.7+)
+_BROKER_SUSPEND_MAX_TIME_MS = 15_000  # BROKER_SUSPEND_MAX_TIME_MILLIS: a long poll's hold
 _HEARTBEAT_S = 30.0
+_REBALANCE_LOCK_INTERVAL_S = 20.0  # ProcessQueue.REBALANCE_LOCK_INTERVAL: orderly lock renewal
+_CONSUME_LOCK_WAIT_S = 1.0  # how long rebalance waits for a running orderly listener
+_UNLOCK_DELAY_S = 20.0  # RebalancePushImpl.UNLOCK_DELAY_TIME_MILLS
 
 
 def _sorters() -> tuple[Callable[..., list[MessageQueue]], Callable[..., list[str]]]:
@@ -72,6 +80,7 @@ class PushConsumer(ClientBase):
         consume_timeout: float = 15 * 60.0,
         rebalance_interval: float = 20.0,
         persist_consumer_offset_interval: float = 5.0,
+        suspend_current_queue_time_millis: int = 1000,
         offset_store: str | None = None,
         offset_store_options: dict[str, Any] | None = None,
     ) -> None:
@@ -96,6 +105,14 @@ class PushConsumer(ClientBase):
         self.consume_timeout = consume_timeout
         self.rebalance_interval = rebalance_interval
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        #: Orderly: a consume task yields its thread after this many seconds on one queue.
+        self.max_time_consume_continuously = MAX_TIME_CONSUME_CONTINUOUSLY_S
+        #: Orderly, clustering: how often the queue locks are renewed on the broker.
+        self.rebalance_lock_interval = _REBALANCE_LOCK_INTERVAL_S
+        self.scheduler: Scheduler | None = None
+        # Orderly queues given away whose broker lock is released later (UNLOCK_DELAY).
+        self._unlock_pending: set[MessageQueue] = set()
         self._offset_store_name = offset_store
         self._offset_store_options = dict(offset_store_options or {})
         self.offset_store: Any = None
@@ -181,6 +198,7 @@ class PushConsumer(ClientBase):
             if self.message_model is MessageModel.CLUSTERING:
                 retry = RETRY_GROUP_TOPIC_PREFIX + self.group
                 self._subscriptions.setdefault(retry, SubscriptionData(topic=retry))
+            self.scheduler = Scheduler(f"mqcore-schedule-{self.group}")
             service = OrderlyService if self._orderly else ConcurrentlyService
             self._service = service(self, self._listener)
             self._heartbeat()
@@ -204,17 +222,24 @@ class PushConsumer(ClientBase):
             self._table.clear()
         for _, (pq, _) in entries:
             pq.dropped = True
+        self.broker.cancel_pulls()  # the pull threads must not wait out their long polls
         for _, (_, thread) in entries:
             thread.join(timeout=30)
+        if self.scheduler is not None:
+            self.scheduler.shutdown()  # first: its tasks hand work to the consume pool
         if self._service is not None:
             self._service.shutdown()
         mqs = [mq for mq, _ in entries]
+        with self._table_lock:
+            # No listener runs any more: delayed unlocks are done now.
+            unlock = sorted(set(mqs) | self._unlock_pending)
+            self._unlock_pending.clear()
         try:
             if mqs:
                 self.offset_store.persist_all(mqs)
             if not self.broker.closed:
-                if self._orderly and mqs:
-                    self.broker.unlock_batch_mq(self.group, self.client_id, mqs)
+                if self._orderly and unlock:
+                    self.broker.unlock_batch_mq(self.group, self.client_id, unlock)
                 self.broker.unregister_client(self.client_id, consumer_group=self.group)
         except Exception:  # the broker may already be gone
             log.exception("push_consumer_shutdown_incomplete", group=self.group)
@@ -245,14 +270,26 @@ class PushConsumer(ClientBase):
         self._rebalance_now.set()
 
     def _run(self) -> None:
-        next_heartbeat = next_persist = next_expire = time.monotonic()
+        # Separate schedules, as RocketMQ's: rebalance every rebalance_interval (and at once on
+        # a membership notice), offsets every persist_consumer_offset_interval, orderly lock
+        # renewal every rebalance_lock_interval.
+        start = time.monotonic()
+        next_heartbeat = next_persist = next_expire = next_rebalance = start
+        next_lock = start + min(1.0, self.rebalance_lock_interval)
+        orderly_clustering = self._orderly and self.message_model is MessageModel.CLUSTERING
         while not self._stop.is_set():
             try:
                 now = time.monotonic()
                 if now >= next_heartbeat:
                     next_heartbeat = now + _HEARTBEAT_S
                     self._heartbeat()
-                self._rebalance()
+                if self._rebalance_now.is_set() or now >= next_rebalance:
+                    self._rebalance_now.clear()
+                    next_rebalance = now + self.rebalance_interval
+                    self._rebalance()
+                if orderly_clustering and now >= next_lock:
+                    next_lock = now + self.rebalance_lock_interval
+                    self._lock_all()
                 if now >= next_persist:
                     next_persist = now + self.persist_consumer_offset_interval
                     self._persist()
@@ -263,9 +300,10 @@ class PushConsumer(ClientBase):
                 log.exception("push_consumer_round_failed", group=self.group)
                 if self._stop.wait(1.0):
                     break
-            wait = min(self.rebalance_interval, self.persist_consumer_offset_interval)
-            if self._rebalance_now.wait(wait):
-                self._rebalance_now.clear()
+            due = min(next_rebalance, next_persist, next_expire, next_heartbeat)
+            if orderly_clustering:
+                due = min(due, next_lock)
+            self._rebalance_now.wait(max(0.0, due - time.monotonic()))
 
     def _persist(self) -> None:
         with self._table_lock:
@@ -295,33 +333,40 @@ class PushConsumer(ClientBase):
                     )
                 )
             self._update_table(topic, sub, mine)
-        if self._orderly and self.message_model is MessageModel.CLUSTERING:
-            self._lock_all()
 
     def _update_table(self, topic: str, sub: SubscriptionData, mine: set[MessageQueue]) -> None:
+        orderly_clustering = self._orderly and self.message_model is MessageModel.CLUSTERING
         with self._table_lock:
-            gone = [mq for mq in self._table if mq.topic == topic and mq not in mine]
-            removed = [(mq, self._table.pop(mq)) for mq in gone]
-        for mq, (pq, _) in removed:
+            # A dropped entry still here waits for its listener (orderly): retry its removal.
+            gone = [
+                (mq, pq)
+                for mq, (pq, _) in self._table.items()
+                if mq.topic == topic and (mq not in mine or pq.dropped)
+            ]
+        for mq, pq in gone:
             pq.dropped = True
-            # persist(mq), not persist_all([mq]): the latter forgets every other queue.
-            self.offset_store.persist(mq)
-            self.offset_store.remove_offset(mq)
-            if self._orderly and self.message_model is MessageModel.CLUSTERING:
-                self.broker.unlock_batch_mq(self.group, self.client_id, [mq])
-            log.info("queue_released", group=self.group, queue=str(mq))
+            if self._remove_unnecessary(mq, pq):
+                with self._table_lock:
+                    if self._table.get(mq, (None,))[0] is pq:
+                        del self._table[mq]
+                log.info("queue_released", group=self.group, queue=str(mq))
         for mq in sorted(mine):
             with self._table_lock:
                 if mq in self._table:
                     continue
+            # Orderly: own the queue's broker lock before reading where to start, so the
+            # offset read is the one the previous owner left (RocketMQ's order).
+            if orderly_clustering and not self.broker.lock_batch_mq(
+                self.group, self.client_id, [mq]
+            ):
+                log.info("queue_lock_busy", group=self.group, queue=str(mq))
+                continue  # another member still holds it; retried next round
+            self.offset_store.remove_offset(mq)  # RocketMQ's removeDirtyOffset
             offset = self._compute_pull_from_where(mq)
             if offset < 0:
                 continue
             pq = ProcessQueue()
-            if self._orderly and self.message_model is MessageModel.CLUSTERING:
-                if not self.broker.lock_batch_mq(self.group, self.client_id, [mq]):
-                    continue  # another member still holds it; retried next round
-                pq.locked, pq.last_lock_time = True, time.monotonic()
+            pq.locked, pq.last_lock_time = True, time.monotonic()
             thread = threading.Thread(
                 target=self._pull_loop,
                 args=(mq, sub, pq, offset),
@@ -332,11 +377,48 @@ class PushConsumer(ClientBase):
                 if self._stop.is_set():
                     return
                 self._table[mq] = (pq, thread)
+                self._unlock_pending.discard(mq)
             thread.start()
             log.info("queue_assigned", group=self.group, queue=str(mq), offset=offset)
 
-    def _lock_all(self) -> None:
+    def _remove_unnecessary(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """Give a queue up (RocketMQ's removeUnnecessaryMessageQueue); False to retry later.
+
+        Orderly: the broker lock is kept until the listener running on the queue returns
+        (waiting up to a second here); with messages still cached, the unlock is delayed by
+        20 s, so the next owner cannot start while this member may still be consuming.
+        """
+        # persist(mq), not persist_all([mq]): the latter forgets every other queue.
+        self.offset_store.persist(mq)
+        self.offset_store.remove_offset(mq)
+        if not (self._orderly and self.message_model is MessageModel.CLUSTERING):
+            return True
+        if not pq.consume_lock.acquire(timeout=_CONSUME_LOCK_WAIT_S):
+            log.warning("queue_still_consuming", group=self.group, queue=str(mq))
+            return False  # kept (and its lock renewed) until the listener returns
+        try:
+            if pq.has_temp_message():
+                with self._table_lock:
+                    self._unlock_pending.add(mq)
+                assert self.scheduler is not None
+                self.scheduler.schedule(_UNLOCK_DELAY_S, lambda: self._unlock_later(mq))
+            else:
+                self.broker.unlock_batch_mq(self.group, self.client_id, [mq])
+        finally:
+            pq.consume_lock.release()
+        return True
+
+    def _unlock_later(self, mq: MessageQueue) -> None:
         with self._table_lock:
+            if mq not in self._unlock_pending:
+                return  # assigned back to this member meanwhile, or shut down
+            self._unlock_pending.discard(mq)
+        self.broker.unlock_batch_mq(self.group, self.client_id, [mq])
+
+    def _lock_all(self) -> None:
+        """Renew the broker locks of every queue in the table (RocketMQ's lockAll)."""
+        with self._table_lock:
+            # Dropped entries too: their listener still runs, so their lock must not expire.
             entries = dict(self._table)
         if not entries:
             return
@@ -346,8 +428,19 @@ class PushConsumer(ClientBase):
             pq.locked = mq in locked
             if pq.locked:
                 pq.last_lock_time = now
-                if pq.has_temp_message() and self._service is not None:
-                    self._service.submit([], pq, mq)
+
+    def _lock_one(self, mq: MessageQueue) -> bool:
+        """Lock one queue again for its consume task (RocketMQ's RebalanceImpl.lock)."""
+        if self._stop.is_set():
+            return False
+        with self._table_lock:
+            entry = self._table.get(mq)
+        ok = mq in self.broker.lock_batch_mq(self.group, self.client_id, [mq])
+        if entry is not None:
+            entry[0].locked = ok
+            if ok:
+                entry[0].last_lock_time = time.monotonic()
+        return ok
 
     def _compute_pull_from_where(self, mq: MessageQueue) -> int:
         """Where a newly assigned queue starts (RocketMQ's computePullFromWhere)."""
@@ -412,7 +505,7 @@ class PushConsumer(ClientBase):
                     self.pull_batch_size,
                     sub_expression=sub.sub_string,
                     expression_type=sub.expression_type,
-                    suspend_timeout_ms=_HOLD_CHUNK_MS,
+                    suspend_timeout_ms=_BROKER_SUSPEND_MAX_TIME_MS,
                     client_id=self.client_id,
                 )
             except Exception as exc:
@@ -449,9 +542,9 @@ class PushConsumer(ClientBase):
                 retry_topic = m.get_property(PROPERTY_RETRY_TOPIC)
                 if retry_topic and m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                     m._show_under_topic(retry_topic)
-            pq.put_messages(msgs)
+            dispatch = pq.put_messages(msgs)
             assert self._service is not None
-            self._service.submit(msgs, pq, mq)
+            self._service.submit(msgs, pq, mq, dispatch)
 
     # -- retries -----------------------------------------------------------------------------
 
