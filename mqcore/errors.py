@@ -33,6 +33,7 @@ __all__ = [
     "StoreCorruptedError",
     "StoreError",
     "StoreLockedError",
+    "TimerMessageError",
     "TopicNotExistError",
     "TruncatedRecordError",
 ]
@@ -189,6 +190,11 @@ class MessageFieldError(MessageIllegalError, InvalidArgumentError):
 
 class NoPermissionError(BrokerError):
     """The topic or broker does not permit the operation (NO_PERMISSION)."""
+
+
+class TimerMessageError(MessageIllegalError, InvalidArgumentError):
+    """A timer message the broker cannot hold: a delay level too, a deliver time beyond the
+    maximum delay or not a number, or timers not enabled (MESSAGE_ILLEGAL)."""
 
 
 class MQClientError(MQError):

@@ -8,7 +8,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from mqcore.message import Message, MessageQueue
 
-__all__ = ["AllocateStrategy", "DelayHost", "DelayScheduler", "MessageFilter", "OffsetStore"]
+__all__ = [
+    "AllocateStrategy",
+    "DelayHost",
+    "DelayScheduler",
+    "MessageFilter",
+    "OffsetStore",
+    "TimerHost",
+    "TimerScheduler",
+]
 
 
 @runtime_checkable
@@ -159,4 +167,75 @@ class DelayScheduler(Protocol):
 
     def stop(self) -> None:
         """Persist progress and stop delivering (``run_due`` then does nothing)."""
+        ...
+
+
+class TimerHost(DelayHost, Protocol):
+    """What a broker lends its timer scheduler, besides the :class:`DelayHost` operations.
+
+    Timer messages are held in the broker's store under the timer topic
+    (``rmq_sys_wheel_timer``, queue 0), in arrival order, with the deliver time in the
+    ``TIMER_OUT_MS`` property. ``deliver`` stores a due one in its real topic.
+
+    .. versionadded:: 0.2
+    """
+
+    def read_timers(self, offset: int, max_count: int) -> Any:
+        """Encoded records of the timer topic from ``offset`` (a
+        :class:`mqcore.store.RawGetResult`)."""
+        ...
+
+    def timer_max_offset(self) -> int:
+        """One past the last offset of the timer topic."""
+        ...
+
+    def timer_message(self, queue_offset: int) -> Any:
+        """The held message at ``queue_offset`` of the timer topic (a MessageExt), or None."""
+        ...
+
+    def data_path(self, name: str) -> Path:
+        """Where the scheduler keeps its data file or directory ``name`` (the broker's data
+        directory)."""
+        ...
+
+
+@runtime_checkable
+class TimerScheduler(Protocol):
+    """Holds timer messages (any deliver time) until due: RocketMQ 5's timer messages.
+
+    Registered through the same hook as a :class:`DelayScheduler`, and run by the broker the
+    same way (:meth:`start` once, :meth:`run_due` from its timer thread, :meth:`persist`
+    periodically, :meth:`stop` at shutdown), but chosen by the broker setting
+    ``timer_scheduler``: the broker stores every timer message in the timer topic, and the
+    scheduler reads them from there through its :class:`TimerHost`. A scheduler object is a
+    timer scheduler when it has ``max_delay_ms`` and ``stats``; factories are called as
+    ``factory(precision_ms=..., max_delay_sec=..., **options)``.
+
+    .. versionadded:: 0.2
+    """
+
+    name: str
+    #: The furthest ahead a timer may be set; the broker refuses one beyond it at send.
+    max_delay_ms: int
+    #: Width of a slot: deliveries come at most this much (plus a wake-up) after their time.
+    precision_ms: int
+
+    def start(self, host: TimerHost) -> None:
+        """Load or recover its state and begin serving ``host``."""
+        ...
+
+    def run_due(self) -> int:
+        """Take in newly held messages and deliver what is due; ms until the next useful call."""
+        ...
+
+    def persist(self) -> bool:
+        """Make its state durable; returns whether anything was written."""
+        ...
+
+    def stop(self) -> None:
+        """Persist and stop delivering."""
+        ...
+
+    def stats(self) -> Any:
+        """Pending timers, next due time, lag (an object with ``as_dict()``)."""
         ...

@@ -52,6 +52,18 @@ PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+# Timer messages (RocketMQ 5's MessageConst): the producer sets one of the first three;
+# the broker adds the rest while it holds the message and when it delivers it.
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+#: The properties that make a message a timer message (when it has no ``TIMER_OUT_MS``).
+TIMER_REQUEST_PROPERTIES = frozenset(
+    {PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC}
+)
 KEY_SEPARATOR = " "
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -211,6 +223,13 @@ class Message:
     (indexed for lookup), ``properties`` user properties (strings), ``delay_level`` one of
     RocketMQ's 18 levels (0 = no delay).
 
+    A timer message is delivered at a time of its own (RocketMQ 5): ``deliver_time_ms`` is
+    that time in ms since the epoch (the Java client's ``setDeliveryTimestamp``);
+    ``delay_ms`` or ``delay_sec`` count from the message's arrival at the broker instead.
+    Set at most one of them, and no delay level with them. They are written into the
+    properties ``TIMER_DELIVER_MS``, ``TIMER_DELAY_MS`` and ``TIMER_DELAY_SEC``, which is
+    what is stored and sent, and what the broker reads (see ``docs/delay.md``).
+
     Checked when built (:class:`~mqcore.errors.InvalidArgumentError` names the field): text
     fields are ``str`` without the property separators ``\\x01`` and ``\\x02``; property
     names are not RocketMQ system names (``TAGS``, ``DELAY``, ``REAL_TOPIC``, ``UNIQ_KEY``...,
@@ -224,6 +243,15 @@ class Message:
     properties: dict[str, str] = attrs.field(factory=dict, converter=_to_props)
     flag: int = attrs.field(default=0, converter=_java_int)
     delay_level: int = attrs.field(default=0, converter=_delay_level)
+
+    deliver_time_ms: int | None = attrs.field(default=None, kw_only=True)
+    delay_ms: int | None = attrs.field(default=None, kw_only=True)
+    delay_sec: int | None = attrs.field(default=None, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if self.deliver_time_ms is None and self.delay_ms is None and self.delay_sec is None:
+            return
+        _set_timer_properties(self)
 
     def all_properties(self) -> dict[str, str]:
         """Properties as stored: user properties plus TAGS, KEYS and DELAY when set."""
@@ -240,6 +268,37 @@ class Message:
     def key_list(self) -> list[str]:
         """The keys, split on spaces (RocketMQ's key separator)."""
         return self.keys.split() if self.keys else []
+
+
+_TIMER_FIELDS = (
+    ("deliver_time_ms", PROPERTY_TIMER_DELIVER_MS),
+    ("delay_ms", PROPERTY_TIMER_DELAY_MS),
+    ("delay_sec", PROPERTY_TIMER_DELAY_SEC),
+)
+
+
+def _set_timer_properties(m: Message) -> None:
+    """Check the timer fields of ``m`` and copy them into its properties."""
+    given = [(name, prop, getattr(m, name)) for name, prop in _TIMER_FIELDS]
+    given = [g for g in given if g[2] is not None]
+    if len(given) > 1:
+        names = ", ".join(f"{name}={value!r}" for name, _, value in given)
+        raise InvalidArgumentError(
+            f"a timer message takes one of deliver_time_ms, delay_ms, delay_sec; got {names}"
+        )
+    name, prop, value = given[0]
+    if value.__class__ is not int:
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"{name}={value!r} is not an int (ms since the epoch, ms or s)"
+            ) from None
+        object.__setattr__(m, name, int(value))
+    if value < 0:
+        raise InvalidArgumentError(f"{name}={value} is negative; give a time or delay >= 0")
+    # The converter gave the message its own dict, so it may be filled in here.
+    m.properties[prop] = str(value)
 
 
 def system_message(*, properties: Mapping[str, str] | None = None, **fields: Any) -> Message:
@@ -304,8 +363,11 @@ HEADER_SIZE = _HEADER.size  # 88: everything up to and including the body length
 _BODY_LEN = struct.Struct(">i")
 
 
-#: The fields of :class:`Message`, as :meth:`MessageExt.to_message` copies them.
-_MESSAGE_FIELDS = tuple(a.name for a in attrs.fields(Message))
+#: The fields of :class:`Message`, as :meth:`MessageExt.to_message` copies them. The timer
+#: fields are left out: their properties are copied with the others, and that is what counts.
+_MESSAGE_FIELDS = tuple(
+    a.name for a in attrs.fields(Message) if a.name not in {n for n, _ in _TIMER_FIELDS}
+)
 
 
 class MessageExt:
@@ -491,6 +553,25 @@ class MessageExt:
         """The delay level the producer asked for (0 = none)."""
         value = self._decode_meta()[1].get(PROPERTY_DELAY)
         return int(value) if value else 0
+
+    def _timer_property(self, name: str) -> int | None:
+        value = self._decode_meta()[1].get(name)
+        return int(value) if value and value.isdigit() else None
+
+    @property
+    def deliver_time_ms(self) -> int | None:
+        """``TIMER_DELIVER_MS``: when a timer message was asked to be delivered, if it was."""
+        return self._timer_property(PROPERTY_TIMER_DELIVER_MS)
+
+    @property
+    def delay_ms(self) -> int | None:
+        """``TIMER_DELAY_MS``: the timer delay a message was sent with, in ms, if any."""
+        return self._timer_property(PROPERTY_TIMER_DELAY_MS)
+
+    @property
+    def delay_sec(self) -> int | None:
+        """``TIMER_DELAY_SEC``: the timer delay a message was sent with, in s, if any."""
+        return self._timer_property(PROPERTY_TIMER_DELAY_SEC)
 
     def get_property(self, name: str) -> str | None:
         """One stored property by name (TAGS and KEYS included), or ``None``."""

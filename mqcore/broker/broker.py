@@ -18,7 +18,7 @@ from mqcore.broker.codes import RequestCode, ResponseCode
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
 from mqcore.broker.offsets import ConsumerOffsetManager
-from mqcore.broker.schedule import DelayService
+from mqcore.broker.schedule import DelayService, is_timer_message
 from mqcore.broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
@@ -38,6 +38,7 @@ from mqcore.errors import (
     MessageFieldError,
     MessageIllegalError,
 )
+from mqcore.interfaces import DelayScheduler, TimerScheduler
 from mqcore.kernel import Kernel
 from mqcore.logs import get_logger
 from mqcore.message import (
@@ -120,6 +121,7 @@ class Broker:
             message_delay_level=self.config.message_delay_level,
             **self.config.delay_scheduler_options,
         )
+        self.timer_scheduler = self._timer_scheduler()
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         store_options = {"store_host": self.config.store_host, **self.config.store_options}
@@ -140,6 +142,8 @@ class Broker:
                 self._stored,
                 flush_interval_ms=self.config.flush_delay_offset_interval_ms,
                 name=self.config.broker_name,
+                timer=self.timer_scheduler,
+                data_dir=self.data_dir,
             )
         except BaseException:
             self.store.close()
@@ -163,6 +167,42 @@ class Broker:
         log.info(
             "broker_started", broker=self.config.broker_name, store=store, data_dir=str(data_dir)
         )
+
+    def _timer_scheduler(self) -> Any:
+        """The scheduler of timer messages, or None when they are turned off."""
+        cfg = self.config
+        if not isinstance(self.delay_scheduler, DelayScheduler):
+            raise InvalidArgumentError(
+                f"delay_scheduler {cfg.delay_scheduler!r} does not hold delay levels "
+                "(no schedule_queue); a timer scheduler goes in timer_scheduler"
+            )
+        if not cfg.timer_scheduler:
+            return None
+        timer = self.kernel.delay_scheduler(
+            cfg.timer_scheduler,
+            precision_ms=cfg.timer_precision_ms,
+            max_delay_sec=cfg.timer_max_delay_sec,
+            **cfg.timer_scheduler_options,
+        )
+        if not isinstance(timer, TimerScheduler):
+            raise InvalidArgumentError(
+                f"timer_scheduler {cfg.timer_scheduler!r} is not a timer scheduler (it needs "
+                "max_delay_ms and stats, see mqcore.interfaces.TimerScheduler)"
+            )
+        return timer
+
+    def timer_stats(self) -> Any:
+        """Pending timer messages, the next deliver time and the delivery lag (a
+        :class:`~mqcore.plugins.delay_timer_wheel.TimerStats` for the ``timer`` scheduler).
+
+        :raises InvalidArgumentError: when timer messages are turned off.
+        """
+        self._check_open()
+        if self.timer_scheduler is None:
+            raise InvalidArgumentError(
+                "timer messages are turned off on this broker (timer_scheduler is not set)"
+            )
+        return self.timer_scheduler.stats()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -365,7 +405,8 @@ class Broker:
         reconsume_times: int = 0,
     ) -> list[PutResult]:
         for m in messages:
-            if m.delay_level > 0:  # held in the schedule topic until due
+            # Held in the schedule topic (a delay level) or the timer topic until due.
+            if m.delay_level > 0 or (m.properties and is_timer_message(m)):
                 return self.delay.put(
                     topic,
                     queue_id,

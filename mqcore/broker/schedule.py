@@ -12,6 +12,15 @@ The broker owns the moving parts; the scheduler plugin (``delay_levels`` by defa
   broker closes;
 - the service is the scheduler's :class:`~mqcore.interfaces.DelayHost`: it reads the
   schedule queues and stores due messages in their real topic, waking held pulls.
+
+Timer messages (RocketMQ 5) go the same way through a second scheduler, the timer scheduler
+(``timer`` by default, :attr:`~mqcore.config.BrokerConfig.timer_scheduler`): on put, a
+message with ``TIMER_DELIVER_MS``, ``TIMER_DELAY_MS`` or ``TIMER_DELAY_SEC`` whose time is
+still ahead is stored in the timer topic ``rmq_sys_wheel_timer``, queue 0, with its deliver
+time in ``TIMER_OUT_MS`` and its real topic and queue in ``REAL_TOPIC``/``REAL_QID``; one
+whose time has come is stored in its topic at once. The timer scheduler runs in a thread of
+its own and reads the timer topic through this service (a
+:class:`~mqcore.interfaces.TimerHost`).
 """
 
 from __future__ import annotations
@@ -25,12 +34,24 @@ from typing import Any
 import attrs
 
 from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, SCHEDULE_TOPIC, validate_topic
-from mqcore.errors import MessageIllegalError
+from mqcore.errors import MessageIllegalError, TimerMessageError
 from mqcore.logs import get_logger
-from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, Message, system_message
-from mqcore.store import GetResult, PutResult
+from mqcore.message import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_OUT_MS,
+    TIMER_REQUEST_PROPERTIES,
+    Message,
+    MessageExt,
+    system_message,
+)
+from mqcore.protocol.codes import ResponseCode
+from mqcore.store import TIMER_TOPIC, GetResult, GetStatus, PutResult, RawGetResult
 
-__all__ = ["DelayService"]
+__all__ = ["DelayService", "is_timer_message"]
 
 log = get_logger(__name__)
 
@@ -39,6 +60,40 @@ _ERROR_WAIT_MS = 10_000  # RocketMQ's DELAY_FOR_A_PERIOD after an unexpected err
 
 #: Called after each store put with (topic, queue id, results): wakes pulls, runs hooks.
 Stored = Callable[[str, int, list[PutResult]], None]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def is_timer_message(m: Message) -> bool:
+    """Whether the broker holds ``m`` as a timer message (RocketMQ's ``checkIfTimerMessage``):
+    it asks for a time, and is not a copy of one already delivered (``TIMER_OUT_MS``)."""
+    props = m.properties
+    return (
+        bool(props)
+        and not TIMER_REQUEST_PROPERTIES.isdisjoint(props)
+        and PROPERTY_TIMER_OUT_MS not in props
+    )
+
+
+def _timer_deliver_ms(m: Message, now: int) -> int:
+    """The deliver time a timer message asks for (RocketMQ's order: delay in s, in ms, time)."""
+    props = m.properties
+    for name, base, unit in (
+        (PROPERTY_TIMER_DELAY_SEC, now, 1000),
+        (PROPERTY_TIMER_DELAY_MS, now, 1),
+        (PROPERTY_TIMER_DELIVER_MS, 0, 1),
+    ):
+        text = props.get(name)
+        if text is not None:
+            if not (text.isascii() and text.isdigit()):
+                raise TimerMessageError(
+                    f"timer property {name}={text!r} is not a whole number >= 0",
+                    code=ResponseCode.MESSAGE_ILLEGAL,
+                )
+            return base + int(text) * unit
+    raise AssertionError("not a timer message")  # callers check is_timer_message first
 
 
 class DelayService:
@@ -50,6 +105,9 @@ class DelayService:
     :param stored: the broker's after-put callback.
     :param flush_interval_ms: how often progress is persisted.
     :param name: used in the thread's name.
+    :param timer: a :class:`~mqcore.interfaces.TimerScheduler`, or None: timer messages are
+        then refused.
+    :param data_dir: where the timer scheduler keeps its data files (the broker's data dir).
     """
 
     def __init__(
@@ -61,42 +119,65 @@ class DelayService:
         *,
         flush_interval_ms: int = 10_000,
         name: str = "broker",
+        timer: Any = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
+        self.timer = timer
         self.config_dir = config_dir
+        self.data_dir = data_dir if data_dir is not None else config_dir.parent
         self._stored = stored
         self.flush_interval_ms = flush_interval_ms
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"mqcore-delay-{name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(scheduler,), name=f"mqcore-delay-{name}", daemon=True
+        )
+        self._timer_thread = threading.Thread(
+            target=self._run, args=(timer,), name=f"mqcore-timer-{name}", daemon=True
+        )
+        # The timer's clock (tests inject one) also times a timer message's arrival.
+        self._clock: Callable[[], int] = getattr(timer, "clock", None) or _wall_clock_ms
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the scheduler's progress and start the delivery thread."""
+        """Load the schedulers' progress and start their delivery threads."""
         self.scheduler.start(self)
+        if self.timer is not None:
+            try:
+                self.timer.start(self)
+            except BaseException:
+                self.scheduler.stop()
+                raise
+            self._timer_thread.start()
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the delivery thread, then let the scheduler persist its progress."""
+        """Stop the delivery threads, then let the schedulers persist their progress."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
-        self.scheduler.stop()
+        for thread in (self._thread, self._timer_thread):
+            if thread.is_alive():
+                thread.join(timeout=30)
+        try:
+            self.scheduler.stop()
+        finally:
+            if self.timer is not None:
+                self.timer.stop()
 
-    def _run(self) -> None:
+    def _run(self, scheduler: Any) -> None:
         every = self.flush_interval_ms / 1000
         next_persist = time.monotonic() + every
         while True:
             try:
-                wait_ms = self.scheduler.run_due()
+                wait_ms = scheduler.run_due()
             except Exception:  # keep delivering; RocketMQ retries the task after a period
                 log.exception("delay_delivery_pass_failed")
                 wait_ms = _ERROR_WAIT_MS
             if time.monotonic() >= next_persist:
                 next_persist = time.monotonic() + every
                 try:
-                    self.scheduler.persist()
+                    scheduler.persist()
                 except Exception:  # the offsets stay dirty; the next round retries
                     log.exception("delay_offsets_persist_failed")
             if self._stop.wait(min(max(wait_ms, 1), _MAX_WAIT_MS) / 1000):
@@ -121,8 +202,16 @@ class DelayService:
         """
         plain: list[int] = []
         held: dict[int, list[tuple[int, Message]]] = {}
+        timers: list[tuple[int, Message]] = []
+        now = self._clock()
         for i, m in enumerate(messages):
-            if m.delay_level > 0:
+            if is_timer_message(m):
+                copy = self._hold_timer(m, topic, queue_id, now)
+                if copy is None:
+                    plain.append(i)  # its time has come: stored in its topic at once
+                else:
+                    timers.append((i, copy))
+            elif m.delay_level > 0:
                 qid, level = self.scheduler.schedule_queue(m.delay_level)
                 props = dict(m.properties)
                 props[PROPERTY_REAL_TOPIC] = topic
@@ -150,7 +239,51 @@ class DelayService:
             for (i, _), r in zip(items, got, strict=True):
                 results[i] = r
             self._stored(SCHEDULE_TOPIC, qid, got)
+        if timers:
+            got = self.store.put(TIMER_TOPIC, 0, [m for _, m in timers], **kw)
+            for (i, _), r in zip(timers, got, strict=True):
+                results[i] = r
+            self._stored(TIMER_TOPIC, 0, got)
         return [r for r in results if r is not None]
+
+    def _hold_timer(self, m: Message, topic: str, queue_id: int, now: int) -> Message | None:
+        """The copy of timer message ``m`` to store in the timer topic, or None when it is
+        due now (a past deliver time is delivered at once)."""
+        if m.delay_level > 0:
+            asked = ", ".join(sorted(TIMER_REQUEST_PROPERTIES & m.properties.keys()))
+            raise TimerMessageError(
+                f"a message to {topic} has both delay level {m.delay_level} and a timer "
+                f"({asked}); use one of them",
+                code=ResponseCode.MESSAGE_ILLEGAL,
+            )
+        deliver = _timer_deliver_ms(m, now)
+        if deliver <= now:
+            return None
+        timer = self.timer
+        if timer is None:
+            raise TimerMessageError(
+                f"timer messages are not enabled on this broker (a message to {topic} asks "
+                "for one); set the broker's timer_scheduler, e.g. 'timer'",
+                code=ResponseCode.MESSAGE_ILLEGAL,
+            )
+        if deliver - now > timer.max_delay_ms:
+            raise TimerMessageError(
+                f"a message to {topic} asks to be delivered {deliver - now} ms from now, "
+                f"beyond the broker's timer_max_delay_sec ({timer.max_delay_ms // 1000} s); "
+                "deliver it sooner or raise the limit",
+                code=ResponseCode.MESSAGE_ILLEGAL,
+            )
+        # TIMER_OUT_MS first: the scheduler reads it from the record without decoding it all.
+        # The broker's own REAL_TOPIC/REAL_QID replace any a client sent.
+        props = {PROPERTY_TIMER_OUT_MS: str(deliver), **m.properties}
+        props[PROPERTY_REAL_TOPIC] = topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        fields = attrs.asdict(m, recurse=False)
+        fields.update(
+            topic=TIMER_TOPIC, properties=props, deliver_time_ms=None, delay_ms=None,
+            delay_sec=None,
+        )  # fmt: skip
+        return system_message(**fields)
 
     # -- DelayHost ---------------------------------------------------------------------
 
@@ -207,3 +340,27 @@ class DelayService:
     def state_path(self, name: str) -> Path:
         """``<data_dir>/config/<name>``."""
         return self.config_dir / name
+
+    # -- TimerHost -----------------------------------------------------------------------
+
+    def read_timers(self, offset: int, max_count: int) -> RawGetResult:
+        """Encoded held timer messages from ``offset``."""
+        got: RawGetResult = self.store.get_raw(TIMER_TOPIC, 0, offset, max_count=max_count)
+        return got
+
+    def timer_max_offset(self) -> int:
+        """One past the last held timer message."""
+        return int(self.store.max_offset(TIMER_TOPIC, 0))
+
+    def timer_message(self, queue_offset: int) -> MessageExt | None:
+        """The held timer message at ``queue_offset``, or None when it is gone."""
+        got: GetResult = self.store.get(TIMER_TOPIC, 0, queue_offset, max_count=1)
+        if got.status is GetStatus.FOUND and got.messages:
+            msg = got.messages[0]
+            if msg.queue_offset == queue_offset:
+                return msg
+        return None
+
+    def data_path(self, name: str) -> Path:
+        """``<data_dir>/<name>``."""
+        return self.data_dir / name

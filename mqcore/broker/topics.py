@@ -13,7 +13,7 @@ from mqcore.broker.codes import ResponseCode
 from mqcore.errors import MessageIllegalError, NoPermissionError, TopicNotExistError
 from mqcore.logs import get_logger
 from mqcore.protocol.validation import VALID_NAME
-from mqcore.store import SCHEDULE_TOPIC
+from mqcore.store import SCHEDULE_TOPIC, TIMER_TOPIC
 
 __all__ = [
     "DLQ_GROUP_TOPIC_PREFIX",
@@ -48,6 +48,7 @@ SYSTEM_TOPICS = frozenset(
     {
         AUTO_CREATE_TOPIC_KEY_TOPIC,
         SCHEDULE_TOPIC,
+        TIMER_TOPIC,
         "BenchmarkTest",
         "RMQ_SYS_TRANS_HALF_TOPIC",
         "RMQ_SYS_TRACE_TOPIC",
@@ -61,6 +62,7 @@ SYSTEM_TOPICS = frozenset(
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
         SCHEDULE_TOPIC,
+        TIMER_TOPIC,
         "RMQ_SYS_TRANS_HALF_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",

@@ -59,7 +59,7 @@ class _Plugin:
 
 def test_scheduler_is_chosen_by_name(tmp_path: Path, store_name: str) -> None:
     kernel = Kernel(plugins=[_Plugin()])
-    assert kernel.names("delay_scheduler") == ["delay_levels", "twice"]
+    assert kernel.names("delay_scheduler") == ["delay_levels", "timer", "twice"]
     with Broker(
         tmp_path, store=store_name, kernel=kernel, delay_scheduler="twice",
         message_delay_level="3s 7s",

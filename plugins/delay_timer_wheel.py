@@ -1,0 +1,510 @@
+"""The ``timer`` delay scheduler: timer messages delivered at any time (RocketMQ 5's way).
+
+A message with ``TIMER_DELIVER_MS`` (or ``TIMER_DELAY_MS``/``TIMER_DELAY_SEC``) is stored by
+the broker in the system topic ``rmq_sys_wheel_timer``, queue 0, with its real topic and
+queue in ``REAL_TOPIC``/``REAL_QID`` and its deliver time in ``TIMER_OUT_MS``; the commit log
+stays the one source of truth. This scheduler, in the broker's timer thread:
+
+1. *enqueues*: reads the timer topic from the offset it reached and links each held message
+   into the timing wheel slot of its deliver time, through a unit appended to the timer log
+   (:mod:`mqcore.plugins.delay_timer_files`); a batch is committed (checkpoint) once its
+   units and slots are written;
+2. *dequeues*: the read cursor walks the wheel one slot (``precision_ms``, 1 s) at a time;
+   when the latest deliver time in the cursor's slot has come, its units are read in the
+   order they were appended and each message is stored again in its real topic and queue,
+   the checkpoint counting the deliveries one by one; the cursor moves on once the slot's
+   time span is over.
+
+Nothing is ever delivered before its time; a delivery comes at most one slot (plus the
+thread's wake-up delay) after it. After a process crash the uncommitted tail of the log is
+cut, wheel slots that pointed into it are walked back to the committed units, and the timer
+topic is read again from the committed offset: every timer is delivered, and at most the one
+delivery under way when the process died is repeated.
+
+Memory holds no pending message: the wheel is a memory-mapped file of ``slots x 32`` bytes
+(pages touched only), the log is read with ``pread``; the delivery of one slot keeps the
+positions of that slot's units (8 bytes each).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from mqcore.atomicfile import read_with_backup, write_json_atomic
+from mqcore.errors import InvalidArgumentError, StoreCorruptedError
+from mqcore.hookspecs import hookimpl
+from mqcore.logs import get_logger
+from mqcore.message import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+)
+from mqcore.plugins.delay_timer_files import (
+    UNIT,
+    UNIT_MAGIC,
+    UNIT_SIZE,
+    Checkpoint,
+    TimerCheckpoint,
+    TimerLog,
+    TimerWheel,
+)
+from mqcore.store import GetStatus
+
+__all__ = ["TimerScheduler", "TimerStats", "mqcore_register_delay_schedulers"]
+
+log = get_logger(__name__)
+
+DEFAULT_MAX_DELAY_SEC = 3 * 24 * 3600  # RocketMQ's timerMaxDelaySec
+DEFAULT_PRECISION_MS = 1000  # RocketMQ's timerPrecisionMs
+SEGMENTS_FILE = "timerSegments.json"
+CHECKPOINT_FILE = "timercheck"
+
+_IDLE_MS = 100
+_ENQUEUE_BATCH = 256  # held messages read per store call
+_ENQUEUE_PER_PASS = 65_536  # bound one pass, so deliveries are not starved by a backlog
+_RECORD = struct.Struct(">i16xqq")  # record size, queue offset, commit-log offset
+_BODY_LEN = struct.Struct(">i")
+_HEADER_SIZE = 88
+_OUT_PREFIX = PROPERTY_TIMER_OUT_MS.encode() + b"\x01"
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _deliver_ms_of(record: memoryview) -> int | None:
+    """``TIMER_OUT_MS`` of an encoded record, without decoding the rest."""
+    body_len = _BODY_LEN.unpack_from(record, _HEADER_SIZE - 4)[0]
+    pos = _HEADER_SIZE + body_len
+    pos += 1 + record[pos]
+    plen = (record[pos] << 8) | record[pos + 1]
+    props = bytes(record[pos + 2 : pos + 2 + plen])
+    # The broker writes TIMER_OUT_MS first; look further only for records written otherwise.
+    at = 0 if props.startswith(_OUT_PREFIX) else props.find(b"\x02" + _OUT_PREFIX) + 1
+    if at == 0 and not props.startswith(_OUT_PREFIX):
+        return None
+    start = at + len(_OUT_PREFIX)
+    end = props.find(b"\x02", start)
+    text = props[start : end if end >= 0 else len(props)]
+    return int(text) if text.isdigit() else None
+
+
+@attrs.frozen
+class TimerStats:
+    """What ``mqcore timer stats`` shows.
+
+    :param pending: timers held and not delivered yet (in the wheel, plus those stored in
+        the timer topic and not yet put into the wheel).
+    :param in_wheel: of those, the ones in the wheel.
+    :param enqueue_backlog: held messages not yet put into the wheel.
+    :param next_due_ms: when the next pending slot of the wheel is delivered (the latest
+        deliver time in it), or None.
+    :param lag_ms: how far delivery is behind: now minus that time, when it has passed.
+    :param read_ms: start of the slot being delivered.
+    """
+
+    pending: int
+    in_wheel: int
+    enqueue_backlog: int
+    next_due_ms: int | None
+    lag_ms: int
+    read_ms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (for JSON)."""
+        return attrs.asdict(self)
+
+
+class TimerScheduler:
+    """Timer messages on a timing wheel (see the module docstring).
+
+    :param precision_ms: width of a wheel slot (RocketMQ's ``timerPrecisionMs``, 1 s).
+    :param max_delay_sec: the furthest a timer may be set ahead (``timerMaxDelaySec``, 3
+        days); the broker refuses a timer beyond it at send.
+    :param clock: current time in ms; injectable for tests.
+    :param segment_bytes: size of a timer-log segment.
+    :param message_delay_level: accepted and ignored, so that any scheduler factory can be
+        called the same way.
+    """
+
+    name = "timer"
+
+    def __init__(
+        self,
+        *,
+        precision_ms: int = DEFAULT_PRECISION_MS,
+        max_delay_sec: int = DEFAULT_MAX_DELAY_SEC,
+        clock: Callable[[], int] | None = None,
+        segment_bytes: int = 64 * 1024 * 1024,
+        message_delay_level: str | None = None,
+    ) -> None:
+        if precision_ms <= 0 or max_delay_sec <= 0:
+            raise InvalidArgumentError(
+                f"timer precision_ms={precision_ms} and max_delay_sec={max_delay_sec} must be "
+                "positive (RocketMQ's defaults: 1000 and 259200)"
+            )
+        self.precision_ms = precision_ms
+        self.max_delay_ms = max_delay_sec * 1000
+        self.clock = clock or _wall_clock_ms
+        self.segment_bytes = segment_bytes
+        # Room for the longest delay plus as much again: the cursor may lag that long.
+        self.slots = 2 * (self.max_delay_ms // precision_ms + 1)
+        self._host: Any = None
+        self._lock = threading.RLock()
+        self._running = False
+        self._log: TimerLog | None = None
+        self._wheel: TimerWheel | None = None
+        self._ckpt: TimerCheckpoint | None = None
+        self._cp = Checkpoint(0, 0, 0, 0, 0, 0, precision_ms, self.slots)
+        # Segment start -> latest slot time of its units: it is deleted once the cursor is
+        # past that (a unit overdue when enqueued sits in a later slot than its deliver time).
+        self._seg_max: dict[int, int] = {}
+        self._seg_path: Any = None
+        self._seg_dirty = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self, host: Any) -> None:
+        """Open (or create) the files, recover an uncommitted tail, begin serving ``host``."""
+        with self._lock:
+            self._host = host
+            ckpt = TimerCheckpoint(host.state_path(CHECKPOINT_FILE))
+            try:
+                cp = ckpt.load()
+            except BaseException:
+                ckpt.close()
+                raise
+            if cp is not None and (cp.precision_ms, cp.slots) != (self.precision_ms, self.slots):
+                # The wheel's layout is fixed when it is created: keep it.
+                log.warning(
+                    "timer_layout_kept", precision_ms=cp.precision_ms, slots=cp.slots,
+                    asked_precision_ms=self.precision_ms, asked_slots=self.slots,
+                )  # fmt: skip
+                self.precision_ms, self.slots = cp.precision_ms, cp.slots
+            self._ckpt = ckpt
+            self._log = TimerLog(host.data_path("timerlog"), self.segment_bytes)
+            self._wheel = TimerWheel(host.data_path("timerwheel"), self.slots)
+            if cp is None:
+                now = self.clock()
+                cp = Checkpoint(0, 0, 0, now - now % self.precision_ms, 0, 0,
+                                self.precision_ms, self.slots)  # fmt: skip
+            self._cp = cp
+            self._seg_path = host.state_path(SEGMENTS_FILE)
+            self._recover()
+            high = host.timer_max_offset()
+            if self._cp.enqueue_offset > high:
+                log.error("timer_offset_corrected", offset=self._cp.enqueue_offset, to=high)
+                self._commit(enqueue_offset=high)
+            self._running = True
+        log.info("timer_scheduler_started", pending=self._cp.pending, read_ms=self._cp.read_ms)
+
+    def _recover(self) -> None:
+        """Cut the log's uncommitted tail and walk back the slots that point into it."""
+        assert self._log is not None and self._wheel is not None
+        committed = self._cp.log_end
+        on_disk = self._log.end()
+        if on_disk > committed:
+            # Units past the committed end were never counted as pending: only the slots
+            # that link to them need walking back.
+            cut = 0
+            for index, t, due, last, num in list(self._wheel.iter_slots()):
+                if last < committed:
+                    continue
+                pos = last
+                while pos >= committed:
+                    unit = self._log.read(pos)
+                    if unit is None:  # cannot happen after a process crash; be safe
+                        raise StoreCorruptedError(
+                            f"timer wheel slot {index} points at position {pos} of the "
+                            f"timer log, which holds no unit; remove the timer files to rebuild"
+                        )
+                    pos = unit.prev_pos
+                    num -= 1
+                    cut += 1
+                self._wheel.put(index, t, due, pos, max(num, 0))
+            log.warning("timer_log_tail_cut", committed=committed, end=on_disk, units=cut)
+            self._log.truncate(committed)
+        self._load_segments()
+
+    def _load_segments(self) -> None:
+        assert self._log is not None
+        parsed: list[dict[str, Any]] = []
+
+        def validate(data: bytes) -> bool:
+            parsed.append(json.loads(data))
+            return True
+
+        try:
+            data = read_with_backup(self._seg_path, validate)
+        except StoreCorruptedError:
+            data = None  # rebuilt from the log below
+        table = parsed[-1] if data is not None and parsed else {}
+        seg_max = {int(k): int(v) for k, v in table.get("segments", {}).items()}
+        scanned_to = int(table.get("log_end", 0))
+        # Units appended after the table was written are read again.
+        for pos, unit in self._log.scan(min(scanned_to, self._cp.log_end), self._cp.log_end):
+            start = pos - pos % self._log.segment_bytes
+            seg_max[start] = max(seg_max.get(start, 0), unit.slot_ms)
+        self._seg_max = {s: m for s, m in seg_max.items() if s in set(self._log.segments())}
+        self._seg_dirty = True
+
+    def stop(self) -> None:
+        """Stop delivering, persist, close the files."""
+        with self._lock:
+            if not self._running:
+                return
+            self._running = False
+            self._persist_locked()
+            assert self._log is not None and self._wheel is not None and self._ckpt is not None
+            self._log.close()
+            self._wheel.close()
+            self._ckpt.close()
+
+    def persist(self) -> bool:
+        """Flush log, wheel and checkpoint to disk; drop log segments fully delivered."""
+        with self._lock:
+            if not self._running:
+                return False
+            return self._persist_locked()
+
+    def _persist_locked(self) -> bool:
+        assert self._log is not None and self._wheel is not None and self._ckpt is not None
+        self._log.flush()
+        self._wheel.flush()
+        self._ckpt.flush()  # after the data it describes
+        read_ms = self._cp.read_ms
+        current = self._cp.log_end - self._cp.log_end % self._log.segment_bytes
+        for start in self._log.segments():
+            if start < current and self._seg_max.get(start, 0) < read_ms:
+                self._log.delete(start)
+                self._seg_max.pop(start, None)
+                self._seg_dirty = True
+        if self._seg_dirty:
+            table = {
+                "log_end": self._cp.log_end,
+                "segments": {str(s): m for s, m in sorted(self._seg_max.items())},
+            }
+            write_json_atomic(self._seg_path, table)
+            self._seg_dirty = False
+        return True
+
+    def _commit(self, **changes: int) -> None:
+        assert self._ckpt is not None
+        cp = self._cp._replace(seq=self._cp.seq + 1, **changes)
+        self._ckpt.write(cp)
+        self._cp = cp
+
+    # -- the timer thread ----------------------------------------------------------------
+
+    def run_due(self) -> int:
+        """Put newly held messages into the wheel, deliver what is due; ms until next useful."""
+        with self._lock:
+            if not self._running:
+                return _IDLE_MS
+            now = self.clock()
+            more = self._enqueue(now)
+            wait = self._dequeue(self.clock())
+            return 0 if more else wait
+
+    def _slot_index(self, slot_ms: int) -> int:
+        return (slot_ms // self.precision_ms) % self.slots
+
+    def _enqueue(self, now: int) -> bool:
+        """Link held messages into the wheel; True when more are waiting."""
+        host, wheel, tlog = self._host, self._wheel, self._log
+        assert wheel is not None and tlog is not None
+        prec = self.precision_ms
+        done = 0
+        while done < _ENQUEUE_PER_PASS:
+            offset = self._cp.enqueue_offset
+            if offset >= host.timer_max_offset():
+                return False
+            got = host.read_timers(offset, _ENQUEUE_BATCH)
+            if got.status is not GetStatus.FOUND:
+                if got.next_offset != offset and got.status in (
+                    GetStatus.OFFSET_TOO_SMALL,
+                    GetStatus.OFFSET_OVERFLOW_BADLY,
+                ):
+                    log.error("timer_offset_corrected", offset=offset, to=got.next_offset)
+                    self._commit(enqueue_offset=got.next_offset)
+                    continue
+                return False
+            read_ms = self._cp.read_ms
+            horizon = read_ms + self.slots * prec
+            slots: dict[int, tuple[int, int, int, int]] = {}
+            units: list[bytes] = []
+            pos = self._cp.log_end
+            next_offset = offset
+            pending = self._cp.pending
+            blocked = False
+            for record in got.records:
+                size, queue_offset, cl_offset = _RECORD.unpack_from(record, 0)
+                deliver = _deliver_ms_of(record)
+                if deliver is None:
+                    log.error("timer_message_without_deliver_time", queue_offset=queue_offset)
+                    next_offset = queue_offset + 1
+                    continue
+                slot_ms = max(deliver - deliver % prec, read_ms)
+                if slot_ms >= horizon:
+                    blocked = True  # the cursor must catch up before this one fits
+                    break
+                index = (slot_ms // prec) % self.slots
+                slot = slots.get(index) or wheel.get(index)
+                if slot[0] != slot_ms:  # a new round of this slot
+                    slot = (slot_ms, 0, -1, 0)
+                units.append(
+                    UNIT.pack(
+                        slot[2], deliver, slot_ms, queue_offset, cl_offset, now, size, UNIT_MAGIC
+                    )
+                )
+                slots[index] = (slot_ms, max(slot[1], deliver), pos, slot[3] + 1)
+                start = pos - pos % tlog.segment_bytes
+                if self._seg_max.get(start, -1) < slot_ms:
+                    self._seg_max[start] = slot_ms
+                pos += UNIT_SIZE
+                pending += 1
+                next_offset = queue_offset + 1
+            if units:
+                # Log first, then the slots, then the checkpoint: a crash in between leaves
+                # a tail that start() cuts and slots it can walk back.
+                tlog.append(self._cp.log_end, b"".join(units))
+                for index, (t, due, last, num) in slots.items():
+                    wheel.put(index, t, due, last, num)
+                self._seg_dirty = True
+            if next_offset != offset or units:
+                self._commit(enqueue_offset=next_offset, log_end=pos, pending=pending)
+            done += len(units)
+            if blocked:
+                return False
+        return True
+
+    def _dequeue(self, now: int) -> int:
+        """Deliver due slots; ms until the cursor's slot may have work."""
+        wheel = self._wheel
+        assert wheel is not None
+        prec = self.precision_ms
+        skipped = False
+        while True:
+            read_ms = self._cp.read_ms
+            index = self._slot_index(read_ms)
+            t, due, last, num = wheel.get(index)
+            if t == read_ms and num > self._cp.done:
+                if now < due:
+                    if skipped:
+                        self._commit()
+                    return min(_IDLE_MS, due - now)
+                if skipped:
+                    self._commit()
+                    skipped = False
+                if not self._deliver_slot(last, num):
+                    return _IDLE_MS
+                now = self.clock()
+                continue
+            if now < read_ms + prec:
+                if skipped:
+                    self._commit()
+                return min(_IDLE_MS, read_ms + prec - now)
+            # The slot's span is over and everything in it is delivered: move on. Empty
+            # slots are skipped in a row and committed once.
+            self._cp = self._cp._replace(read_ms=read_ms + prec, done=0)
+            skipped = True
+
+    def _deliver_slot(self, last: int, num: int) -> bool:
+        """Deliver the undelivered units of the cursor's slot; False if a put failed."""
+        tlog = self._log
+        assert tlog is not None
+        positions = array.array("q")
+        pos = last
+        while pos >= 0 and len(positions) < num:
+            unit = tlog.read(pos)
+            if unit is None:
+                log.error("timer_unit_missing", pos=pos, slot_ms=self._cp.read_ms)
+                break
+            positions.append(pos)
+            pos = unit.prev_pos
+        positions.reverse()  # append order
+        start = self._cp.done - (num - len(positions))
+        for pos in positions[max(start, 0) :]:
+            unit = tlog.read(pos)
+            assert unit is not None
+            if not self._deliver(unit):
+                return False
+            self._commit(done=self._cp.done + 1, pending=max(self._cp.pending - 1, 0))
+        if self._cp.done < num:  # units that could not be read count as done
+            self._commit(done=num)
+        return True
+
+    def _deliver(self, unit: Any) -> bool:
+        host = self._host
+        msg = host.timer_message(unit.queue_offset)
+        if msg is None:
+            log.error("timer_message_missing", queue_offset=unit.queue_offset)
+            return True
+        props = msg.properties
+        real_topic = props.get(PROPERTY_REAL_TOPIC)
+        real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "")
+        if not real_topic or not real_qid.isdigit():
+            log.error("timer_message_without_real_topic", queue_offset=unit.queue_offset)
+            return True
+        props[PROPERTY_TIMER_ENQUEUE_MS] = str(unit.enqueue_ms)
+        props[PROPERTY_TIMER_DEQUEUE_MS] = str(self.clock())
+        message = msg.to_message(topic=real_topic, properties=props, delay_level=0)
+        try:
+            host.deliver(
+                message,
+                int(real_qid),
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host,
+                reconsume_times=msg.reconsume_times,
+            )
+        except Exception:
+            log.exception("timer_delivery_failed", queue_offset=unit.queue_offset)
+            return False
+        return True
+
+    # -- stats -------------------------------------------------------------------------
+
+    def stats(self) -> TimerStats:
+        """Pending timers, the next deliver time, and how far delivery lags."""
+        with self._lock:
+            if not self._running or self._wheel is None:
+                raise InvalidArgumentError("the timer scheduler is not running; start a broker")
+            now = self.clock()
+            cp = self._cp
+            backlog = max(self._host.timer_max_offset() - cp.enqueue_offset, 0)
+            next_due: int | None = None
+            lag = 0
+            if cp.pending:
+                first = self._slot_index(cp.read_ms)
+                for step in range(self.slots):
+                    t, due, _, num = self._wheel.get((first + step) % self.slots)
+                    if t == cp.read_ms + step * self.precision_ms and num > (
+                        cp.done if step == 0 else 0
+                    ):
+                        next_due = due  # the slot is delivered once its latest time has come
+                        lag = max(now - due, 0) if step == 0 else 0
+                        break
+            return TimerStats(
+                pending=cp.pending + backlog,
+                in_wheel=cp.pending,
+                enqueue_backlog=backlog,
+                next_due_ms=next_due,
+                lag_ms=lag,
+                read_ms=cp.read_ms,
+            )
+
+
+@hookimpl
+def mqcore_register_delay_schedulers(register: Any) -> None:
+    """Register the ``timer`` scheduler."""
+    register("timer", TimerScheduler)
