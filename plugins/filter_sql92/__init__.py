@@ -17,22 +17,31 @@ from mqcore.hookspecs import hookimpl
 from mqcore.plugins.filter_sql92.compiler import compile_tree
 from mqcore.plugins.filter_sql92.parser import parse
 
-__all__ = ["Sql92Filter", "mqcore_register_filters"]
+__all__ = ["MAX_EXPRESSION_BYTES", "Sql92Filter", "mqcore_register_filters"]
+
+#: The longest expression compiled, in UTF-8 bytes (a subscription comes from the network once
+#: the broker serves remote clients; compiling is linear but not free).
+MAX_EXPRESSION_BYTES = 64 * 1024
 
 
 class Sql92Filter:
     """A compiled SQL92 expression; build one with ``Kernel().filter("SQL92", text)``.
 
-    :raises FilterExpressionError: when ``expression`` is empty or invalid; the error's
-        ``column`` points at the problem.
+    :param max_bytes: the longest expression accepted, in UTF-8 bytes
+        (:data:`MAX_EXPRESSION_BYTES` by default; the class attribute ``max_expression_bytes``
+        changes it for every filter compiled afterwards).
+    :raises FilterExpressionError: when ``expression`` is empty, too long or invalid; the
+        error's ``column`` points at the problem.
     """
+
+    max_expression_bytes = MAX_EXPRESSION_BYTES
 
     expression_type = "SQL92"
     uses_properties = True
 
     __slots__ = ("_evaluate", "expression", "source")
 
-    def __init__(self, expression: str | None) -> None:
+    def __init__(self, expression: str | None, *, max_bytes: int | None = None) -> None:
         if expression is None or not isinstance(expression, str) or not expression.strip():
             shown = "None" if expression is None else repr(expression)
             if expression is not None and not isinstance(expression, str):
@@ -42,6 +51,16 @@ class Sql92Filter:
                 "write TRUE to match every message",
                 expression=expression if isinstance(expression, str) else None,
                 column=1 if isinstance(expression, str) else None,
+            )
+        limit = self.max_expression_bytes if max_bytes is None else max_bytes
+        # Most expressions are short ASCII: encode only when the length could be over.
+        if len(expression) * 4 > limit and len(expression.encode("utf-8", "replace")) > limit:
+            encoded = expression.encode("utf-8", "replace")
+            raise FilterExpressionError(
+                f"the SQL92 expression is {len(encoded)} bytes long; the limit is {limit} "
+                "(Sql92Filter.max_expression_bytes)",
+                expression=expression,
+                column=len(encoded[:limit].decode("utf-8", "ignore")) + 1,
             )
         self.expression = expression
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import Any
 
 from mqcore.errors import FilterEvaluationError
@@ -67,6 +68,12 @@ def _java_integer(text: str, lo: int, hi: int, kind: str) -> int:
         # Java's Character.digit accepts any Unicode decimal digit in the BMP (a char).
         if not digits or not all(c.isdecimal() and c <= "\uffff" for c in digits):
             raise _bad_number(text, kind)
+    # A long has at most 19 digits; int() refuses over 4300 digits with a ValueError.
+    if len(digits) > 19:
+        significant = "".join(str(unicodedata.decimal(c)) for c in digits).lstrip("0")
+        if len(significant) > 19:
+            raise _bad_number(text, kind)
+        text = ("-" if text[:1] == "-" else "") + (significant or "0")
     value = int(text)
     if value < lo or value > hi:
         raise _bad_number(text, kind)

@@ -85,7 +85,10 @@ class Token(NamedTuple):
 
 def _number(expression: str, kind: str, text: str, column: int) -> Token:
     if kind == "int":
-        number = int(text.rstrip("lL"))
+        digits = text.rstrip("lL")
+        # Checked before int(): Python refuses to convert over 4300 digits (a ValueError),
+        # and a literal has no leading zeros, so more than 19 digits never fits a long.
+        number = int(digits) if len(digits) <= 19 else LONG_MAX + 1
         if number > LONG_MAX:
             raise expression_error(
                 expression,
