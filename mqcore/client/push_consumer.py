@@ -57,6 +57,8 @@ class PushConsumer(ClientBase):
     (or a strategy object); ``allocate_options`` are passed to its factory.
     """
 
+    role = "consumer"
+
     def __init__(
         self,
         group: str,
