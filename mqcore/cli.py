@@ -98,3 +98,7 @@ main.add_command(demo)
 from mqcore.commands.replay import replay  # noqa: E402
 
 main.add_command(replay)
+
+from mqcore.commands.serve import serve  # noqa: E402
+
+main.add_command(serve)

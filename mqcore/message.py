@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import operator
 import struct
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -243,7 +244,6 @@ class Message:
     properties: dict[str, str] = attrs.field(factory=dict, converter=_to_props)
     flag: int = attrs.field(default=0, converter=_java_int)
     delay_level: int = attrs.field(default=0, converter=_delay_level)
-
     deliver_time_ms: int | None = attrs.field(default=None, kw_only=True)
     delay_ms: int | None = attrs.field(default=None, kw_only=True)
     delay_sec: int | None = attrs.field(default=None, kw_only=True)
@@ -361,6 +361,10 @@ class PullResult:
 _HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
 HEADER_SIZE = _HEADER.size  # 88: everything up to and including the body length
 _BODY_LEN = struct.Struct(">i")
+# sysFlag is the big-endian int at bytes 36..39 of a record; bit 0 (COMPRESSED_FLAG) is in
+# its last byte, read without unpacking the header.
+_SYS_FLAG_LOW_BYTE = 39
+_COMPRESSED = 0x1
 
 
 #: The fields of :class:`Message`, as :meth:`MessageExt.to_message` copies them. The timer
@@ -395,6 +399,10 @@ class MessageExt:
         if h is None:
             h = self._hdr = (self._pos, *_HEADER.unpack_from(self._buf, self._pos))
         return h
+
+    def record_bytes(self) -> bytes:
+        """The whole stored record, exactly as the commit log holds it."""
+        return bytes(self._buf[self._pos : self._pos + self.store_size])
 
     # header fields --------------------------------------------------------------------
     @property
@@ -470,7 +478,11 @@ class MessageExt:
     # variable part --------------------------------------------------------------------
     @property
     def body(self) -> bytes:
-        """The message body (copied out of the record on each read)."""
+        """The message body (copied out of the record on each read).
+
+        A body its sender compressed (sys flag bit 0, as RocketMQ's clients send bodies over
+        4 KiB) is stored as sent and inflated here.
+        """
         h = self._hdr
         if h is None:
             # Only the body length is needed: skip unpacking the whole header.
@@ -479,13 +491,24 @@ class MessageExt:
         else:
             start = h[0] + HEADER_SIZE
             size = h[17]
+        if self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & _COMPRESSED:
+            return zlib.decompress(self._buf[start : start + size])
         return bytes(self._buf[start : start + size])
 
     @property
     def body_view(self) -> memoryview:
-        """The body as a memoryview into the record, without a copy."""
+        """The body as a memoryview into the record, without a copy (of the inflated body
+        when it was stored compressed)."""
         start = self._h[0] + HEADER_SIZE
+        if self.sys_flag & _COMPRESSED:
+            return memoryview(self.body)
         return memoryview(self._buf)[start : start + self._h[17]]
+
+    @property
+    def stored_body(self) -> bytes:
+        """The body bytes exactly as stored (still compressed when the sender compressed it)."""
+        start = self._h[0] + HEADER_SIZE
+        return bytes(self._buf[start : start + self._h[17]])
 
     def _decode_meta(self) -> tuple[str, dict[str, str]]:
         meta = self._meta

@@ -151,7 +151,7 @@ class Broker:
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
         self.locks = RebalanceLockManager(self.config.rebalance_lock_max_live_time_ms)
         self.waiters = PullWaiters()
-        self._routes: dict[str, tuple[TopicConfig, TopicRoute]] = {}
+        self._routes: dict[str, tuple[TopicConfig, TopicRoute, str]] = {}
         self._closed = False
         self._stop = threading.Event()
         try:
@@ -300,8 +300,12 @@ class Broker:
         return self.topics.all()
 
     @operation(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-    def get_route_info_by_topic(self, topic: str) -> TopicRoute:
-        """Queues of ``topic`` (creating it first when auto-creation is on)."""
+    def get_route_info_by_topic(self, topic: str, address: str | None = None) -> TopicRoute:
+        """Queues of ``topic`` (creating it first when auto-creation is on).
+
+        The route names this broker at ``address`` (a server's listening address), else at
+        its ``store_host``.
+        """
         self._check_open()
         cfg = self.topics.get(topic)
         if cfg is None and self.config.auto_create_topic_enable:
@@ -309,20 +313,21 @@ class Broker:
             cfg = self.topics.ensure(topic, self.config.default_topic_queue_nums)
         if cfg is None:
             cfg = self.topics.require(topic)  # raises TOPIC_NOT_EXIST
+        addr = address or self.config.store_host
         cached = self._routes.get(topic)
-        if cached is not None and cached[0] is cfg:
+        if cached is not None and cached[0] is cfg and cached[2] == addr:
             return cached[1]
         route = TopicRoute.single(
             topic,
             self.config.broker_name,
-            self.config.store_host,
+            addr,
             cfg.read_queue_nums,
             cfg.write_queue_nums,
             cfg.perm,
             self.config.broker_cluster_name,
         )
         # Keyed by the config object: an update or delete makes a new one, so never stale.
-        self._routes[topic] = (cfg, route)
+        self._routes[topic] = (cfg, route, addr)
         return route
 
     # -- send --------------------------------------------------------------------------------
@@ -361,8 +366,13 @@ class Broker:
         born_timestamp: int | None = None,
         born_host: str | None = None,
         reconsume_times: int = 0,
+        sys_flag: int = 0,
     ) -> list[PutResult]:
-        """Store a batch in one queue of ``topic``; returns where each message was stored."""
+        """Store a batch in one queue of ``topic``; returns where each message was stored.
+
+        ``sys_flag`` keeps what the sender said of the bodies (bit 0: zlib-compressed, as a
+        RocketMQ client sends bodies over 4 KiB); they are stored exactly as sent.
+        """
         self._check_open()
         validate_topic(topic)
         if topic in NOT_ALLOWED_SEND_TOPICS:
@@ -392,6 +402,7 @@ class Broker:
             born_timestamp=born_timestamp,
             born_host=born_host,
             reconsume_times=reconsume_times,
+            sys_flag=sys_flag,
         )
 
     def _put(
@@ -403,6 +414,7 @@ class Broker:
         born_timestamp: int | None = None,
         born_host: str | None = None,
         reconsume_times: int = 0,
+        sys_flag: int = 0,
     ) -> list[PutResult]:
         for m in messages:
             # Held in the schedule topic (a delay level) or the timer topic until due.
@@ -415,6 +427,8 @@ class Broker:
                     born_host=born_host,
                     reconsume_times=reconsume_times,
                 )
+        # Passed only when set: a store written before the option need not know it.
+        extra = {"sys_flag": sys_flag} if sys_flag else {}
         results: list[PutResult] = self.store.put(
             topic,
             queue_id,
@@ -422,6 +436,7 @@ class Broker:
             born_timestamp=born_timestamp,
             born_host=born_host,
             reconsume_times=reconsume_times,
+            **extra,
         )
         self._stored(topic, queue_id, results)
         return results
@@ -595,6 +610,12 @@ class Broker:
         if msg is None:
             raise BrokerError(f"no message with id {msg_id}", code=ResponseCode.QUERY_NOT_FOUND)
         return msg
+
+    def record_at(self, commitlog_offset: int) -> bytes | None:
+        """The stored bytes of the record at ``commitlog_offset`` (None: no record there)."""
+        self._check_open()
+        msg: MessageExt | None = self.store.message_at(commitlog_offset)
+        return None if msg is None else msg.record_bytes()
 
     # -- consumer groups ---------------------------------------------------------------------
 

@@ -115,6 +115,14 @@ class BrokerProcessor:
         self.broker = broker
         self.address = address
 
+    def connection_closed(self, connection: Any) -> None:
+        """A client's connection ended: it leaves its groups at once (RocketMQ's
+        ClientHousekeepingService), so the others rebalance without waiting for expiry."""
+        client_id = getattr(connection, "client_id", None)
+        if client_id and not self.broker.closed:
+            for group in self.broker.consumers.groups():
+                self.broker.consumers.unregister(client_id, group)
+
     def process(self, req: RemotingCommand, connection: Any) -> Reply:
         """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
         entry = OPERATION_TABLE.get(req.code)
@@ -200,7 +208,7 @@ class BrokerProcessor:
             messages,
             producer_group=h.producer_group,
             born_timestamp=h.born_timestamp,
-            born_host=getattr(conn, "peer", None),
+            born_host=_born_host(conn),
             reconsume_times=h.reconsume_times or 0,
             sys_flag=sys_flag,
         )
@@ -234,7 +242,7 @@ class BrokerProcessor:
             sub_expression=expression,
             expression_type=expression_type,
             commit_offset=commit,
-            client_host=getattr(conn, "peer", "") or "",
+            client_host=getattr(conn, "remote_address", ""),
             raw=True,
         )
         hold_ms = h.suspend_timeout_millis if flags & headers.PullSysFlag.SUSPEND else 0
@@ -303,8 +311,9 @@ class BrokerProcessor:
     def _heartbeat(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         data = bodies.HeartbeatData.decode(req.body or b"{}")
         channel = RemoteChannel(conn, req.language)
-        if hasattr(conn, "client_id"):
-            conn.client_id = data.client_id
+        bind = getattr(conn, "bind_client_id", None)
+        if bind is not None:
+            bind(data.client_id)
         self.broker.heartbeat(
             data.client_id,
             [_consumer_data(c) for c in data.consumer_data_set],
@@ -336,7 +345,7 @@ class BrokerProcessor:
     @_op(RequestCode.UPDATE_CONSUMER_OFFSET)
     def _update_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         self.broker.update_consumer_offset(
-            h.consumer_group, h.topic, h.queue_id, h.commit_offset, getattr(conn, "peer", "")
+            h.consumer_group, h.topic, h.queue_id, h.commit_offset, getattr(conn, "remote_address", "")
         )
         return None if req.is_oneway else _ok(req)
 
@@ -413,6 +422,18 @@ class BrokerProcessor:
         body = bodies.UnlockBatchRequestBody.decode(req.body or b"{}")
         self.broker.unlock_batch_mq(body.consumer_group, body.client_id, body.mq_set)
         return None if req.is_oneway else _ok(req)
+
+
+def _born_host(conn: Any) -> str | None:
+    """The peer's ``ip:port`` when it is IPv4 (what the record's born host can hold)."""
+    addr = getattr(conn, "remote_address", None)
+    if not addr:
+        return None
+    host, _, port = addr.rpartition(":")
+    parts = host.split(".")
+    if port.isdigit() and len(parts) == 4 and all(p.isdigit() for p in parts):
+        return str(addr)
+    return None
 
 
 def _inflate(body: bytes) -> bytes:

@@ -1,0 +1,214 @@
+"""``mqcore serve``: a broker and name server on one address, speaking RocketMQ's remoting.
+
+Any :class:`~mqcore.config.BrokerConfig` setting can be given by its snake-case name, in a
+TOML file (``--config``) or as ``--set NAME=VALUE`` (repeatable; later wins over the file).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import attrs
+import click
+
+from mqcore.config import BrokerConfig
+from mqcore.errors import InvalidArgumentError, MQError
+
+__all__ = ["Server", "parse_settings", "serve"]
+
+_FIELDS = {f.name: f for f in attrs.fields(BrokerConfig)}
+
+
+def _convert(name: str, raw: Any) -> Any:
+    """``raw`` (a string from the command line, or a TOML value) as setting ``name`` wants."""
+    field = _FIELDS.get(name)
+    if field is None:
+        close = difflib.get_close_matches(name, list(_FIELDS), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise InvalidArgumentError(f"unknown broker setting {name!r}{hint}")
+    kind = str(field.type)
+    if not isinstance(raw, str):
+        return raw
+    try:
+        if kind.startswith("bool"):
+            low = raw.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return low in ("true", "1", "yes", "on")
+        if kind.startswith("int"):
+            return int(raw, 10)
+        if kind.startswith("float"):
+            return float(raw)
+        if kind.startswith("dict") or kind.startswith("list") or kind.startswith("tuple"):
+            return json.loads(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"broker setting {name}={raw!r} is not a valid {kind}") from None
+    return raw
+
+
+def parse_settings(config_file: Path | None, pairs: tuple[str, ...]) -> dict[str, Any]:
+    """Broker settings from a TOML file and ``NAME=VALUE`` pairs, converted and checked."""
+    settings: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        try:
+            data = tomllib.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(f"cannot read config file {config_file}: {exc}") from exc
+        section = data.get("broker", data)
+        for name, value in section.items():
+            settings[name.replace("-", "_")] = _convert(name.replace("-", "_"), value)
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise InvalidArgumentError(f"--set takes NAME=VALUE, got {pair!r}")
+        key = name.strip().replace("-", "_")
+        settings[key] = _convert(key, value)
+    return settings
+
+
+def _split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise InvalidArgumentError(
+            f"--listen takes HOST:PORT (e.g. 127.0.0.1:9876), got {listen!r}"
+        )
+    return host.strip("[]"), int(port)
+
+
+class _Deferred:
+    """The server's processor until the broker exists (the broker needs the bound port)."""
+
+    def __init__(self) -> None:
+        self.target: Any = None
+
+    def process(self, cmd: Any, connection: Any) -> Any:
+        target = self.target
+        if target is None:
+            from mqcore.protocol.codes import ResponseCode
+            from mqcore.remoting.command import RemotingCommand
+
+            return RemotingCommand.response(
+                ResponseCode.SYSTEM_BUSY, "the broker is starting; try again"
+            )
+        return target.process(cmd, connection)
+
+    def connection_closed(self, connection: Any) -> None:
+        if self.target is not None:
+            self.target.connection_closed(connection)
+
+
+class Server:
+    """A :class:`~mqcore.broker.Broker` behind a remoting server; owns both.
+
+    :param data_dir: the broker's data directory.
+    :param listen: ``HOST:PORT`` to listen on (port 0: any free port).
+    :param store: the store plugin's name.
+    :param settings: :class:`~mqcore.config.BrokerConfig` settings by name.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        listen: str = "127.0.0.1:9876",
+        store: str = "mmap",
+        settings: dict[str, Any] | None = None,
+        **server_options: Any,
+    ) -> None:
+        from mqcore.broker import Broker
+        from mqcore.broker.processor import BrokerProcessor
+        from mqcore.client.common import client_ip
+        from mqcore.remoting.server import RemotingServer
+
+        host, port = _split_listen(listen)
+        settings = dict(settings or {})
+        deferred = _Deferred()
+        self.remoting = RemotingServer(deferred, host, port, **server_options)
+        bound_host, bound_port = self.remoting.start()
+        try:
+            # Records name the broker by where clients reach it (their offset message ids).
+            public = client_ip() if bound_host in ("0.0.0.0", "::", "") else bound_host
+            settings.setdefault("broker_ip", public)
+            settings.setdefault("listen_port", bound_port)
+            self.broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
+        except BaseException:
+            self.remoting.close()
+            raise
+        self.address = f"{public}:{bound_port}"
+        self.processor = BrokerProcessor(self.broker, self.address)
+        deferred.target = self.processor
+
+    def close(self) -> None:
+        """Close every connection, then the broker (offsets and delay progress persisted)."""
+        try:
+            self.remoting.close()
+        finally:
+            self.broker.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT to serve.")
+@click.option(
+    "--data-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory of the broker's store and config.",
+)
+@click.option("--store", default="mmap", show_default=True, help="Store plugin (mmap, lmdb...).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="TOML file of broker settings (snake-case names, top level or under [broker]).",
+)
+@click.option(
+    "--set",
+    "pairs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A broker setting, e.g. --set auto_create_topic_enable=true (repeatable).",
+)
+def serve(
+    listen: str, data_dir: Path, store: str, config_file: Path | None, pairs: tuple[str, ...]
+) -> None:
+    """Run a broker and name server on one address (RocketMQ 4.x remoting protocol).
+
+    Point any RocketMQ client's name server address at it. Stops on SIGINT or SIGTERM,
+    persisting offsets and delay progress.
+    """
+    try:
+        settings = parse_settings(config_file, pairs)
+        server = Server(data_dir, listen, store, settings)
+    except MQError as exc:
+        raise click.ClickException(str(exc)) from exc
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        click.echo(f"mqcore serve: listening on {server.address} (store {store} in {data_dir})")
+        sys.stdout.flush()
+        while not stop.wait(1.0):
+            pass
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        server.close()
+        click.echo("mqcore serve: stopped")
