@@ -246,8 +246,8 @@ def _fairness(broker: Broker, slice_s: float | None = None, **kw: Any) -> float:
     try:
         assert started.wait(10)
         time.sleep(0.3)  # queue 0's pulls have all reached the consumer by now
-        sent = time.monotonic()
         _send(broker, [b"idle"], queue_id=1)
+        sent = time.monotonic()
         wait_until(lambda: 1 in consumed, timeout=5)
     finally:
         c.shutdown()
