@@ -89,6 +89,7 @@ class PullConsumer(ClientBase):
         if not self._claim_shutdown():
             return
         self._stop.set()
+        self.broker.cancel_pulls()  # a blocking pull in another thread returns now
         if self._persister is not None:
             self._persister.join(timeout=10)
         self._persist()

@@ -17,11 +17,14 @@ from mqcore import (
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
     Message,
+    MessageQueue,
     Producer,
+    PullConsumer,
     PushConsumer,
 )
 from mqcore.client.consume_service import ConcurrentlyService
 from mqcore.errors import BrokerError, RemotingConnectError
+from mqcore.message import PullStatus
 from mqcore.protocol.codes import ResponseCode
 
 pytestmark = pytest.mark.timeout(60)
@@ -195,3 +198,18 @@ def test_shutdown_wakes_its_own_long_polls(broker: Broker) -> None:
         c.shutdown()
         elapsed = time.monotonic() - begin
     assert elapsed < 0.5
+
+
+def test_pull_consumer_shutdown_ends_a_blocking_pull(broker: Broker) -> None:
+    c = PullConsumer("pcg", broker=broker)
+    c.start()
+    mq = MessageQueue("T", broker.config.broker_name, 0)
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(c.pull_blocking_if_not_found(mq, "*", 0)))
+    t.start()
+    time.sleep(0.3)  # held by the broker (20 s by default)
+    begin = time.monotonic()
+    c.shutdown()
+    t.join(timeout=5)
+    assert not t.is_alive() and time.monotonic() - begin < 0.5
+    assert out[0].pull_status is PullStatus.NO_NEW_MSG and out[0].msg_found_list == []
