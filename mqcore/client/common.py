@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
+import weakref
 from typing import Any
 
 from mqcore.client.api import BrokerAPI
@@ -12,7 +14,18 @@ from mqcore.errors import BrokerError, InvalidArgumentError, MQClientError
 from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
 from mqcore.protocol.route import TopicRoute
 
-__all__ = ["ClientBase", "client_ip", "resolve_broker"]
+__all__ = ["DEFAULT_INSTANCE_NAME", "ClientBase", "client_ip", "resolve_broker"]
+
+#: RocketMQ's default instance name (``rocketmq.client.name``).
+DEFAULT_INSTANCE_NAME = "DEFAULT"
+
+# Running clients of this process by (role, client id, group): RocketMQ's MQClientInstance
+# refuses a second producer or consumer of one group under one client id. Weak values: a
+# client dropped without shutdown() frees its name when it is collected.
+_RUNNING: weakref.WeakValueDictionary[tuple[str, str, str], ClientBase] = (
+    weakref.WeakValueDictionary()
+)
+_RUNNING_LOCK = threading.Lock()
 
 
 def client_ip() -> str:
@@ -47,7 +60,17 @@ def resolve_broker(broker: Any = None, namesrv_addr: str | None = None) -> Broke
 
 
 class ClientBase:
-    """Lifecycle and topic routes common to producers and consumers."""
+    """Lifecycle and topic routes common to producers and consumers.
+
+    The client id is ``<ip>@<instance name>``. An instance name left at its default
+    (``DEFAULT``) is replaced at :meth:`start` by ``<pid>#<monotonic ns>`` for producers and
+    clustering consumers (RocketMQ 4.9's ``changeInstanceNameToPID``), so every client object
+    is a member of its own; broadcasting consumers keep ``DEFAULT``, so that their local
+    offset file is found again by the next process.
+    """
+
+    #: "producer" or "consumer": a group name is unique per role and client id.
+    role = "client"
 
     def __init__(
         self,
@@ -61,9 +84,7 @@ class ClientBase:
         #: goes through it, in-process or over the network.
         self.broker: BrokerAPI = resolve_broker(broker, namesrv_addr)
         self.kernel = self.broker.kernel
-        # RocketMQ replaces the default instance name by the pid so that two clients of one
-        # group in different processes on one host get different ids.
-        self.instance_name = instance_name or str(os.getpid())
+        self.instance_name = instance_name or DEFAULT_INSTANCE_NAME
         self.client_id = f"{client_ip()}@{self.instance_name}"
         self._state_lock = threading.Lock()
         self._started = False
@@ -76,6 +97,32 @@ class ClientBase:
                 f"{type(self).__name__} of group {self.group!r} is {state}; call start() first",
                 code=ResponseCode.SERVICE_NOT_AVAILABLE,
             )
+
+    def _claim_client_id(self, unique: bool) -> None:
+        """At start: make the id (``unique``: a default instance name becomes
+        ``<pid>#<monotonic ns>``) and refuse a second running client of this role and group
+        under the same id in this process, as RocketMQ does."""
+        if unique and self.instance_name == DEFAULT_INSTANCE_NAME:
+            self.instance_name = f"{os.getpid()}#{time.monotonic_ns()}"
+            self.client_id = f"{client_ip()}@{self.instance_name}"
+        key = (self.role, self.client_id, self.group)
+        with _RUNNING_LOCK:
+            other = _RUNNING.get(key)
+            if other is not None and other is not self:
+                raise MQClientError(
+                    f"The {self.role} group[{self.group}] has been created before, specify "
+                    f"another name please: a running {type(other).__name__} of this process "
+                    f"already uses client id {self.client_id!r}; give this one another "
+                    "instance_name, or shut the other down first"
+                )
+            _RUNNING[key] = self
+
+    def _release_client_id(self) -> None:
+        """Free the id taken by :meth:`_claim_client_id` (at shutdown)."""
+        key = (self.role, self.client_id, self.group)
+        with _RUNNING_LOCK:
+            if _RUNNING.get(key) is self:
+                del _RUNNING[key]
 
     def _claim_shutdown(self) -> bool:
         """Mark the client shut down; True when it was running and the caller must stop it."""

@@ -65,6 +65,8 @@ class Producer(ClientBase):
         batch at a time (see :mod:`mqcore.client.async_sender`).
     """
 
+    role = "producer"
+
     def __init__(
         self,
         group: str,
@@ -96,7 +98,12 @@ class Producer(ClientBase):
                 return
             if self._shutdown:
                 raise MQClientError(f"producer {self.group!r} was shut down; create a new one")
-            self.broker.heartbeat(self.client_id, producer_groups=[self.group])
+            self._claim_client_id(unique=True)
+            try:
+                self.broker.heartbeat(self.client_id, producer_groups=[self.group])
+            except BaseException:
+                self._release_client_id()
+                raise
             self._sender = AsyncSender(
                 self._send_group,
                 threads=self.async_send_threads,
@@ -115,6 +122,7 @@ class Producer(ClientBase):
                 sender.shutdown()
             self.broker.unregister_client(self.client_id, producer_group=self.group)
         finally:
+            self._release_client_id()
             self.broker.close()
 
     # -- validation and queue choice ---------------------------------------------------------

@@ -38,6 +38,8 @@ class PullConsumer(ClientBase):
     :param broker_suspend_max_time: how long a blocking pull waits for messages, seconds (20).
     """
 
+    role = "consumer"
+
     def __init__(
         self,
         group: str,
@@ -76,8 +78,13 @@ class PullConsumer(ClientBase):
         with self._state_lock:
             if self._started:
                 return
-            self.offset_store.load()
-            self._heartbeat()
+            self._claim_client_id(unique=self.message_model is MessageModel.CLUSTERING)
+            try:
+                self.offset_store.load()
+                self._heartbeat()
+            except BaseException:
+                self._release_client_id()
+                raise
             self._persister = threading.Thread(
                 target=self._persist_loop, name=f"mqcore-pull-offsets-{self.group}", daemon=True
             )
@@ -96,6 +103,7 @@ class PullConsumer(ClientBase):
         try:
             self.broker.unregister_client(self.client_id, consumer_group=self.group)
         finally:
+            self._release_client_id()
             self.broker.close()
 
     def _heartbeat(self) -> None:

@@ -187,29 +187,40 @@ class PushConsumer(ClientBase):
                 # An unknown name fails here, listing the registered strategies.
                 strategy = self.kernel.allocator(strategy, **self.allocate_options)
             self._strategy = strategy
-            name = self._offset_store_name or (
-                "broker" if self.message_model is MessageModel.CLUSTERING else "local_file"
-            )
-            options = {"group": self.group, **self._offset_store_options}
-            if name == "broker":
-                options.setdefault("broker", self.broker)
-            elif name == "local_file":
-                options.setdefault("client_id", self.client_id)
-            self.offset_store = self.kernel.offset_store(name, **options)
-            self.offset_store.load()
-            if self.message_model is MessageModel.CLUSTERING:
-                retry = RETRY_GROUP_TOPIC_PREFIX + self.group
-                self._subscriptions.setdefault(retry, SubscriptionData(topic=retry))
-            self.scheduler = Scheduler(f"mqcore-schedule-{self.group}")
-            service = OrderlyService if self._orderly else ConcurrentlyService
-            self._service = service(self, self._listener)
-            self._heartbeat()
-            self._worker = threading.Thread(
-                target=self._run, name=f"mqcore-rebalance-{self.group}", daemon=True
-            )
-            self._started = True
-            self._worker.start()
-            self._rebalance_now.set()
+            self._claim_client_id(unique=self.message_model is MessageModel.CLUSTERING)
+            try:
+                self._start_locked()
+            except BaseException:
+                self._release_client_id()
+                raise
+
+    def _start_locked(self) -> None:
+        # start() under the state lock, once the client id is claimed.
+        assert self._listener is not None
+        name = self._offset_store_name or (
+            "broker" if self.message_model is MessageModel.CLUSTERING else "local_file"
+        )
+        options = {"group": self.group, **self._offset_store_options}
+        if name == "broker":
+            options.setdefault("broker", self.broker)
+        elif name == "local_file":
+            options.setdefault("client_id", self.client_id)
+        self.offset_store = self.kernel.offset_store(name, **options)
+        self.offset_store.load()
+        if self.message_model is MessageModel.CLUSTERING:
+            retry = RETRY_GROUP_TOPIC_PREFIX + self.group
+            self._subscriptions.setdefault(retry, SubscriptionData(topic=retry))
+        service = OrderlyService if self._orderly else ConcurrentlyService
+        self._service = service(self, self._listener)
+        self._heartbeat()
+        # After the last step that can fail: shutdown() stops it only once started.
+        self.scheduler = Scheduler(f"mqcore-schedule-{self.group}")
+        self._worker = threading.Thread(
+            target=self._run, name=f"mqcore-rebalance-{self.group}", daemon=True
+        )
+        self._started = True
+        self._worker.start()
+        self._rebalance_now.set()
 
     def shutdown(self) -> None:
         """Stop pulling, let listeners finish, commit offsets and leave the group."""
@@ -246,6 +257,7 @@ class PushConsumer(ClientBase):
         except Exception:  # the broker may already be gone
             log.exception("push_consumer_shutdown_incomplete", group=self.group)
         finally:
+            self._release_client_id()
             self.broker.close()
 
     def assigned_queues(self, topic: str) -> set[MessageQueue]:
