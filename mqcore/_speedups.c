@@ -17,6 +17,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <string.h>
 
 /* Field positions in a prepared item. */
@@ -527,11 +529,545 @@ fail:
     return NULL;
 }
 
+/* --- Arrow columns of stored records (mqcore.contrib.spark.columns) ------------------- */
+
+/* Header positions of a stored record (codec.py). */
+#define R_QUEUE_ID 12
+#define R_QUEUE_OFFSET 20
+#define R_PHYS 28
+#define R_SYS_FLAG 36
+#define R_BORN_TS 40
+#define R_STORE_TS 56
+#define R_STORE_IP 64
+#define R_STORE_PORT 68
+#define R_RECONSUME 72
+#define R_BODY_LEN 84
+#define MIN_RECORD (HEADER_SIZE + 3) /* an empty body, topic and property string */
+#define MESSAGE_MAGIC 0xDAA320A7u
+#define V6_FLAGS 0x30
+
+/* Columns, in the order of mqcore.contrib.spark.records.COLUMNS. */
+enum {
+    COL_TOPIC, COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_COMMITLOG_OFFSET, COL_MSG_ID, COL_TAGS,
+    COL_KEYS, COL_PROPERTIES, COL_BORN_TS, COL_STORE_TS, COL_RECONSUME, COL_BODY, NCOLS
+};
+#define WANTS(c) (wanted & (1L << (c)))
+#define PROPERTY_COLS ((1L << COL_TAGS) | (1L << COL_KEYS) | (1L << COL_PROPERTIES))
+
+static uint32_t get_be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t get_be64(const unsigned char *p)
+{
+    return ((uint64_t)get_be32(p) << 32) | get_be32(p + 4);
+}
+
+/* Whether ``s[0:n]`` is UTF-8 that Python's strict decoder accepts (no surrogates, no
+ * overlong forms, nothing above U+10FFFF). */
+static int utf8_ok(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int len;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF)
+            len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+        }
+        else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+        }
+        else
+            return 0;
+        if (i + len > n || s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (int k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF)
+                return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* One record picked for the batch. */
+typedef struct {
+    const unsigned char *rec;
+    Py_ssize_t body_len, topic_len, props_len;
+} picked_t;
+
+/* Raise ``error(message, offset=offset)`` (the store's corruption error). */
+static void corrupt(PyObject *error, long long offset, const char *fmt, ...)
+{
+    char reason[200];
+    va_list ap;
+    va_start(ap, fmt);
+    PyOS_vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    PyObject *msg = PyUnicode_FromFormat("record at commit-log offset %lld: %s", offset, reason);
+    PyObject *kw = msg ? Py_BuildValue("{s:L}", "offset", offset) : NULL;
+    PyObject *args = kw ? PyTuple_Pack(1, msg) : NULL;
+    PyObject *exc = args ? PyObject_Call(error, args, kw) : NULL;
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    Py_XDECREF(msg);
+}
+
+/* Check the record of ``avail`` bytes at ``rec`` (``usize``: its size in the consume queue,
+ * or LLONG_MIN); on success fill ``p`` and return its size. The checks and their order are
+ * py_record_columns', so both raise the same error for the same bytes. */
+static Py_ssize_t check_one(const unsigned char *rec, Py_ssize_t avail, long long usize,
+                            long long offset, PyObject *error, picked_t *p)
+{
+    if (avail < MIN_RECORD) {
+        corrupt(error, offset, "truncated: %zd bytes left, a record takes at least %d", avail,
+                MIN_RECORD);
+        return -1;
+    }
+    int32_t size = (int32_t)get_be32(rec);
+    if (usize != LLONG_MIN && size != usize) {
+        corrupt(error, offset, "its header says %d bytes, its consume-queue unit %lld",
+                (int)size, usize);
+        return -1;
+    }
+    uint32_t magic = get_be32(rec + 4);
+    if (magic != MESSAGE_MAGIC) {
+        corrupt(error, offset, "bad magic code 0x%08X", (unsigned int)magic);
+        return -1;
+    }
+    if (size < MIN_RECORD) {
+        corrupt(error, offset, "impossible record size %d", (int)size);
+        return -1;
+    }
+    if (size > avail) {
+        corrupt(error, offset, "%d bytes long, only %zd bytes left", (int)size, avail);
+        return -1;
+    }
+    if (get_be32(rec + R_SYS_FLAG) & V6_FLAGS) {
+        corrupt(error, offset, "IPv6 hosts, which mqcore does not read");
+        return -1;
+    }
+    int32_t body_len = (int32_t)get_be32(rec + R_BODY_LEN);
+    if (body_len < 0 || (Py_ssize_t)HEADER_SIZE + body_len + 3 > size) {
+        corrupt(error, offset, "bad body length %d", (int)body_len);
+        return -1;
+    }
+    Py_ssize_t tpos = HEADER_SIZE + body_len;
+    Py_ssize_t tlen = rec[tpos];
+    Py_ssize_t ppos = tpos + 1 + tlen;
+    if (ppos + 2 > size) {
+        corrupt(error, offset, "bad topic length %zd", tlen);
+        return -1;
+    }
+    Py_ssize_t plen = ((Py_ssize_t)rec[ppos] << 8) | rec[ppos + 1];
+    if (ppos + 2 + plen != size) {
+        corrupt(error, offset, "fields add up to %zd bytes, header says %d", ppos + 2 + plen,
+                (int)size);
+        return -1;
+    }
+    p->rec = rec;
+    p->body_len = body_len;
+    p->topic_len = tlen;
+    p->props_len = plen;
+    return size;
+}
+
+/* A new bytes object of ``n`` bytes (to fill), or NULL with an exception. */
+static PyObject *new_bytes(Py_ssize_t n)
+{
+    return PyBytes_FromStringAndSize(NULL, n);
+}
+
+#define BYTES(o) ((unsigned char *)PyBytes_AS_STRING(o))
+
+PyDoc_STRVAR(record_columns_doc,
+"record_columns(spans, wanted, ts_low, ts_high, end_offset, error) -> (rows, done, columns)\n\n"
+"Arrow buffers of the columns of stored records, in one pass over a batch (see\n"
+"mqcore.contrib.spark.columns.py_record_columns, the reference).");
+
+static PyObject *speedups_record_columns(PyObject *self, PyObject *args)
+{
+    PyObject *spans, *ts_low_obj, *ts_high_obj, *error;
+    long wanted;
+    long long end_offset;
+    if (!PyArg_ParseTuple(args, "O!lOOLO:record_columns", &PyList_Type, &spans, &wanted,
+                          &ts_low_obj, &ts_high_obj, &end_offset, &error))
+        return NULL;
+    int has_low = ts_low_obj != Py_None, has_high = ts_high_obj != Py_None;
+    long long ts_low = 0, ts_high = 0;
+    if ((has_low && (ts_low = PyLong_AsLongLong(ts_low_obj)) == -1 && PyErr_Occurred()) ||
+        (has_high && (ts_high = PyLong_AsLongLong(ts_high_obj)) == -1 && PyErr_Occurred()))
+        return NULL;
+    /* The spans are read through buffers held for the whole call (a snapshot of the list). */
+    PyObject *seq = PySequence_Tuple(spans);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t nspans = PyTuple_GET_SIZE(seq);
+    Py_buffer *bufs = PyMem_Calloc((size_t)(2 * nspans + 1), sizeof(Py_buffer));
+    char *held = PyMem_Calloc((size_t)(2 * nspans + 1), 1);
+    long long *bases = PyMem_Calloc((size_t)nspans + 1, sizeof(long long));
+    picked_t *picked = NULL;
+    PyObject *cols[NCOLS][5];
+    PyObject *result = NULL;
+    memset(cols, 0, sizeof(cols));
+    if (bufs == NULL || held == NULL || bases == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t capacity = 0;
+    for (Py_ssize_t s = 0; s < nspans; s++) {
+        PyObject *span = PyTuple_GET_ITEM(seq, s);
+        if (!PyTuple_Check(span) || PyTuple_GET_SIZE(span) != 3) {
+            PyErr_SetString(PyExc_TypeError, "record_columns: a span is (buffer, units, base)");
+            goto done;
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(span, 0), &bufs[2 * s], PyBUF_SIMPLE) < 0)
+            goto done;
+        held[2 * s] = 1;
+        PyObject *units = PyTuple_GET_ITEM(span, 1);
+        bases[s] = PyLong_AsLongLong(PyTuple_GET_ITEM(span, 2));
+        if (bases[s] == -1 && PyErr_Occurred())
+            goto done;
+        if (units == Py_None) {
+            capacity += bufs[2 * s].len / MIN_RECORD + 1;
+            continue;
+        }
+        if (PyObject_GetBuffer(units, &bufs[2 * s + 1], PyBUF_SIMPLE) < 0)
+            goto done;
+        held[2 * s + 1] = 1;
+        if (bufs[2 * s + 1].len % UNIT_SIZE) {
+            PyErr_SetString(PyExc_ValueError, "record_columns: units are 20 bytes each");
+            goto done;
+        }
+        capacity += bufs[2 * s + 1].len / UNIT_SIZE;
+    }
+    picked = PyMem_Malloc((size_t)(capacity + 1) * sizeof(picked_t));
+    if (picked == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* Pass 1: check every record, pick those in the time range, measure the columns. */
+    int want_props = (wanted & PROPERTY_COLS) != 0;
+    int want_topic = WANTS(COL_TOPIC) != 0;
+    Py_ssize_t n = 0, total_body = 0, total_topic = 0, total_props = 0;
+    int finished = 0;
+    for (Py_ssize_t s = 0; s < nspans && !finished; s++) {
+        const unsigned char *buf = (const unsigned char *)bufs[2 * s].buf;
+        Py_ssize_t len = bufs[2 * s].len;
+        const unsigned char *units = held[2 * s + 1] ? bufs[2 * s + 1].buf : NULL;
+        Py_ssize_t count = units ? bufs[2 * s + 1].len / UNIT_SIZE : -1;
+        Py_ssize_t pos = 0;
+        for (Py_ssize_t i = 0; units ? i < count : pos < len; i++) {
+            long long usize = LLONG_MIN, offset;
+            if (units) {
+                offset = (long long)get_be64(units + i * UNIT_SIZE);
+                usize = (int32_t)get_be32(units + i * UNIT_SIZE + 8);
+                pos = (Py_ssize_t)(offset - bases[s]);
+            }
+            else if (len - pos >= R_PHYS + 8)
+                offset = (long long)get_be64(buf + pos + R_PHYS); /* as the record says */
+            else
+                offset = bases[s] + pos;
+            picked_t *p = &picked[n];
+            Py_ssize_t size;
+            if (pos < 0 || pos > len) {
+                corrupt(error, offset, "outside its segment of %zd bytes", len);
+                goto done;
+            }
+            size = check_one(buf + pos, len - pos, usize, offset, error, p);
+            if (size < 0)
+                goto done;
+            if ((long long)get_be64(p->rec + R_QUEUE_OFFSET) >= end_offset) {
+                finished = 1;
+                break;
+            }
+            long long ts = (long long)get_be64(p->rec + R_STORE_TS);
+            if (!units)
+                pos += size;
+            if ((has_low && ts < ts_low) || (has_high && ts >= ts_high))
+                continue;
+            const unsigned char *topic = p->rec + HEADER_SIZE + p->body_len + 1;
+            if (want_topic && !utf8_ok(topic, p->topic_len)) {
+                corrupt(error, offset, "the topic is not UTF-8");
+                goto done;
+            }
+            if (want_props && !utf8_ok(topic + p->topic_len + 2, p->props_len)) {
+                corrupt(error, offset, "the properties are not UTF-8");
+                goto done;
+            }
+            total_body += p->body_len;
+            total_topic += p->topic_len;
+            total_props += p->props_len;
+            n++;
+        }
+    }
+    if (total_body > INT32_MAX || total_props > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError,
+                     "record_columns: %zd body bytes in one batch, more than an Arrow binary "
+                     "column takes; read fewer records per batch", total_body);
+        goto done;
+    }
+    /* Pass 2: allocate each wanted column's buffers and fill them. */
+    Py_ssize_t bitmap = (n + 7) / 8;
+    Py_ssize_t entries_bound = total_props + n; /* a map entry takes at least one byte */
+    static const int fixed_cols[] = {COL_QUEUE_ID, COL_QUEUE_OFFSET, COL_COMMITLOG_OFFSET,
+                                     COL_BORN_TS, COL_STORE_TS, COL_RECONSUME};
+    static const int fixed_pos[] = {R_QUEUE_ID, R_QUEUE_OFFSET, R_PHYS, R_BORN_TS,
+                                    R_STORE_TS, R_RECONSUME};
+    static const int fixed_width[] = {4, 8, 8, 8, 8, 4};
+    for (int f = 0; f < 6; f++) {
+        int c = fixed_cols[f];
+        if (!WANTS(c))
+            continue;
+        if ((cols[c][0] = new_bytes(n * fixed_width[f])) == NULL)
+            goto done;
+        unsigned char *out = BYTES(cols[c][0]);
+        int at = fixed_pos[f];
+        if (fixed_width[f] == 4)
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int32_t v = (int32_t)get_be32(picked[i].rec + at);
+                memcpy(out + 4 * i, &v, 4);
+            }
+        else
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t v = (int64_t)get_be64(picked[i].rec + at);
+                memcpy(out + 8 * i, &v, 8);
+            }
+    }
+    if (WANTS(COL_TOPIC)) {
+        if ((cols[COL_TOPIC][0] = new_bytes(4 * (n + 1))) == NULL ||
+            (cols[COL_TOPIC][1] = new_bytes(total_topic)) == NULL)
+            goto done;
+        int32_t *off = (int32_t *)BYTES(cols[COL_TOPIC][0]);
+        unsigned char *data = BYTES(cols[COL_TOPIC][1]);
+        int32_t at = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            off[i] = at;
+            memcpy(data + at, picked[i].rec + HEADER_SIZE + picked[i].body_len + 1,
+                   (size_t)picked[i].topic_len);
+            at += (int32_t)picked[i].topic_len;
+        }
+        off[n] = at;
+    }
+    if (WANTS(COL_BODY)) {
+        if ((cols[COL_BODY][0] = new_bytes(4 * (n + 1))) == NULL ||
+            (cols[COL_BODY][1] = new_bytes(total_body)) == NULL)
+            goto done;
+        int32_t *off = (int32_t *)BYTES(cols[COL_BODY][0]);
+        unsigned char *data = BYTES(cols[COL_BODY][1]);
+        int32_t at = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            off[i] = at;
+            memcpy(data + at, picked[i].rec + HEADER_SIZE, (size_t)picked[i].body_len);
+            at += (int32_t)picked[i].body_len;
+        }
+        off[n] = at;
+    }
+    if (WANTS(COL_MSG_ID)) {
+        static const char hex[] = "0123456789ABCDEF";
+        if ((cols[COL_MSG_ID][0] = new_bytes(4 * (n + 1))) == NULL ||
+            (cols[COL_MSG_ID][1] = new_bytes(32 * n)) == NULL)
+            goto done;
+        int32_t *off = (int32_t *)BYTES(cols[COL_MSG_ID][0]);
+        unsigned char *data = BYTES(cols[COL_MSG_ID][1]);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            off[i] = (int32_t)(32 * i);
+            /* Store ip and port (8 bytes at 64), then the commit-log offset (8 at 28). */
+            const unsigned char *r = picked[i].rec;
+            unsigned char *d = data + 32 * i;
+            for (int k = 0; k < 8; k++) {
+                d[2 * k] = (unsigned char)hex[r[R_STORE_IP + k] >> 4];
+                d[2 * k + 1] = (unsigned char)hex[r[R_STORE_IP + k] & 0xF];
+                d[16 + 2 * k] = (unsigned char)hex[r[R_PHYS + k] >> 4];
+                d[16 + 2 * k + 1] = (unsigned char)hex[r[R_PHYS + k] & 0xF];
+            }
+        }
+        off[n] = (int32_t)(32 * n);
+    }
+    if (want_props) {
+        int32_t *tag_off = NULL, *key_off = NULL, *map_off = NULL, *name_off = NULL,
+                *value_off = NULL;
+        unsigned char *tag_data = NULL, *key_data = NULL, *tag_valid = NULL, *key_valid = NULL,
+                      *name_data = NULL, *value_data = NULL;
+        if (WANTS(COL_TAGS)) {
+            if ((cols[COL_TAGS][0] = new_bytes(4 * (n + 1))) == NULL ||
+                (cols[COL_TAGS][1] = new_bytes(total_props)) == NULL ||
+                (cols[COL_TAGS][2] = new_bytes(bitmap)) == NULL)
+                goto done;
+            tag_off = (int32_t *)BYTES(cols[COL_TAGS][0]);
+            tag_data = BYTES(cols[COL_TAGS][1]);
+            tag_valid = BYTES(cols[COL_TAGS][2]);
+            memset(tag_valid, 0, (size_t)bitmap);
+            tag_off[0] = 0;
+        }
+        if (WANTS(COL_KEYS)) {
+            if ((cols[COL_KEYS][0] = new_bytes(4 * (n + 1))) == NULL ||
+                (cols[COL_KEYS][1] = new_bytes(total_props)) == NULL ||
+                (cols[COL_KEYS][2] = new_bytes(bitmap)) == NULL)
+                goto done;
+            key_off = (int32_t *)BYTES(cols[COL_KEYS][0]);
+            key_data = BYTES(cols[COL_KEYS][1]);
+            key_valid = BYTES(cols[COL_KEYS][2]);
+            memset(key_valid, 0, (size_t)bitmap);
+            key_off[0] = 0;
+        }
+        if (WANTS(COL_PROPERTIES)) {
+            PyObject **m = cols[COL_PROPERTIES];
+            if ((m[0] = new_bytes(4 * (n + 1))) == NULL ||
+                (m[1] = new_bytes(4 * (entries_bound + 1))) == NULL ||
+                (m[2] = new_bytes(total_props)) == NULL ||
+                (m[3] = new_bytes(4 * (entries_bound + 1))) == NULL ||
+                (m[4] = new_bytes(total_props)) == NULL)
+                goto done;
+            map_off = (int32_t *)BYTES(m[0]);
+            name_off = (int32_t *)BYTES(m[1]);
+            name_data = BYTES(m[2]);
+            value_off = (int32_t *)BYTES(m[3]);
+            value_data = BYTES(m[4]);
+            map_off[0] = name_off[0] = value_off[0] = 0;
+        }
+        int32_t tag_at = 0, key_at = 0, name_at = 0, value_at = 0, entries = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const unsigned char *text =
+                picked[i].rec + HEADER_SIZE + picked[i].body_len + 1 + picked[i].topic_len + 2;
+            Py_ssize_t plen = picked[i].props_len;
+            const unsigned char *tag = NULL, *key = NULL;
+            Py_ssize_t tag_len = 0, key_len = 0;
+            Py_ssize_t start = 0;
+            while (start <= plen) {
+                const unsigned char *item = text + start;
+                const unsigned char *stop = memchr(item, 0x02, (size_t)(plen - start));
+                Py_ssize_t item_len = stop ? stop - item : plen - start;
+                const unsigned char *sep = memchr(item, 0x01, (size_t)item_len);
+                start += item_len + 1;
+                if (sep == NULL)
+                    continue; /* not name\x01value: skipped, as RocketMQ does */
+                Py_ssize_t name_len = sep - item, value_len = item_len - name_len - 1;
+                if (name_len == 4 && memcmp(item, "TAGS", 4) == 0) {
+                    tag = sep + 1;
+                    tag_len = value_len;
+                    continue;
+                }
+                if (name_len == 4 && memcmp(item, "KEYS", 4) == 0) {
+                    key = sep + 1;
+                    key_len = value_len;
+                    continue;
+                }
+                if ((name_len == 5 && memcmp(item, "DELAY", 5) == 0) || map_off == NULL)
+                    continue;
+                memcpy(name_data + name_at, item, (size_t)name_len);
+                name_at += (int32_t)name_len;
+                memcpy(value_data + value_at, sep + 1, (size_t)value_len);
+                value_at += (int32_t)value_len;
+                entries++;
+                name_off[entries] = name_at;
+                value_off[entries] = value_at;
+            }
+            if (tag_off != NULL) {
+                if (tag != NULL) {
+                    memcpy(tag_data + tag_at, tag, (size_t)tag_len);
+                    tag_at += (int32_t)tag_len;
+                    tag_valid[i >> 3] |= (unsigned char)(1 << (i & 7));
+                }
+                tag_off[i + 1] = tag_at;
+            }
+            if (key_off != NULL) {
+                if (key != NULL) {
+                    memcpy(key_data + key_at, key, (size_t)key_len);
+                    key_at += (int32_t)key_len;
+                    key_valid[i >> 3] |= (unsigned char)(1 << (i & 7));
+                }
+                key_off[i + 1] = key_at;
+            }
+            if (map_off != NULL)
+                map_off[i + 1] = entries;
+        }
+        /* Trim the buffers sized for the worst case to what was written. */
+        if ((tag_off && _PyBytes_Resize(&cols[COL_TAGS][1], tag_at) < 0) ||
+            (key_off && _PyBytes_Resize(&cols[COL_KEYS][1], key_at) < 0))
+            goto done;
+        if (map_off) {
+            PyObject **m = cols[COL_PROPERTIES];
+            if (_PyBytes_Resize(&m[1], 4 * ((Py_ssize_t)entries + 1)) < 0 ||
+                _PyBytes_Resize(&m[2], name_at) < 0 ||
+                _PyBytes_Resize(&m[3], 4 * ((Py_ssize_t)entries + 1)) < 0 ||
+                _PyBytes_Resize(&m[4], value_at) < 0)
+                goto done;
+        }
+    }
+    /* (rows, done, columns): a fixed-width column is one bytes object, a string column
+     * (offsets, data, validity or None), properties (map offsets, key offsets, key data,
+     * value offsets, value data); None for a column not wanted. */
+    PyObject *out = PyTuple_New(NCOLS);
+    if (out == NULL)
+        goto done;
+    for (int c = 0; c < NCOLS; c++) {
+        PyObject *item;
+        if (!WANTS(c))
+            item = Py_NewRef(Py_None);
+        else if (c == COL_PROPERTIES)
+            item = PyTuple_Pack(5, cols[c][0], cols[c][1], cols[c][2], cols[c][3], cols[c][4]);
+        else if (c == COL_TOPIC || c == COL_MSG_ID || c == COL_BODY || c == COL_TAGS ||
+                 c == COL_KEYS)
+            item = PyTuple_Pack(3, cols[c][0], cols[c][1], cols[c][2] ? cols[c][2] : Py_None);
+        else
+            item = Py_NewRef(cols[c][0]);
+        if (item == NULL) {
+            Py_DECREF(out);
+            goto done;
+        }
+        PyTuple_SET_ITEM(out, c, item);
+    }
+    result = Py_BuildValue("nON", n, finished ? Py_True : Py_False, out);
+done:
+    for (int c = 0; c < NCOLS; c++)
+        for (int k = 0; k < 5; k++)
+            Py_XDECREF(cols[c][k]);
+    if (bufs != NULL && held != NULL)
+        for (Py_ssize_t k = 0; k < 2 * nspans; k++)
+            if (held[k])
+                PyBuffer_Release(&bufs[k]);
+    PyMem_Free(bufs);
+    PyMem_Free(held);
+    PyMem_Free(bases);
+    PyMem_Free(picked);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"prepare", speedups_prepare, METH_VARARGS, prepare_doc},
     {"pack", speedups_pack, METH_VARARGS, pack_doc},
     {"units", speedups_units, METH_VARARGS, units_doc},
     {"put_results", speedups_put_results, METH_VARARGS, put_results_doc},
+    {"record_columns", speedups_record_columns, METH_VARARGS, record_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -37,6 +37,7 @@ from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt
 from mqcore.plugins.store_lmdb import layout, retention, scan
 from mqcore.plugins.store_lmdb.environment import Environment, Syncer
+from mqcore.spans import RawSpans
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MESSAGE_DELAY_LEVEL,
@@ -206,6 +207,7 @@ class LmdbStore:
         born_timestamp: int | None = None,
         born_host: str | None = None,
         reconsume_times: int = 0,
+        sys_flag: int = 0,
     ) -> list[PutResult]:
         """Append a batch to one queue in one write transaction; honours the flush mode."""
         if self.read_only:
@@ -219,6 +221,7 @@ class LmdbStore:
             now if born_timestamp is None else born_timestamp,
             topic=topic,
             reconsume_times=reconsume_times,
+            sys_flag=sys_flag,
         )
         born = None
         if born_host:
@@ -372,6 +375,23 @@ class LmdbStore:
             view = memoryview(data)
             records.extend(map(view.__getitem__, map(slice, starts, map(add, starts, sizes))))
         return RawGetResult(status, records, nxt, low, high)
+
+    def get_spans(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> RawSpans:
+        """Like :meth:`get_raw`, the records as spans (see :mod:`mqcore.spans`): each copy
+        taken out of LMDB is one span of records back to back."""
+        status, chunks, nxt, low, high = self._read(
+            topic, queue_id, offset, max_count, max_bytes, message_filter
+        )
+        spans = [(data, None, 0) for data, _, _ in chunks]
+        return RawSpans(status, spans, sum(len(c[1]) for c in chunks), nxt, low, high)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest offset stored in the queue (0 for an empty queue)."""

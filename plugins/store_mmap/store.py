@@ -51,6 +51,7 @@ from mqcore.interfaces import MessageFilter
 from mqcore.lockfile import StoreLock
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt
+from mqcore.spans import RawSpans
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
     SCHEDULE_TOPIC,
@@ -265,6 +266,7 @@ class MmapStore:
         born_timestamp: int | None = None,
         born_host: str | None = None,
         reconsume_times: int = 0,
+        sys_flag: int = 0,
     ) -> list[PutResult]:
         """Append ``messages`` to ``topic``/``queue_id`` (one write); see the module docstring.
 
@@ -287,6 +289,7 @@ class MmapStore:
                 now if born_timestamp is None else born_timestamp,
                 topic=topic,
                 reconsume_times=reconsume_times,
+                sys_flag=sys_flag,
             )
         except CodecError as exc:
             raise InvalidArgumentError(str(exc)) from exc
@@ -535,6 +538,78 @@ class MmapStore:
         )
         records = [buf[pos : pos + size] for buf, pos, size in picked]
         return RawGetResult(status, records, next_offset, low, high)
+
+    def get_spans(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> RawSpans:
+        """Like :meth:`get_raw`, the records as spans (see :mod:`mqcore.spans`).
+
+        An unfiltered read within one segment is one span: the segment's map, the consume
+        queue's units and the segment's start offset, with no Python work per record.
+        ``max_bytes`` then bounds the commit-log range the records span (at least one).
+        """
+        if message_filter is None:
+            fast = self._plain_span(topic, queue_id, offset, max_count, max_bytes)
+            if fast is not None:
+                return fast
+        status, picked, next_offset, low, high = self._select(
+            topic, queue_id, offset, max_count, max_bytes, message_filter
+        )
+        spans: list[Any] = []
+        units: list[bytes] = []
+        last: Any = None
+        for buf, pos, size in picked:
+            if buf is not last:
+                if units:
+                    spans.append((last, b"".join(units), 0))
+                units, last = [], buf
+            units.append(_pack_unit(pos, size, 0))
+        if units:
+            spans.append((last, b"".join(units), 0))
+        return RawSpans(status, spans, len(picked), next_offset, low, high)
+
+    def _plain_span(
+        self, topic: str, queue_id: int, offset: int, max_count: int, max_bytes: int
+    ) -> RawSpans | None:
+        """An unfiltered read as one span, or None when :meth:`_select` must answer (an
+        offset outside the queue, records over two segments or in a transient buffer)."""
+        self._check_open()
+        cq, low, high = self._bounds(topic, queue_id)
+        if cq is None or max_count < 1 or max_bytes < 1 or position_status(offset, low, high):
+            return None
+        view = cq.read_units(offset, min(max_count, high - offset))
+        try:
+            units = bytes(view)  # a copy: a view would pin the consume-queue file's map
+        finally:
+            view.release()
+        n = len(units) // UNIT_SIZE
+        if n == 0:
+            return None
+        first = _I64.unpack_from(units, 0)[0]
+        phys, size, _ = UNIT.unpack_from(units, (n - 1) * UNIT_SIZE)
+        if phys + size - first > max_bytes:
+            # Keep the records whose end lies within max_bytes of the first's start.
+            lo, hi = 1, n - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                phys, size, _ = UNIT.unpack_from(units, (mid - 1) * UNIT_SIZE)
+                lo, hi = (mid, hi) if phys + size - first <= max_bytes else (lo, mid - 1)
+            n = lo
+            units = units[: n * UNIT_SIZE]
+            phys, size, _ = UNIT.unpack_from(units, (n - 1) * UNIT_SIZE)
+        file_for = self._commitlog.file_for
+        mf = file_for(first)
+        if mf is None or mf.uses_buffer or file_for(phys) is not mf:
+            return None
+        self._commitlog.note_io(phys + size - first)
+        span = (mf.view, units, mf.file_from_offset)
+        return RawSpans(GetStatus.FOUND, [span], n, offset + n, low, high)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest queue offset still stored (0 for an unknown queue)."""
