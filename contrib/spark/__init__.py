@@ -10,29 +10,50 @@ set): point it at the interpreter mqcore is installed in. See ``docs/spark.md``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from .workerenv import follow_driver_log_level
 
 try:
     import pyarrow  # noqa: F401
     import pyspark  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    missing = (exc.name or "pyspark").split(".")[0]
     raise ImportError(
-        f"mqcore.contrib.spark needs pyspark and pyarrow ({exc.name} is missing): "
-        f"pip install 'mqcore[spark]'"
+        f"mqcore.contrib.spark needs pyspark and pyarrow, and {missing} is missing: "
+        f"pip install 'mqcore[spark]' (from a clone of the repository: pip install '.[spark]'); "
+        f"Spark also needs Java 17 or later"
     ) from exc
 
 from .options import ReadOptions, Slice
 from .sink import REPLAY_ID
 from .source import SCHEMA, MqcoreDataSource
+from .workerenv import LOG_LEVEL_ENV, PUSHDOWN_ENV, worker_env
 
 __all__ = ["REPLAY_ID", "SCHEMA", "MqcoreDataSource", "ReadOptions", "Slice", "register"]
 
+# In a Spark worker of the source, follow the log level the driver registered it with.
+follow_driver_log_level()
 
-def register(spark: Any) -> None:
+
+def register(spark: Any, *, filter_pushdown: bool = False, log_level: int | None = None) -> None:
     """Make ``format("mqcore")`` available in the SparkSession ``spark``.
 
-    Also turns on Python data source filter pushdown (off by default in Spark), which the
-    source uses to read only the queues, offsets, times and tags a query selects.
+    The source's Python workers log ``mqcore`` events at ``log_level`` (default: the
+    effective level of the ``mqcore`` logger here, as the application configured it).
+
+    ``filter_pushdown=True`` turns on Python data source filter pushdown, so the store reads
+    only the queues, offsets, times and tags a ``where`` selects. It is off by default:
+    PySpark 4.3 and earlier keep the read planned for one query's pushed filters on the
+    DataFrame and reuse it for the DataFrame's later queries, which then miss rows. With it
+    on, load a new DataFrame for each query (see ``docs/spark.md``).
     """
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(MqcoreDataSource)
+    if log_level is None:
+        log_level = logging.getLogger("mqcore").getEffectiveLevel()
+    env = {LOG_LEVEL_ENV: logging.getLevelName(log_level)}
+    if filter_pushdown:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        env[PUSHDOWN_ENV] = "1"
+    with worker_env(spark, env):
+        spark.dataSource.register(MqcoreDataSource)

@@ -38,6 +38,7 @@ from .layout import Location, resolve_read
 from .options import ReadOptions, Slice, cap_offsets, split_range
 from .pushdown import push
 from .records import build_filter, plan_slices, read_slice, stream_bounds
+from .workerenv import pushdown_enabled
 
 __all__ = ["SCHEMA", "MqcoreDataSource", "SlicePartition"]
 
@@ -123,11 +124,6 @@ class BatchReader(_Setup, DataSourceReader):
     def __init__(self, options: Any, schema: StructType) -> None:
         self._setup(options, schema, streaming=False)
 
-    def pushFilters(self, filters: list[Any]) -> Any:
-        """Take over the predicates the store answers (see :mod:`.pushdown`)."""
-        self.opts, left = push(self.opts, filters)
-        return iter(left)
-
     def partitions(self) -> Sequence[InputPartition]:
         """The plan: every selected queue's range, split by ``max_records_per_partition``."""
         with _open(self.location) as store:
@@ -137,6 +133,22 @@ class BatchReader(_Setup, DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The slice's records as Arrow batches."""
         yield from self._read(partition.value)
+
+
+class PushdownBatchReader(BatchReader):
+    """A batch reader that takes over the ``where`` predicates the store answers.
+
+    Used only when the source was registered with ``filter_pushdown=True``: PySpark (4.3 and
+    earlier) keeps the read planned after :meth:`pushFilters` on the DataFrame and runs it
+    again for the DataFrame's later queries, whose own filters differ, so they would miss
+    rows. By default the source hands every filter back to Spark (:class:`BatchReader` has
+    no ``pushFilters``) and plans the same read for every query.
+    """
+
+    def pushFilters(self, filters: list[Any]) -> Any:
+        """Take over the predicates the store answers (see :mod:`.pushdown`)."""
+        self.opts, left = push(self.opts, filters)
+        return iter(left)
 
 
 class StreamReader(_Setup, DataSourceStreamReader):
@@ -243,6 +255,8 @@ class MqcoreDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader (options are checked here, on the driver)."""
+        if pushdown_enabled():
+            return PushdownBatchReader(self.options, schema)
         return BatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
