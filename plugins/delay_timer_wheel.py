@@ -76,6 +76,8 @@ _RECORD = struct.Struct(">i16xqq")  # record size, queue offset, commit-log offs
 _BODY_LEN = struct.Struct(">i")
 _HEADER_SIZE = 88
 _OUT_PREFIX = PROPERTY_TIMER_OUT_MS.encode() + b"\x01"
+_OUT_START = len(_OUT_PREFIX)
+_OUT_HEAD = _OUT_START + 13 + 1  # prefix, 13 digits, separator
 
 
 def _wall_clock_ms() -> int:
@@ -84,12 +86,15 @@ def _wall_clock_ms() -> int:
 
 def _deliver_ms_of(record: memoryview) -> int | None:
     """``TIMER_OUT_MS`` of an encoded record, without decoding the rest."""
-    body_len = _BODY_LEN.unpack_from(record, _HEADER_SIZE - 4)[0]
-    pos = _HEADER_SIZE + body_len
-    pos += 1 + record[pos]
+    pos = _HEADER_SIZE + _BODY_LEN.unpack_from(record, _HEADER_SIZE - 4)[0]
+    pos += 1 + record[pos]  # the topic
     plen = (record[pos] << 8) | record[pos + 1]
-    props = bytes(record[pos + 2 : pos + 2 + plen])
-    # The broker writes TIMER_OUT_MS first; look further only for records written otherwise.
+    pos += 2
+    # The broker writes TIMER_OUT_MS first, with a 13-digit time until the year 2286.
+    head = bytes(record[pos : pos + _OUT_HEAD])
+    if head.startswith(_OUT_PREFIX) and head[-1] == 2:
+        return int(head[_OUT_START:-1])
+    props = bytes(record[pos : pos + plen])  # written some other way: look for it
     at = 0 if props.startswith(_OUT_PREFIX) else props.find(b"\x02" + _OUT_PREFIX) + 1
     if at == 0 and not props.startswith(_OUT_PREFIX):
         return None
@@ -341,39 +346,55 @@ class TimerScheduler:
                 return False
             read_ms = self._cp.read_ms
             horizon = read_ms + self.slots * prec
+            nslots = self.slots
             slots: dict[int, tuple[int, int, int, int]] = {}
             units: list[bytes] = []
-            pos = self._cp.log_end
+            begin = pos = self._cp.log_end
             next_offset = offset
-            pending = self._cp.pending
+            top_slot = -1
             blocked = False
+            # Locals: this loop runs once per timer message.
+            unpack, deliver_of, pack, get_slot = (
+                _RECORD.unpack_from,
+                _deliver_ms_of,
+                UNIT.pack,
+                wheel.get,
+            )
             for record in got.records:
-                size, queue_offset, cl_offset = _RECORD.unpack_from(record, 0)
-                deliver = _deliver_ms_of(record)
+                size, queue_offset, cl_offset = unpack(record, 0)
+                deliver = deliver_of(record)
                 if deliver is None:
                     log.error("timer_message_without_deliver_time", queue_offset=queue_offset)
                     next_offset = queue_offset + 1
                     continue
-                slot_ms = max(deliver - deliver % prec, read_ms)
-                if slot_ms >= horizon:
+                slot_ms = deliver - deliver % prec
+                if slot_ms < read_ms:
+                    slot_ms = read_ms  # overdue: into the slot being delivered
+                elif slot_ms >= horizon:
                     blocked = True  # the cursor must catch up before this one fits
                     break
-                index = (slot_ms // prec) % self.slots
-                slot = slots.get(index) or wheel.get(index)
+                index = (slot_ms // prec) % nslots
+                slot = slots.get(index) or get_slot(index)
                 if slot[0] != slot_ms:  # a new round of this slot
                     slot = (slot_ms, 0, -1, 0)
                 units.append(
-                    UNIT.pack(
-                        slot[2], deliver, slot_ms, queue_offset, cl_offset, now, size, UNIT_MAGIC
-                    )
+                    pack(slot[2], deliver, slot_ms, queue_offset, cl_offset, now, size, UNIT_MAGIC)
                 )
-                slots[index] = (slot_ms, max(slot[1], deliver), pos, slot[3] + 1)
-                start = pos - pos % tlog.segment_bytes
-                if self._seg_max.get(start, -1) < slot_ms:
-                    self._seg_max[start] = slot_ms
+                slots[index] = (
+                    slot_ms,
+                    deliver if deliver > slot[1] else slot[1],
+                    pos,
+                    slot[3] + 1,
+                )
+                if slot_ms > top_slot:
+                    top_slot = slot_ms
                 pos += UNIT_SIZE
-                pending += 1
                 next_offset = queue_offset + 1
+            seg = tlog.segment_bytes
+            for start in range(begin - begin % seg, pos, seg):
+                if self._seg_max.get(start, -1) < top_slot:
+                    self._seg_max[start] = top_slot
+            pending = self._cp.pending + len(units)
             if units:
                 # Log first, then the slots, then the checkpoint: a crash in between leaves
                 # a tail that start() cuts and slots it can walk back.

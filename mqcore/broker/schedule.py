@@ -80,20 +80,55 @@ def is_timer_message(m: Message) -> bool:
 def _timer_deliver_ms(m: Message, now: int) -> int:
     """The deliver time a timer message asks for (RocketMQ's order: delay in s, in ms, time)."""
     props = m.properties
-    for name, base, unit in (
-        (PROPERTY_TIMER_DELAY_SEC, now, 1000),
-        (PROPERTY_TIMER_DELAY_MS, now, 1),
-        (PROPERTY_TIMER_DELIVER_MS, 0, 1),
-    ):
-        text = props.get(name)
-        if text is not None:
-            if not (text.isascii() and text.isdigit()):
-                raise TimerMessageError(
-                    f"timer property {name}={text!r} is not a whole number >= 0",
-                    code=ResponseCode.MESSAGE_ILLEGAL,
-                )
-            return base + int(text) * unit
-    raise AssertionError("not a timer message")  # callers check is_timer_message first
+    name = PROPERTY_TIMER_DELIVER_MS
+    text = props.get(name)
+    base, unit = 0, 1
+    if PROPERTY_TIMER_DELAY_SEC in props:
+        name, base, unit = PROPERTY_TIMER_DELAY_SEC, now, 1000
+    elif PROPERTY_TIMER_DELAY_MS in props:
+        name, base = PROPERTY_TIMER_DELAY_MS, now
+    else:
+        assert text is not None, "not a timer message"  # callers check is_timer_message
+        if text.isdigit() and text.isascii():
+            return int(text)
+    text = props[name]
+    if not (text.isascii() and text.isdigit()):
+        raise TimerMessageError(
+            f"timer property {name}={text!r} is not a whole number >= 0",
+            code=ResponseCode.MESSAGE_ILLEGAL,
+        )
+    return base + int(text) * unit
+
+
+_MESSAGE_FIELDS = frozenset(a.name for a in attrs.fields(Message))
+# _held_copy sets each field by name: it must know them all.
+assert {
+    "topic", "body", "tags", "keys", "properties", "flag", "delay_level",
+    "deliver_time_ms", "delay_ms", "delay_sec",
+} == _MESSAGE_FIELDS, "Message fields changed: update _held_copy"  # fmt: skip
+
+
+def _held_copy(m: Message, topic: str, properties: dict[str, str]) -> Message:
+    """``m`` under ``topic`` with ``properties`` (system names included), its timer fields
+    cleared: the copy the broker stores while it holds a timer message.
+
+    Built field by field rather than through ``Message(...)``: ``m`` passed its checks when
+    it was built and again when it was sent, and the broker adds only its own properties,
+    so checking it all again would only double the cost of a timer send.
+    """
+    copy = object.__new__(Message)
+    put = object.__setattr__
+    put(copy, "topic", topic)
+    put(copy, "body", m.body)
+    put(copy, "tags", m.tags)
+    put(copy, "keys", m.keys)
+    put(copy, "properties", properties)
+    put(copy, "flag", m.flag)
+    put(copy, "delay_level", 0)
+    put(copy, "deliver_time_ms", None)
+    put(copy, "delay_ms", None)
+    put(copy, "delay_sec", None)
+    return copy
 
 
 class DelayService:
@@ -278,12 +313,7 @@ class DelayService:
         props = {PROPERTY_TIMER_OUT_MS: str(deliver), **m.properties}
         props[PROPERTY_REAL_TOPIC] = topic
         props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-        fields = attrs.asdict(m, recurse=False)
-        fields.update(
-            topic=TIMER_TOPIC, properties=props, deliver_time_ms=None, delay_ms=None,
-            delay_sec=None,
-        )  # fmt: skip
-        return system_message(**fields)
+        return _held_copy(m, TIMER_TOPIC, props)
 
     # -- DelayHost ---------------------------------------------------------------------
 

@@ -247,6 +247,13 @@ def check_sent_message(msg: Message, topic: str) -> None:
             raise InvalidArgumentError("message property name must not be empty")
     if props.keys().isdisjoint(SYSTEM_PROPERTY_NAMES):
         return
+    if msg.delay_level > 0 and not props.keys().isdisjoint(_TIMER_REQUESTS):
+        # RocketMQ would silently drop the timer; a clear error is kinder.
+        asked = ", ".join(sorted(props.keys() & _TIMER_REQUESTS))
+        raise InvalidArgumentError(
+            f"a message to {topic!r} has both delay level {msg.delay_level} and a timer "
+            f"({asked}); use one of them"
+        )
     for name in props.keys() & SYSTEM_PROPERTY_NAMES:
         if name in FIELD_PROPERTIES:
             why = "it is a message field: set tags, keys or delay_level instead"
