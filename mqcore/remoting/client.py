@@ -1,0 +1,358 @@
+"""The remoting client: a thread-safe, synchronous RocketMQ remoting client.
+
+One TCP connection per address, opened on first use and reopened on the next call after it
+fails. The calling thread encodes and writes its own request (no hop to an I/O thread); one
+reader thread per connection reads answers and completes the caller's future by opaque, so
+answers may arrive in any order and many requests may be in flight on one connection.
+Requests the server sends (NOTIFY_CONSUMER_IDS_CHANGED 40, RESET_CONSUMER_CLIENT_OFFSET 220)
+go to the ``handler`` on a thread of the client's own, never on the reader thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import structlog
+
+from mqcore.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from mqcore.protocol.codes import ResponseCode
+from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+
+__all__ = ["RemotingClient", "RequestHandler", "parse_address"]
+
+log = structlog.get_logger(__name__)
+
+RequestHandler = Callable[[RemotingCommand, str], "RemotingCommand | None"]
+"""``handler(request, addr)``: serve a request the server sent; return the answer or None."""
+
+_TICK = 0.1  # how often a quiet reader wakes to expire async requests past their deadline
+_RECV_SIZE = 256 * 1024
+
+
+def parse_address(addr: str) -> tuple[str, int]:
+    """``"host:port"`` (or ``"[v6]:port"``) as a (host, port) pair.
+
+    :raises RemotingConnectError: not of that form.
+    """
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RemotingConnectError(f"bad address {addr!r}: expected host:port", addr=addr)
+    return host.strip("[]"), int(port)
+
+
+class _Pending(NamedTuple):
+    future: concurrent.futures.Future[RemotingCommand]
+    deadline: float
+    code: int
+    timeout: float
+
+
+class _Connection:
+    """One socket to ``addr``, its write lock and its reader thread."""
+
+    def __init__(self, client: RemotingClient, addr: str, sock: socket.socket) -> None:
+        self.client = client
+        self.addr = addr
+        self.sock = sock
+        self.pending: dict[int, _Pending] = {}
+        self.closed = False
+        self._send_lock = threading.Lock()
+        self._outq: collections.deque[bytes | bytearray | memoryview] = collections.deque()
+        self._decoder = FrameDecoder(client.max_frame_size)
+        self.reader = threading.Thread(
+            target=self._read_loop, name=f"mqcore-remoting-client-{addr}", daemon=True
+        )
+
+    def send(self, cmd: RemotingCommand, deadline: float) -> None:
+        head, body = cmd.encode_parts()
+        self._outq.append(head + bytes(body) if len(body) < 65536 else head)
+        if len(body) >= 65536:
+            self._outq.append(body)  # a large body is written from its own buffer, uncopied
+        # Combining: whoever holds the lock writes every frame queued so far in one go, so
+        # threads sending at once share a syscall instead of queueing for one each.
+        with self._send_lock:
+            if self.closed:
+                raise RemotingConnectError(f"connection to {self.addr} is closed", addr=self.addr)
+            outq = self._outq
+            if not outq:
+                return  # another thread already wrote ours
+            parts = []
+            while outq:
+                parts.append(outq.popleft())
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            view = memoryview(data)
+            while view:
+                try:
+                    sent = self.sock.send(view)
+                except TimeoutError:
+                    if time.monotonic() > deadline:
+                        self.close()
+                        raise RemotingTimeoutError(
+                            f"could not write request code {cmd.code} to {self.addr} "
+                            f"in time (the server is not reading)",
+                            addr=self.addr,
+                            code=cmd.code,
+                        ) from None
+                    continue
+                except OSError as exc:
+                    self.close()
+                    raise RemotingConnectError(
+                        f"write to {self.addr} failed: {exc}", addr=self.addr
+                    ) from exc
+                view = view[sent:]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def _read_loop(self) -> None:
+        next_scan = time.monotonic() + _TICK
+        reason = "closed by the server"
+        try:
+            while not self.closed:
+                try:
+                    data = self.sock.recv(_RECV_SIZE)
+                except TimeoutError:
+                    data = None
+                except OSError as exc:
+                    reason = str(exc)
+                    break
+                if data is not None:
+                    if not data:
+                        break
+                    for frame in self._decoder.feed(data):
+                        self._frame(frame)
+                now = time.monotonic()
+                if now >= next_scan:
+                    next_scan = now + _TICK
+                    self._expire(now)
+        except ProtocolError as exc:
+            reason = f"bad frame from the server: {exc}"
+            log.warning("remoting_client_bad_frame", addr=self.addr, error=str(exc))
+        finally:
+            self.closed = True
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.client._forget(self)
+            pending, self.pending = self.pending, {}
+            for p in pending.values():
+                if not p.future.done():
+                    p.future.set_exception(
+                        RemotingConnectError(
+                            f"connection to {self.addr} lost before the answer to request "
+                            f"code {p.code}: {reason}",
+                            addr=self.addr,
+                        )
+                    )
+
+    def _frame(self, frame: bytes) -> None:
+        cmd = RemotingCommand.decode(frame)
+        if cmd.is_response:
+            p = self.pending.pop(cmd.opaque, None)
+            if p is not None and not p.future.done():
+                p.future.set_result(cmd)
+            return
+        self.client._server_request(self, cmd)
+
+    def _expire(self, now: float) -> None:
+        late = [op for op, p in list(self.pending.items()) if p.deadline <= now]
+        for opaque in late:
+            p = self.pending.pop(opaque, None)
+            if p is not None and not p.future.done():
+                p.future.set_exception(self.client._timeout(self.addr, p.code, p.timeout))
+
+
+class RemotingClient:
+    """A thread-safe synchronous RocketMQ remoting client (RocketMQ's ``NettyRemotingClient``).
+
+    :param handler: serves requests the server sends (codes 40, 220); without one they are
+        answered REQUEST_CODE_NOT_SUPPORTED (oneway ones are dropped).
+    :param connect_timeout: seconds to open a connection.
+    :param max_frame_size: the largest frame accepted from a server.
+    """
+
+    def __init__(
+        self,
+        handler: RequestHandler | None = None,
+        *,
+        connect_timeout: float = 3.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.handler = handler
+        self.connect_timeout = connect_timeout
+        self.max_frame_size = max_frame_size
+        self._conns: dict[str, _Connection] = {}
+        self._addr_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._readers: list[threading.Thread] = []
+
+    # --- calls -----------------------------------------------------------------------------
+
+    def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``cmd`` to ``addr`` and wait for its answer.
+
+        :raises RemotingTimeoutError: no answer within ``timeout`` seconds (names address
+            and code).
+        :raises RemotingConnectError: cannot connect, or the connection was lost.
+        """
+        deadline = time.monotonic() + timeout
+        fut = self._send(addr, cmd, deadline, timeout)
+        try:
+            return fut.result(max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            if fut.done():  # completed between the timeout and now
+                return fut.result()
+            conn = self._conns.get(addr)
+            if conn is not None:
+                conn.pending.pop(cmd.opaque, None)
+            raise self._timeout(addr, cmd.code, timeout) from None
+
+    def invoke_async(
+        self, addr: str, cmd: RemotingCommand, timeout: float
+    ) -> concurrent.futures.Future[RemotingCommand]:
+        """Send ``cmd``; the future gets the answer or a Remoting*Error (its timeout is
+        enforced by the reader, to within 0.1 s). Connecting and writing happen in the
+        calling thread, so this raises :class:`RemotingConnectError` at once when the
+        server cannot be reached."""
+        return self._send(addr, cmd, time.monotonic() + timeout, timeout)
+
+    def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
+        """Send ``cmd`` marked oneway: no answer is expected (``timeout`` bounds the write)."""
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        conn = self._connection(addr)
+        conn.send(cmd, time.monotonic() + timeout)
+
+    def _send(
+        self, addr: str, cmd: RemotingCommand, deadline: float, timeout: float
+    ) -> concurrent.futures.Future[RemotingCommand]:
+        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        conn = self._connection(addr)
+        fut: concurrent.futures.Future[RemotingCommand] = concurrent.futures.Future()
+        conn.pending[cmd.opaque] = _Pending(fut, deadline, cmd.code, timeout)
+        try:
+            conn.send(cmd, deadline)
+        except BaseException:
+            conn.pending.pop(cmd.opaque, None)
+            raise
+        return fut
+
+    @staticmethod
+    def _timeout(addr: str, code: int, timeout: float) -> RemotingTimeoutError:
+        return RemotingTimeoutError(
+            f"no answer from {addr} to request code {code} within {timeout} s",
+            addr=addr,
+            code=code,
+        )
+
+    # --- connections -----------------------------------------------------------------------
+
+    def _connection(self, addr: str) -> _Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        with self._lock:
+            if self._closed:
+                raise RemotingConnectError("the remoting client is closed", addr=addr)
+            lock = self._addr_locks.setdefault(addr, threading.Lock())
+        with lock:  # one connect per address at a time; other addresses are not held up
+            conn = self._conns.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            host, port = parse_address(addr)
+            try:
+                sock = socket.create_connection((host, port), timeout=self.connect_timeout)
+            except OSError as exc:
+                raise RemotingConnectError(f"cannot connect to {addr}: {exc}", addr=addr) from exc
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(_TICK)
+            conn = _Connection(self, addr, sock)
+            with self._lock:
+                if self._closed:
+                    sock.close()
+                    raise RemotingConnectError("the remoting client is closed", addr=addr)
+                self._conns[addr] = conn
+                self._readers = [t for t in self._readers if t.is_alive()]
+                self._readers.append(conn.reader)
+            conn.reader.start()
+            log.debug("remoting_connected", addr=addr)
+            return conn
+
+    def _forget(self, conn: _Connection) -> None:
+        with self._lock:
+            if self._conns.get(conn.addr) is conn:
+                del self._conns[conn.addr]
+
+    def close_connection(self, addr: str) -> None:
+        """Close the connection to ``addr``, if open (the next call reconnects)."""
+        conn = self._conns.get(addr)
+        if conn is not None:
+            conn.close()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close every connection and join every thread this client started."""
+        with self._lock:
+            self._closed = True
+            conns = list(self._conns.values())
+            readers = list(self._readers)
+        for conn in conns:
+            conn.close()
+        for thread in readers:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+        if self._handler_pool is not None:
+            self._handler_pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> RemotingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- requests from the server ----------------------------------------------------------
+
+    def _server_request(self, conn: _Connection, cmd: RemotingCommand) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._handler_pool is None:
+                self._handler_pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="mqcore-remoting-client-handler"
+                )
+            pool = self._handler_pool
+        with contextlib.suppress(RuntimeError):  # closing
+            pool.submit(self._handle, conn, cmd)
+
+    def _handle(self, conn: _Connection, cmd: RemotingCommand) -> None:
+        try:
+            if self.handler is None:
+                answer: RemotingCommand | None = RemotingCommand.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f" request type {cmd.code} not supported",
+                )
+            else:
+                answer = self.handler(cmd, conn.addr)
+        except Exception as exc:
+            log.exception("remoting_client_handler_failed", code=cmd.code)
+            answer = RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+        if answer is None or cmd.is_oneway:
+            return
+        answer.opaque = cmd.opaque
+        answer.flag |= FLAG_RESPONSE
+        answer.serialize_type = cmd.serialize_type
+        with contextlib.suppress(RemotingConnectError, RemotingTimeoutError):
+            conn.send(answer, time.monotonic() + 3.0)

@@ -1,0 +1,598 @@
+"""The remoting server: asyncio TCP, RocketMQ frames, requests dispatched to a processor.
+
+Concurrency model. One event loop (uvloop when installed, unless told otherwise) owns every
+socket: it reads, cuts frames, decodes headers and writes answers. A request's work runs in
+a bounded pool of worker threads (``dispatch="thread"``, the default), so a handler that
+blocks (a disk flush, a lock) stalls neither the loop nor other connections; codes listed in
+the processor's ``inline_codes`` run on the loop itself and must never block. A handler that
+has to wait (a long poll) returns a future or an awaitable instead of holding a thread: the
+answer goes out when it completes, so one connection's answers may leave out of order. A
+client that stops reading has its socket paused for reading once its send buffer is full,
+and the limit ``max_pending`` on requests in progress answers SYSTEM_BUSY beyond it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import socket
+import struct
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, runtime_checkable
+
+import structlog
+
+from mqcore.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from mqcore.protocol.codes import ResponseCode
+from mqcore.remoting.command import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    LanguageCode,
+    RemotingCommand,
+    SerializeType,
+    salvage_opaque,
+)
+from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+
+__all__ = ["RemotingProcessor", "RemotingServer", "ServerConnection", "event_loop_factory"]
+
+log = structlog.get_logger(__name__)
+
+ProcessResult = (
+    RemotingCommand
+    | None
+    | Awaitable[RemotingCommand | None]
+    | concurrent.futures.Future[RemotingCommand | None]
+)
+
+
+@runtime_checkable
+class RemotingProcessor(Protocol):
+    """What the server dispatches requests to.
+
+    ``process`` returns the response (its opaque, response flag and serialisation are set
+    by the server), None for no answer (oneway requests, or an answer sent otherwise), an
+    awaitable or a ``concurrent.futures.Future`` of either (long polls), or
+    ``NotImplemented`` for a code it does not serve (answered REQUEST_CODE_NOT_SUPPORTED).
+    An exception is answered SYSTEM_ERROR with the message as remark.
+
+    Optional attributes the server looks for: ``inline_codes`` (codes whose ``process``
+    never blocks, run on the event loop without a thread hop) and
+    ``connection_closed(connection)`` (called in a worker thread when a connection ends).
+    """
+
+    def process(self, cmd: RemotingCommand, connection: ServerConnection) -> Any:
+        """Serve one request (see the class docstring for what it may return)."""
+
+
+def event_loop_factory(use_uvloop: bool | None = None) -> Callable[[], asyncio.AbstractEventLoop]:
+    """A new-event-loop function: uvloop's when ``use_uvloop`` (None: when it is installed)."""
+    if use_uvloop is not False:
+        try:
+            import uvloop  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:
+            if use_uvloop:
+                raise
+        else:
+            return uvloop.new_event_loop  # type: ignore[no-any-return, unused-ignore]
+    return asyncio.new_event_loop
+
+
+def _not_supported(cmd: RemotingCommand) -> RemotingCommand:
+    # RocketMQ's wording, so tools that match on it keep working.
+    return RemotingCommand.response(
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+    )
+
+
+class ServerConnection(asyncio.Protocol):
+    """One client connection. Its public methods may be called from any thread.
+
+    ``client_id`` is None until the processor binds one (:meth:`bind_client_id`, on
+    heartbeat); ``language``, ``version`` and ``serialize_type`` are those of the client's
+    latest request, so requests the broker pushes use the client's own serialisation.
+    """
+
+    def __init__(self, server: RemotingServer) -> None:
+        self._server = server
+        self._loop = server._loop_or_raise()
+        self._decoder = FrameDecoder(server.max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._pending: dict[int, concurrent.futures.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._closed = False
+        self._out: list[bytes | bytearray | memoryview] = []
+        self._flush_scheduled = False
+        self.remote_address = "?"
+        self.client_id: str | None = None
+        self.language = LanguageCode.OTHER
+        self.version = 0
+        self.serialize_type = SerializeType.JSON
+        self.last_active = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"<ServerConnection {self.remote_address} client_id={self.client_id!r}>"
+
+    # --- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.remote_address = f"{peer[0]}:{peer[1]}"
+        self._server._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            frames = self._decoder.feed(data)
+        except ProtocolError as exc:
+            log.info("remoting_bad_frame", peer=self.remote_address, error=str(exc))
+            self._abort()
+            return
+        for frame in frames:
+            if self._closed:
+                return
+            self._frame_received(frame)
+
+    def pause_writing(self) -> None:
+        # The client reads slower than it asks: stop reading its requests until it catches up.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._server._forget(self)
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(
+                    RemotingConnectError(
+                        f"connection to {self.remote_address} closed before the answer",
+                        addr=self.remote_address,
+                    )
+                )
+        self._pending.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        self._server._connection_closed(self)
+
+    # --- frames ----------------------------------------------------------------------------
+
+    def _frame_received(self, frame: bytes) -> None:
+        try:
+            cmd = RemotingCommand.decode(frame)
+        except ProtocolError as exc:
+            opaque = salvage_opaque(frame)
+            log.info("remoting_bad_header", peer=self.remote_address, error=str(exc), opaque=opaque)
+            if opaque is None:
+                self._abort()
+                return
+            kind = frame[0]
+            answer = RemotingCommand.response(ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+            answer.opaque = opaque
+            answer.serialize_type = SerializeType(kind) if kind in (0, 1) else SerializeType.JSON
+            self._write(answer)
+            return
+        if cmd.is_response:
+            fut = self._pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+            return
+        self.language, self.version, self.serialize_type = (
+            cmd.language,
+            cmd.version,
+            cmd.serialize_type,
+        )
+        self._server._dispatch(cmd, self)
+
+    def _reply(self, request: RemotingCommand, result: Any) -> None:
+        """On the loop: send ``result`` (whatever ``process`` gave) as the answer."""
+        if isinstance(result, concurrent.futures.Future):
+            result.add_done_callback(
+                lambda f: self._server._call_soon(self._reply_done, request, f)
+            )
+            return
+        if inspect.isawaitable(result):
+            if self._closed:
+                if inspect.iscoroutine(result):
+                    result.close()
+                self._server._release()
+                return
+            task = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(lambda t: self._reply_done(request, t))
+            return
+        self._server._release()
+        if result is None or self._closed or request.is_oneway:
+            return
+        if result is NotImplemented:
+            result = _not_supported(request)
+        elif not isinstance(result, RemotingCommand):
+            result = RemotingCommand.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"processor returned {type(result).__name__} for code {request.code}",
+            )
+        result.opaque = request.opaque
+        result.flag |= FLAG_RESPONSE
+        result.serialize_type = request.serialize_type
+        self._write(result)
+
+    def _reply_done(
+        self, request: RemotingCommand, fut: asyncio.Future[Any] | concurrent.futures.Future[Any]
+    ) -> None:
+        if isinstance(fut, asyncio.Future):
+            self._tasks.discard(fut)
+        if fut.cancelled():
+            self._server._release()
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self._reply(request, self._server._error_answer(request, exc))
+        else:
+            self._reply(request, fut.result())
+
+    def _write(self, cmd: RemotingCommand) -> None:
+        if self._closed or self._transport is None:
+            return
+        try:
+            head, body = cmd.encode_parts()
+        except (ProtocolError, ValueError, OverflowError, TypeError, struct.error) as exc:
+            log.warning("remoting_encode_failed", code=cmd.code, error=str(exc))
+            if not cmd.is_response:
+                return
+            fallback = RemotingCommand.response(ResponseCode.SYSTEM_ERROR, f"encode failed: {exc}")
+            fallback.opaque, fallback.serialize_type = cmd.opaque, cmd.serialize_type
+            head, body = fallback.encode_parts()
+        self.last_active = time.monotonic()
+        # Answers produced in one loop iteration leave in one write: a syscall per answer
+        # costs more than the rest of serving a small request.
+        out = self._out
+        out.append(head)
+        if body:
+            out.append(body)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if out and not self._closed and self._transport is not None:
+            self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def _abort(self) -> None:
+        self._closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    # --- public, any thread ----------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the connection is gone (or being closed)."""
+        return self._closed
+
+    def bind_client_id(self, client_id: str) -> None:
+        """Record which client this is, so :meth:`RemotingServer.find_connection` finds it."""
+        self._server._bind(client_id, self)
+
+    def send_oneway(self, cmd: RemotingCommand) -> None:
+        """Send a request that expects no answer (NOTIFY_CONSUMER_IDS_CHANGED, reset offset).
+
+        Marks it oneway and gives it the client's serialisation; silently dropped when the
+        connection is already closed, as RocketMQ's ``invokeOneway`` to a dead channel.
+        """
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        cmd.serialize_type = self.serialize_type
+        self._server._call_soon(self._write, cmd)
+
+    def request_future(
+        self, cmd: RemotingCommand, timeout: float
+    ) -> concurrent.futures.Future[RemotingCommand]:
+        """Send a request to the client; the future gets its answer, or
+        :class:`RemotingTimeoutError` after ``timeout`` seconds, or
+        :class:`RemotingConnectError` if the connection closes first."""
+        fut: concurrent.futures.Future[RemotingCommand] = concurrent.futures.Future()
+        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        cmd.serialize_type = self.serialize_type
+
+        def send() -> None:
+            if self._closed:
+                fut.set_exception(
+                    RemotingConnectError(
+                        f"connection to {self.remote_address} is closed", addr=self.remote_address
+                    )
+                )
+                return
+            self._pending[cmd.opaque] = fut
+            self._write(cmd)
+            self._loop.call_later(timeout, expire)
+
+        def expire() -> None:
+            if self._pending.pop(cmd.opaque, None) is fut and not fut.done():
+                fut.set_exception(
+                    RemotingTimeoutError(
+                        f"no answer from {self.remote_address} to request code {cmd.code} "
+                        f"within {timeout} s",
+                        addr=self.remote_address,
+                        code=cmd.code,
+                    )
+                )
+
+        self._server._call_soon(send)
+        return fut
+
+    def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request to the client and wait for its answer (not from the loop thread).
+
+        :raises RemotingTimeoutError: no answer within ``timeout`` seconds.
+        :raises RemotingConnectError: the connection closed first.
+        """
+        if self._server._on_loop_thread():
+            raise RuntimeError("ServerConnection.request would block the event loop")
+        # The loop enforces the timeout; the extra second only guards against a stopped loop.
+        return self.request_future(cmd, timeout).result(timeout + 1.0)
+
+    def close(self) -> None:
+        """Close this connection (from any thread)."""
+        self._server._call_soon(self._abort)
+
+
+class RemotingServer:
+    """A RocketMQ remoting server around a :class:`RemotingProcessor`.
+
+    Use :meth:`start` / :meth:`close` (the server runs its loop on a thread it owns), or
+    ``await server.serve()`` on an existing loop (``asyncio.run`` in the CLI) and
+    :meth:`close` from a signal handler or another thread.
+    """
+
+    def __init__(
+        self,
+        processor: RemotingProcessor | None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        idle_timeout: float = 120.0,
+        workers: int = 16,
+        max_pending: int = 10_000,
+        dispatch: str = "thread",
+        use_uvloop: bool | None = None,
+    ) -> None:
+        if dispatch not in ("thread", "inline"):
+            raise ValueError(f"dispatch must be 'thread' or 'inline', got {dispatch!r}")
+        self.processor = processor
+        self.host, self.port = host, port
+        self.max_frame_size = max_frame_size
+        self.idle_timeout = idle_timeout
+        self.workers = workers
+        self.max_pending = max_pending
+        self.dispatch = dispatch
+        self.use_uvloop = use_uvloop
+        self.inline_codes: frozenset[int] = frozenset(getattr(processor, "inline_codes", ()) or ())
+        self._connections: set[ServerConnection] = set()
+        self._by_client: dict[str, ServerConnection] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread_id: int | None = None
+        self._stop: asyncio.Event | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._bound = threading.Event()
+        self._done = threading.Event()
+        self._closing = False
+        self._error: BaseException | None = None
+        self._in_flight = 0
+        self.address: tuple[str, int] | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> tuple[str, int]:
+        """Bind and serve on a thread this server owns; return the bound (host, port)."""
+        if self._thread is not None:
+            raise RuntimeError("RemotingServer.start() called twice")
+        factory = event_loop_factory(self.use_uvloop)
+
+        def run() -> None:
+            loop = factory()
+            try:
+                loop.run_until_complete(self.serve())
+            except BaseException as exc:  # reported by start(); the thread must not die silently
+                self._error = exc
+                self._bound.set()
+            finally:
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="mqcore-remoting-server", daemon=True)
+        self._thread.start()
+        if not self._bound.wait(timeout) or self.address is None:
+            self.close()
+            raise RemotingConnectError(
+                f"remoting server could not listen on {self.host}:{self.port}: {self._error}",
+                addr=f"{self.host}:{self.port}",
+            ) from self._error
+        return self.address
+
+    async def serve(self, ready: Callable[[tuple[str, int]], None] | None = None) -> None:
+        """Listen and serve until :meth:`close`; ``ready`` gets the bound address."""
+        loop = asyncio.get_running_loop()
+        self._loop, self._loop_thread_id = loop, threading.get_ident()
+        self._stop = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="mqcore-remoting-worker"
+        )
+        listener = await loop.create_server(
+            lambda: ServerConnection(self), self.host, self.port, reuse_address=True
+        )
+        sockname = listener.sockets[0].getsockname()
+        self.address = (str(sockname[0]), int(sockname[1]))
+        log.info("remoting_listening", host=self.address[0], port=self.address[1])
+        self._bound.set()
+        if ready is not None:
+            ready(self.address)
+        idle = asyncio.ensure_future(self._close_idle())
+        try:
+            if not self._closing:
+                await self._stop.wait()
+        finally:
+            idle.cancel()
+            listener.close()
+            for conn in list(self._connections):
+                conn._abort()
+            await asyncio.sleep(0)  # let connection_lost callbacks run
+            await listener.wait_closed()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._done.set()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop listening, close every connection, join the threads this server owns."""
+        self._closing = True
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stop.set)
+        if self._on_loop_thread():
+            return  # from a signal handler on the loop: serve() finishes the job
+        if self._thread is not None:
+            self._thread.join(timeout)
+        elif self._bound.is_set():
+            self._done.wait(timeout)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> RemotingServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- connections -----------------------------------------------------------------------
+
+    def connections(self) -> list[ServerConnection]:
+        """The open connections (a snapshot)."""
+        return [c for c in list(self._connections) if not c.is_closed]
+
+    def find_connection(self, client_id: str) -> ServerConnection | None:
+        """The open connection bound to ``client_id`` (see ServerConnection.bind_client_id)."""
+        with self._lock:
+            conn = self._by_client.get(client_id)
+        return conn if conn is not None and not conn.is_closed else None
+
+    def _bind(self, client_id: str, conn: ServerConnection) -> None:
+        with self._lock:
+            old = conn.client_id
+            if old is not None and self._by_client.get(old) is conn:
+                del self._by_client[old]
+            conn.client_id = client_id
+            self._by_client[client_id] = conn
+
+    def _forget(self, conn: ServerConnection) -> None:
+        self._connections.discard(conn)
+        with self._lock:
+            if conn.client_id is not None and self._by_client.get(conn.client_id) is conn:
+                del self._by_client[conn.client_id]
+
+    def _connection_closed(self, conn: ServerConnection) -> None:
+        hook = getattr(self.processor, "connection_closed", None)
+        if hook is not None and self._executor is not None and not self._closing:
+            with contextlib.suppress(RuntimeError):  # executor shut down
+                self._executor.submit(self._safe, hook, conn)
+
+    @staticmethod
+    def _safe(fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("remoting_hook_failed")
+
+    async def _close_idle(self) -> None:
+        period = max(0.01, min(self.idle_timeout / 4, 5.0))
+        while True:
+            await asyncio.sleep(period)
+            limit = time.monotonic() - self.idle_timeout
+            for conn in list(self._connections):
+                if conn.last_active < limit and not conn._tasks:
+                    log.info("remoting_idle_close", peer=conn.remote_address)
+                    conn._abort()
+
+    # --- dispatch --------------------------------------------------------------------------
+
+    def _loop_or_raise(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the server is not running")
+        return self._loop
+
+    def _on_loop_thread(self) -> bool:
+        return self._loop_thread_id == threading.get_ident()
+
+    def _call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._on_loop_thread():
+            fn(*args)
+            return
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to send to
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _release(self) -> None:
+        self._in_flight -= 1
+
+    def _error_answer(self, cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+        log.warning("remoting_handler_failed", code=cmd.code, error=repr(exc))
+        return RemotingCommand.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _dispatch(self, cmd: RemotingCommand, conn: ServerConnection) -> None:
+        processor = self.processor
+        if processor is None:
+            self._in_flight += 1
+            conn._reply(cmd, NotImplemented)
+            return
+        if self._in_flight >= self.max_pending:
+            if not cmd.is_oneway:
+                busy = RemotingCommand.response(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"[OVERLOAD]{self.max_pending} requests in progress, try later",
+                )
+                busy.opaque, busy.serialize_type = cmd.opaque, cmd.serialize_type
+                conn._write(busy)
+            return
+        self._in_flight += 1
+        if self.dispatch == "inline" or cmd.code in self.inline_codes:
+            try:
+                result = processor.process(cmd, conn)
+            except Exception as exc:
+                result = self._error_answer(cmd, exc)
+            conn._reply(cmd, result)
+            return
+        assert self._executor is not None
+        try:
+            self._executor.submit(self._work, processor, cmd, conn)
+        except RuntimeError:  # shutting down
+            self._in_flight -= 1
+
+    def _work(
+        self, processor: RemotingProcessor, cmd: RemotingCommand, conn: ServerConnection
+    ) -> None:
+        """In a worker thread: run the handler, hand its result back to the loop."""
+        try:
+            result = processor.process(cmd, conn)
+        except Exception as exc:
+            result = self._error_answer(cmd, exc)
+        self._call_soon(conn._reply, cmd, result)
