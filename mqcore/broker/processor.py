@@ -18,7 +18,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from mqcore.broker.schedule import is_timer_message
-from mqcore.errors import BrokerError, MessageIllegalError, MQError, ProtocolError
+from mqcore.errors import (
+    BrokerError,
+    FilterExpressionError,
+    MessageIllegalError,
+    MQError,
+    NotRegisteredError,
+    ProtocolError,
+)
 from mqcore.logs import get_logger
 from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
 from mqcore.protocol import bodies, headers
@@ -138,6 +145,8 @@ class BrokerProcessor:
             return handler(self, req, header, connection)
         except ProtocolError as exc:
             return _error(req, ResponseCode.INVALID_PARAMETER, str(exc))
+        except (FilterExpressionError, NotRegisteredError) as exc:
+            return _error(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         except BrokerError as exc:
             return _error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
         except MQError as exc:
@@ -345,7 +354,11 @@ class BrokerProcessor:
     @_op(RequestCode.UPDATE_CONSUMER_OFFSET)
     def _update_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         self.broker.update_consumer_offset(
-            h.consumer_group, h.topic, h.queue_id, h.commit_offset, getattr(conn, "remote_address", "")
+            h.consumer_group,
+            h.topic,
+            h.queue_id,
+            h.commit_offset,
+            getattr(conn, "remote_address", ""),
         )
         return None if req.is_oneway else _ok(req)
 

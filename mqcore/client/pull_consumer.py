@@ -67,6 +67,7 @@ class PullConsumer(ClientBase):
             options.setdefault("client_id", self.client_id)
         self.offset_store = self.kernel.offset_store(offset_store, **options)
         self._topics: set[str] = set()
+        self._filters: dict[tuple[str, str], Any] = {}
         self._touched: set[MessageQueue] = set()
         self._stop = threading.Event()
         self._persister: threading.Thread | None = None
@@ -161,9 +162,11 @@ class PullConsumer(ClientBase):
         """First offset of ``mq`` stored at or after ``timestamp`` (ms)."""
         return self.broker.search_offset_by_timestamp(mq, timestamp)
 
-    def view_message(self, msg_id: str) -> MessageExt:
-        """The message with id ``msg_id``."""
-        return self.broker.view_message_by_id(msg_id)
+    def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """The message with offset id ``msg_id`` or, given its ``topic``, with unique id
+        ``msg_id`` (what :attr:`SendResult.msg_id <mqcore.message.SendResult.msg_id>` and
+        ``MessageExt.msg_id`` show)."""
+        return self.broker.view_message_by_id(msg_id, topic)
 
     def query_message(self, topic: str, key: str, max_num: int = 32) -> list[MessageExt]:
         """Messages of ``topic`` carrying ``key``."""
@@ -185,6 +188,9 @@ class PullConsumer(ClientBase):
             raise ValueError(f"offset must be >= 0, got {offset}")
         if not 0 < max_nums <= 1024:
             raise ValueError(f"max_nums must be 1..1024, got {max_nums}")
+        # Compiled here first, as the broker will: a bad expression or an unknown type fails
+        # with the same error on every transport, before anything is sent.
+        flt = self._compiled(expression_type, (sub_expression or "*").strip())
         resp = self.broker.pull_message(
             mq,
             self.group,
@@ -197,13 +203,22 @@ class PullConsumer(ClientBase):
         )
         status = _STATUS[resp.code]
         msgs = resp.messages
-        if status is PullStatus.FOUND and msgs and expression_type.upper() == "TAG":
+        if status is PullStatus.FOUND and msgs and flt is not None and flt.expression_type == "TAG":
             # The broker matched tag hash codes; the client checks the tag strings (RocketMQ).
-            expr = (sub_expression or "*").strip()
-            if expr not in ("", "*"):
-                flt = self.kernel.filter("TAG", expr)
-                msgs = [m for m in msgs if flt.matches(m)]
+            msgs = [m for m in msgs if flt.matches(m)]
         return PullResult(status, resp.next_begin_offset, resp.min_offset, resp.max_offset, msgs)
+
+    def _compiled(self, expression_type: str, expression: str) -> Any:
+        """The filter for an expression (None for TAG ``*``), compiled once per expression."""
+        if expression_type.upper() == "TAG" and expression in ("", "*"):
+            return None
+        key = (expression_type, expression)
+        flt = self._filters.get(key)
+        if flt is None:
+            if len(self._filters) >= 64:  # bounded, whatever expressions a caller cycles through
+                self._filters.clear()
+            flt = self._filters[key] = self.kernel.filter(expression_type, expression)
+        return flt
 
     def pull(
         self,

@@ -19,7 +19,16 @@ from typing import Any
 import attrs
 
 from mqcore.codec import decode_message_id
-from mqcore.errors import BrokerError, InvalidArgumentError, MQClientError, TopicNotExistError
+from mqcore.errors import (
+    BrokerClosedError,
+    BrokerError,
+    FilterExpressionError,
+    InvalidArgumentError,
+    MessageIllegalError,
+    MQClientError,
+    NoPermissionError,
+    TopicNotExistError,
+)
 from mqcore.kernel import Kernel
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt, MessageQueue
@@ -64,14 +73,23 @@ def split_records(body: bytes | bytearray | memoryview | None) -> list[memoryvie
     return out
 
 
+#: Response codes raised as the error the embedded broker raises for the same refusal.
+_ERRORS: dict[int, type[BrokerError]] = {
+    ResponseCode.MESSAGE_ILLEGAL: MessageIllegalError,
+    ResponseCode.SERVICE_NOT_AVAILABLE: BrokerClosedError,
+    ResponseCode.NO_PERMISSION: NoPermissionError,
+    ResponseCode.TOPIC_NOT_EXIST: TopicNotExistError,
+}
+
+
 def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
+    """``resp`` when its code is one of ``ok`` (SUCCESS); else the broker's refusal raised."""
     if resp.code in (ok or (ResponseCode.SUCCESS,)):
         return resp
-    if resp.code == ResponseCode.TOPIC_NOT_EXIST:
-        raise TopicNotExistError(resp.remark or "topic not exist", code=resp.code)
-    raise BrokerError(
-        f"broker answered {resp.code}: {resp.remark or ''}".rstrip(": "), code=resp.code
-    )
+    remark = resp.remark or f"the broker refused the request (code {resp.code})"
+    if resp.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
+        raise FilterExpressionError(remark)
+    raise _ERRORS.get(resp.code, BrokerError)(remark, code=resp.code)
 
 
 class _Notices:

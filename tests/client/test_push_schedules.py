@@ -182,13 +182,20 @@ def test_shutdown_wakes_its_own_long_polls(broker: Broker) -> None:
     c = _consumer(broker, _ok)
     c.start()
     holding = threading.Event()
-    real = broker.waiters.wait_for
+    # A pull is held in wait_for (embedded: the pulling thread waits) or parked (remote: the
+    # server parks it as a future); either one means the broker holds it now.
+    real_wait, real_park = broker.waiters.wait_for, broker.waiters.park
 
     def watched(*args: Any, **kw: Any) -> bool:
         holding.set()
-        return real(*args, **kw)
+        return real_wait(*args, **kw)
+
+    def parked(*args: Any, **kw: Any) -> bool:
+        holding.set()
+        return real_park(*args, **kw)
 
     broker.waiters.wait_for = watched  # type: ignore[method-assign]
+    broker.waiters.park = parked  # type: ignore[method-assign]
     try:
         assert wait_until(lambda: len(c.assigned_queues("T")) == 4)
         assert holding.wait(5)
