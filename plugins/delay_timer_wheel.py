@@ -199,11 +199,15 @@ class TimerScheduler:
             self._ckpt = ckpt
             self._log = TimerLog(host.data_path("timerlog"), self.segment_bytes)
             self._wheel = TimerWheel(host.data_path("timerwheel"), self.slots)
+            fresh = cp is None
             if cp is None:
                 now = self.clock()
                 cp = Checkpoint(0, 0, 0, now - now % self.precision_ms, 0, 0,
                                 self.precision_ms, self.slots)  # fmt: skip
             self._cp = cp
+            if fresh:  # both copies, so that a torn later write always has one to fall back on
+                self._commit()
+                self._commit()
             self._seg_path = host.state_path(SEGMENTS_FILE)
             self._recover()
             high = host.timer_max_offset()
@@ -351,7 +355,10 @@ class TimerScheduler:
             units: list[bytes] = []
             begin = pos = self._cp.log_end
             next_offset = offset
-            top_slot = -1
+            seg = tlog.segment_bytes
+            seg_end = begin - begin % seg + seg  # end of the segment being filled
+            top_slot = self._seg_max.get(seg_end - seg, -1)
+            before: dict[int, tuple[int, int, int, int]] = {}  # slots as committed
             blocked = False
             # Locals: this loop runs once per timer message.
             unpack, deliver_of, pack, get_slot = (
@@ -374,7 +381,9 @@ class TimerScheduler:
                     blocked = True  # the cursor must catch up before this one fits
                     break
                 index = (slot_ms // prec) % nslots
-                slot = slots.get(index) or get_slot(index)
+                slot = slots.get(index)
+                if slot is None:
+                    slot = before[index] = get_slot(index)
                 if slot[0] != slot_ms:  # a new round of this slot
                     slot = (slot_ms, 0, -1, 0)
                 units.append(
@@ -386,28 +395,42 @@ class TimerScheduler:
                     pos,
                     slot[3] + 1,
                 )
+                if pos >= seg_end:  # this unit opens the next segment
+                    self._seg_max[seg_end - seg] = top_slot
+                    seg_end += seg
+                    top_slot = -1
                 if slot_ms > top_slot:
                     top_slot = slot_ms
                 pos += UNIT_SIZE
                 next_offset = queue_offset + 1
-            seg = tlog.segment_bytes
-            for start in range(begin - begin % seg, pos, seg):
-                if self._seg_max.get(start, -1) < top_slot:
-                    self._seg_max[start] = top_slot
-            pending = self._cp.pending + len(units)
             if units:
-                # Log first, then the slots, then the checkpoint: a crash in between leaves
-                # a tail that start() cuts and slots it can walk back.
-                tlog.append(self._cp.log_end, b"".join(units))
-                for index, (t, due, last, num) in slots.items():
-                    wheel.put(index, t, due, last, num)
-                self._seg_dirty = True
-            if next_offset != offset or units:
-                self._commit(enqueue_offset=next_offset, log_end=pos, pending=pending)
+                self._seg_max[seg_end - seg] = top_slot
+            pending = self._cp.pending + len(units)
+            try:
+                if units:
+                    # Log first, then the slots, then the checkpoint: a crash in between
+                    # leaves a tail that start() cuts and slots it can walk back.
+                    tlog.append(begin, b"".join(units))
+                    for index, (t, due, last, num) in slots.items():
+                        wheel.put(index, t, due, last, num)
+                    self._seg_dirty = True
+                if next_offset != offset or units:
+                    self._commit(enqueue_offset=next_offset, log_end=pos, pending=pending)
+            except BaseException:
+                self._rollback(before)
+                raise
             done += len(units)
             if blocked:
                 return False
         return True
+
+    def _rollback(self, before: dict[int, tuple[int, int, int, int]]) -> None:
+        """Undo a batch that failed before its commit (the next pass takes it in again)."""
+        assert self._wheel is not None and self._log is not None
+        for index, (t, due, last, num) in before.items():
+            self._wheel.put(index, t, due, last, num)
+        self._log.truncate(self._cp.log_end)
+        log.error("timer_enqueue_rolled_back", log_end=self._cp.log_end)
 
     def _dequeue(self, now: int) -> int:
         """Deliver due slots; ms until the cursor's slot may have work."""
@@ -513,7 +536,7 @@ class TimerScheduler:
                         cp.done if step == 0 else 0
                     ):
                         next_due = due  # the slot is delivered once its latest time has come
-                        lag = max(now - due, 0) if step == 0 else 0
+                        lag = max(now - due, 0)
                         break
             return TimerStats(
                 pending=cp.pending + backlog,

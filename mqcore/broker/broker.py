@@ -178,12 +178,18 @@ class Broker:
             )
         if not cfg.timer_scheduler:
             return None
-        timer = self.kernel.delay_scheduler(
-            cfg.timer_scheduler,
-            precision_ms=cfg.timer_precision_ms,
-            max_delay_sec=cfg.timer_max_delay_sec,
-            **cfg.timer_scheduler_options,
-        )
+        try:
+            timer = self.kernel.delay_scheduler(
+                cfg.timer_scheduler,
+                precision_ms=cfg.timer_precision_ms,
+                max_delay_sec=cfg.timer_max_delay_sec,
+                **cfg.timer_scheduler_options,
+            )
+        except TypeError as exc:  # a level scheduler's factory takes none of these
+            raise InvalidArgumentError(
+                f"timer_scheduler {cfg.timer_scheduler!r} is not a timer scheduler: its "
+                f"factory refused precision_ms/max_delay_sec ({exc})"
+            ) from exc
         if not isinstance(timer, TimerScheduler):
             raise InvalidArgumentError(
                 f"timer_scheduler {cfg.timer_scheduler!r} is not a timer scheduler (it needs "
