@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mqcore.codec import BLANK_MAGIC_CODE, BLANK_SIZE, Prepared, pack, pack_blank
+from mqcore.codec import (
+    BLANK_MAGIC_CODE,
+    BLANK_SIZE,
+    MESSAGE_MAGIC_CODE,
+    Prepared,
+    pack,
+    pack_blank,
+)
 from mqcore.errors import StoreCorruptedError
 from mqcore.logs import get_logger
 
@@ -35,6 +42,22 @@ _BLANK_HEADER = struct.Struct(">ii")
 _WARM_AHEAD = 16 * 1024 * 1024  # wake the page warmer when less is warmed ahead
 #: bytes written or read through the maps between two releases of their pages
 RELEASE_EVERY = 64 * 1024 * 1024
+
+
+def _whole(path: str, size: int) -> bool:
+    """Whether the records of a segment file chain up to its end without running past it
+    (a whole segment of another size), rather than a record being cut by the file's end."""
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    while pos + 8 <= size:
+        length, magic = _BLANK_HEADER.unpack_from(data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return pos + length == size
+        if magic != MESSAGE_MAGIC_CODE or length <= 0:
+            return data[pos:].count(0) == size - pos  # the unwritten rest of a segment
+        pos += length
+    return pos <= size
 
 
 class CommitLog:
@@ -94,6 +117,7 @@ class CommitLog:
                     path=str(self.directory / segment_name(start)),
                     offset=start,
                 )
+        self._check_sizes(starts)
         for prev, cur in itertools.pairwise(starts):
             if cur != prev + self.segment_size:
                 raise StoreCorruptedError(
@@ -107,6 +131,35 @@ class CommitLog:
             for mf in files:
                 mf.wrote_position = mf.committed_position = mf.file_size
         self.files = files
+
+    def _check_sizes(self, starts: list[int]) -> None:
+        """Refuse segment files of the wrong size, with the hint that fits.
+
+        When every segment has the same other size, the store was written with another
+        ``segment_size``; a file that differs from the others (or is no plausible segment
+        size) was cut short or grew, and only restoring it helps.
+        """
+        sizes = {start: os.stat(self.directory / segment_name(start)).st_size for start in starts}
+        wrong = [start for start, size in sizes.items() if size != self.segment_size]
+        if not wrong:
+            return
+        start = wrong[0]
+        size = sizes[start]
+        path = str(self.directory / segment_name(start))
+        same = len(wrong) == len(starts) and len(set(sizes.values())) == 1
+        if same and size > 0 and all(s % size == 0 for s in starts) and _whole(path, size):
+            hint = f"the store was written with segment_size={size}: open it with that"
+        else:
+            how = "cut short" if size < self.segment_size else "grown"
+            hint = (
+                f"the file was {how} (the other segments have {self.segment_size} bytes); "
+                "restore it from a replica or backup, or move the store aside"
+            )
+        raise StoreCorruptedError(
+            f"commit-log file {path!r} has {size} bytes, expected {self.segment_size}; {hint}",
+            path=path,
+            offset=start,
+        )
 
     def _open(self, start: int, *, create: bool = False) -> MappedFile:
         return MappedFile(

@@ -139,6 +139,8 @@ class ConsumeQueue:
         self.max_offset = 0
         #: commit-log offset + size of the last unit; -1 when the queue holds none
         self.max_physical_offset = -1
+        #: set by :meth:`recover` when it cut units that were not a clean end (see there)
+        self.damaged_at: int | None = None
         self._starts: list[int] = []  # unit start of every file, ascending
         self._maps: FileMaps[int] = FileMaps(
             self._path, self.file_size, read_only=read_only, max_mapped=max_mapped_files
@@ -253,6 +255,16 @@ class ConsumeQueue:
             break
         end = start + valid  # an empty last file ends where the full one before it ends
         if not self.read_only:
+            damaged = self._first_damaged(index, start, valid)
+            if damaged is not None:
+                # Cut there too; the store rebuilds the rest from the commit log.
+                self.damaged_at = end = damaged
+                log.warning(
+                    "consume_queue_damaged",
+                    topic=self.topic,
+                    queue_id=self.queue_id,
+                    queue_offset=damaged,
+                )
             self._cut_after(end)
         self.max_offset = end
         first = self._starts[0]
@@ -266,6 +278,32 @@ class ConsumeQueue:
             min_offset=self.min_offset,
             max_offset=self.max_offset,
         )
+
+    def _first_damaged(self, index: int, start: int, valid: int) -> int | None:
+        """Queue offset of the first unit of the file at ``start`` (``valid`` valid units)
+        that cannot be right, else None.
+
+        Two signs of damage: commit-log offsets that do not increase along the queue (garbage
+        that looks like valid units), and data after the last valid unit (units zeroed or
+        overwritten in the middle). Both can also be a crash's torn batch; either way the
+        units from there on are rebuilt from the commit log.
+        """
+        mm = self._map(start)
+        assert mm is not None
+        skip = self._skip_blanks(start, start + valid) - start if index == 0 else 0
+        offsets = [u[0] for u in UNIT.iter_unpack(mm[skip * UNIT_SIZE : valid * UNIT_SIZE])]
+        if offsets != sorted(set(offsets)):  # C-speed check; the loop runs on damage only
+            for i in range(len(offsets) - 1):
+                if offsets[i] >= offsets[i + 1]:
+                    return start + skip + i
+        tail = valid * UNIT_SIZE
+        if tail < self.file_size and mm[tail:].count(0) != self.file_size - tail:
+            return start + valid
+        for later in self._starts[index + 1 :]:
+            lm = self._map(later)
+            if lm is not None and lm[:].count(0) != self.file_size:
+                return start + valid
+        return None
 
     def refresh(self) -> int:
         """Read-only openers: pick up units another process appended since; returns the new max.

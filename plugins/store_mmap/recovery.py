@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from mqcore.codec import (
     BLANK,
+    BLANK_MAGIC_CODE,
+    HEADER_SIZE,
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     check_record,
@@ -33,10 +35,12 @@ from mqcore.errors import CodecError, StoreCorruptedError
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt
 from mqcore.store import SCHEDULE_TOPIC, deliver_timestamp
+from mqcore.uniqkey import record_index_keys
 
+from . import queueends
 from .checkpoint import had_abnormal_shutdown
 from .consumequeue import UNIT
-from .mappedfile import MappedFile
+from .mappedfile import MappedFile, segment_name
 
 if TYPE_CHECKING:
     from .store import MmapStore
@@ -171,8 +175,21 @@ def iter_records(
         view = mf.view
         while pos + 8 <= stop:
             size, magic = _SIZE_MAGIC.unpack_from(view, pos)
-            if magic != MESSAGE_MAGIC_CODE:
+            if magic == BLANK_MAGIC_CODE:
                 break  # a blank marker: the rest of the segment is empty
+            if magic != MESSAGE_MAGIC_CODE or size < HEADER_SIZE or pos + size > mf.file_size:
+                # Not the end of the data (that is a blank marker, or ``end``): a damaged
+                # header in the middle of the log. Skipping to the next segment would drop
+                # every record after it without a word.
+                raise StoreCorruptedError(
+                    f"commit-log file {str(mf.path)!r} has no valid record header at offset "
+                    f"{mf.file_from_offset + pos} (position {pos} in the file: size {size}, "
+                    f"magic {magic & 0xFFFFFFFF:#010x}) while rebuilding the consume queues "
+                    "and index; restore the file from a replica or backup, or move the store "
+                    "aside",
+                    path=str(mf.path),
+                    offset=mf.file_from_offset + pos,
+                )
             yield mf, pos
             pos += size
 
@@ -184,12 +201,27 @@ def recover(store: MmapStore) -> None:
     cqs = store._cqs
     index = store._index
     abnormal = had_abnormal_shutdown(store.path)
+    cp = store._checkpoint
+    flushed_ts = cp.physic_msg_timestamp if cp is not None else 0
     if not files:
+        held = sorted(f"{t}-{q}" for (t, q), cq in cqs.items() if cq.max_physical_offset >= 0)
+        if flushed_ts or held:
+            what = (
+                f"consume queues {', '.join(held[:5])} point into it"
+                if held
+                else (f"the checkpoint records messages flushed up to store time {flushed_ts}")
+            )
+            raise StoreCorruptedError(
+                f"commit log {str(commitlog.directory)!r} has no segment files but {what}: "
+                "the files are missing; restore them from a replica or backup, or move the "
+                "store aside",
+                path=str(commitlog.directory),
+                offset=0,
+            )
         for cq in cqs.values():
             cq.truncate_dirty(0)
         index.truncate(0)
         return
-    cp = store._checkpoint
     start = safe_start(files, abnormal, cp.min_timestamp_index if cp is not None else 0)
     dispatched = max((cq.max_physical_offset for cq in cqs.values()), default=-1)
     first = files[0].file_from_offset
@@ -204,8 +236,11 @@ def recover(store: MmapStore) -> None:
         last = cq.unit_at(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
         if last is not None and last[0] > acked_start:
             acked_start = last[0]
+    if not abnormal:
+        acked_start = 2**63 - 1  # no batch is torn without a crash: a hole is damage
     end_index, end_pos = find_end(files, start, 0, acked_start)
     end = files[end_index].file_from_offset + end_pos
+    _check_complete(store, files, end, abnormal, flushed_ts)
     if end_index + 1 < len(files) or end_pos < files[end_index].wrote_position or abnormal:
         log.warning(
             "commitlog_recovered",
@@ -214,17 +249,88 @@ def recover(store: MmapStore) -> None:
             scanned_from=files[start].file_from_offset,
         )
     commitlog.truncate(end)
+    # After a clean close a unit past the end is damage (the log is complete: checked above).
+    past_end = {key for key, cq in cqs.items() if cq.max_physical_offset > end}
     for cq in cqs.values():
         cq.truncate_dirty(end)
     index.truncate(end)
-    _redispatch(store, files[start].file_from_offset, end, abnormal)
+    recorded = {} if abnormal else queueends.load(store.path)
+    repair_from = _damaged_queues(store, recorded, past_end if not abnormal else set())
+    _redispatch(store, files[start].file_from_offset, end, abnormal, repair_from)
     # Units below the first stored record point at segments retention deleted.
     for cq in store._cqs.values():
         cq.correct_min_offset(commitlog.min_offset)
     commitlog.release_cold_pages()  # the scan mapped pages it will not read again
 
 
-def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> None:
+def _check_complete(
+    store: MmapStore, files: list[MappedFile], end: int, abnormal: bool, flushed_ts: int
+) -> None:
+    """Refuse a commit log whose newest data is missing (a deleted or lost newest segment).
+
+    The checkpoint holds the store time of the last record flushed, and store times never go
+    back, so the log must still hold a record at least that new. After a crash, consume-queue
+    units may also point past the last file: they were written after their records, so the
+    file holding those records was lost.
+    """
+    last = files[-1]
+    if abnormal:
+        beyond = max((cq.max_physical_offset for cq in store._cqs.values()), default=-1)
+        if beyond > last.file_end_offset:
+            missing = segment_name(last.file_end_offset)
+            raise StoreCorruptedError(
+                f"commit log {str(store._commitlog.directory)!r} ends with file "
+                f"{last.path.name} but consume queues point at offset {beyond - 1}: segment "
+                f"{missing} (and any after it) is missing; restore it from a replica or "
+                "backup, or move the store aside",
+                path=str(store._commitlog.directory / missing),
+                offset=last.file_end_offset,
+            )
+    if flushed_ts and not _holds_newer(store, end, flushed_ts):
+        missing = segment_name(last.file_end_offset)
+        raise StoreCorruptedError(
+            f"the checkpoint records messages flushed up to store time {flushed_ts}, but the "
+            f"commit log {str(store._commitlog.directory)!r} ends at offset {end} (file "
+            f"{last.path.name}) with older records: the newest segment ({missing} or later) "
+            "is missing or was cut; restore it from a replica or backup, or move the store "
+            "aside",
+            path=str(store._commitlog.directory / missing),
+            offset=end,
+        )
+
+
+def _damaged_queues(
+    store: MmapStore, recorded: dict[tuple[str, int], int], past_end: set[tuple[str, int]]
+) -> int | None:
+    """Where to re-dispatch from so that damaged consume queues are rebuilt, or None.
+
+    A queue is damaged when its recovery cut units that were not a clean end, when it ends
+    before the end recorded at the last clean close (or is missing), or when its units pointed
+    past the end of a complete log.
+    """
+    commitlog = store._commitlog
+    for key in recorded.keys() - store._cqs.keys():
+        store._cq_for_write(*key)  # its directory is gone: rebuild it whole
+    frm: int | None = None
+    for key, cq in store._cqs.items():
+        if cq.damaged_at is None and cq.max_offset >= recorded.get(key, 0) and key not in past_end:
+            continue
+        start = cq.max_physical_offset if cq.max_physical_offset >= 0 else commitlog.min_offset
+        log.warning(
+            "consume_queue_rebuilding",
+            topic=key[0],
+            queue_id=key[1],
+            from_queue_offset=cq.max_offset,
+            recorded_end=recorded.get(key),
+            from_offset=start,
+        )
+        frm = start if frm is None else min(frm, start)
+    return frm
+
+
+def _redispatch(
+    store: MmapStore, scan_from: int, end: int, abnormal: bool, repair_from: int | None = None
+) -> None:
     commitlog = store._commitlog
     index = store._index
     files = commitlog.files
@@ -245,6 +351,8 @@ def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> N
         if 0 <= index_end < frm:
             # Both are record boundaries; records before the scan start were not validated.
             frm = max(index_end, scan_from)
+    if repair_from is not None:
+        frm = max(commitlog.min_offset, min(frm, repair_from))
     if index.rebuild:
         frm = commitlog.min_offset  # consume-queue units already present are skipped
         log.warning("index_rebuilding", from_offset=frm, to_offset=end)
@@ -256,8 +364,10 @@ def _redispatch(store: MmapStore, scan_from: int, end: int, abnormal: bool) -> N
         msg = MessageExt(mf.view, pos)
         phys = mf.file_from_offset + pos
         last_ts = msg.store_timestamp
-        if phys > index_end and msg.keys:
-            keyed.append((msg.topic, msg.key_list, phys, last_ts))
+        if phys > index_end:
+            keys = record_index_keys(msg)  # the keys and the unique id
+            if keys:
+                keyed.append((msg.topic, keys, phys, last_ts))
             if len(keyed) >= 65536:  # a rebuild may index the whole log: bounded memory
                 index.put_keys(keyed)
                 keyed.clear()
@@ -313,6 +423,35 @@ def _drain(store: MmapStore, pending: dict[tuple[str, int], tuple[int, bytearray
         first = next_offset - len(units) // UNIT.size
         cq.append_units(first, units)
     pending.clear()
+
+
+def _holds_newer(store: MmapStore, end: int, ts: int) -> bool:
+    """Whether the commit log before ``end`` holds a record stored at ``ts`` or later.
+
+    The newest record a consume queue points at usually answers at once; otherwise the
+    newest segments are read back to their last record.
+    """
+    newest = None
+    for cq in store._cqs.values():
+        unit = cq.unit_at(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
+        if unit is not None and unit[0] + unit[1] <= end and (newest is None or unit > newest):
+            newest = unit
+    if newest is not None and store._store_timestamp(newest[0], newest[1]) >= ts:
+        return True
+    return _last_record_timestamp(store._commitlog.files, end) >= ts
+
+
+def _last_record_timestamp(files: list[MappedFile], end: int) -> int:
+    """Store time of the last record before ``end`` (newest segment first), 0 if none."""
+    for mf in reversed(files):
+        if mf.file_from_offset >= end:
+            continue
+        last: Any = None
+        for found in iter_records([mf], mf.file_from_offset, end):
+            last = found
+        if last is not None:
+            return int(_I64.unpack_from(last[0].view, last[1] + POS_STORE_TIMESTAMP)[0])
+    return 0
 
 
 def _last_timestamp(files: list[MappedFile], end: int) -> int:

@@ -65,7 +65,7 @@ from mqcore.store import (
 )
 from mqcore.storekind import check_store_kind
 
-from . import recovery, retention
+from . import queueends, recovery, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
 from .commitlog import CommitLog
 from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
@@ -807,6 +807,8 @@ class MmapStore:
         if clean:
             try:
                 self._flush_all()
+                # Before the marker goes: the next open trusts the queues only with it.
+                queueends.save(self.path, self._cqs.values())
                 remove_abort_marker(self.path)
             except BaseException as exc:  # still release everything, then report
                 error = exc
