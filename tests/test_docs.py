@@ -1,0 +1,112 @@
+"""The Python blocks of README.md and docs/*.md run as written (with Sybil's MyST parsers).
+
+Each document runs in a fresh working directory, its blocks in order in one namespace, as a
+reader pasting them one after the other would. A block that must not run (it needs a Spark
+cluster, a path of the reader's, or shows an excerpt) is preceded by the line
+``<!-- skip: next -->``, which neither GitHub nor the Sphinx build shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import unittest
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sybil import Sybil
+from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
+
+from mqcore import Broker, Message, Producer, PullConsumer, PushConsumer
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()])
+
+pytestmark = pytest.mark.skipif(
+    not (ROOT / "docs").is_dir(), reason="the docs are not next to the tests (an unpacked sdist?)"
+)
+
+
+def _close_all(namespace: dict[str, Any]) -> None:
+    """Stop the clients, then close the brokers, that failed blocks left running."""
+    values = list(namespace.values())
+    for value in values:
+        if isinstance(value, (PushConsumer, PullConsumer, Producer)):
+            with contextlib.suppress(Exception):
+                value.shutdown()
+    for value in values:
+        if isinstance(value, Broker):
+            with contextlib.suppress(Exception):
+                value.close()
+    namespace.clear()
+
+
+def _blocks(text: str) -> int:
+    """How many ```python fences a Markdown text holds."""
+    return sum(1 for line in text.splitlines() if line.strip() == "```python")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_python_blocks_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Python block of the document runs, in order, in a fresh directory."""
+    monkeypatch.chdir(tmp_path)
+    document = SYBIL.parse(ROOT / name)
+    threads = set(threading.enumerate())
+    try:
+        for example in document.examples():
+            try:
+                example.evaluate()
+            except unittest.SkipTest:  # a marker with a reason: skip: next "why"
+                continue
+            except Exception as exc:
+                raise AssertionError(f"{name}, line {example.line}: {exc!r}") from exc
+    finally:
+        _close_all(document.namespace)
+    left = [t.name for t in set(threading.enumerate()) - threads if t.is_alive()]
+    assert not left, f"{name}: its blocks leave threads running: {left}"
+
+
+def test_every_python_block_is_found() -> None:
+    """Sybil sees each ```python fence (a fence it missed would silently never run)."""
+    for name in DOCUMENTS:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        document = SYBIL.parse(ROOT / name)
+        code = [e for e in document.examples() if "skip" not in repr(e.region.evaluator).lower()]
+        assert len(code) == _blocks(text), name
+
+
+def test_a_failing_block_fails_the_test(tmp_path: Path) -> None:
+    """The mechanism itself: a block raising NameError is reported, a skipped one is not run."""
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "```python\nx = 1\n```\n\n<!-- skip: next -->\n\n```python\nraise SystemExit\n```\n\n"
+        "```python\nprint(undefined_name)\n```\n"
+    )
+    results = []
+    for example in SYBIL.parse(doc).examples():
+        try:
+            example.evaluate()
+            results.append("ok")
+        except NameError:
+            results.append("NameError")
+    assert results == ["ok", "ok", "ok", "NameError"]  # block, skip marker, skipped, failing
+
+
+def test_readme_tells_the_size_of_the_first_segment(tmp_path: Path) -> None:
+    """The README's figures are the store's, and its small-store setting makes small segments."""
+    from mqcore.plugins.store_mmap.mappedfile import ALLOCATION_CHUNK
+    from mqcore.plugins.store_mmap.options import MmapStoreOptions
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "1 GiB sparse file" in text and MmapStoreOptions().segment_size == 1 << 30
+    assert "next 64 MiB" in text and ALLOCATION_CHUNK == 64 << 20
+    assert 'store_options={"segment_size": 64 * 1024 * 1024}' in text
+    with Broker(tmp_path / "data", store_options={"segment_size": 64 * 1024 * 1024}) as broker:
+        broker.create_topic("T", queue_nums=1)
+        with Producer("pg", broker=broker) as producer:
+            producer.send(Message(topic="T", body=b"hi"))
+    segments = list((tmp_path / "data" / "store" / "commitlog").iterdir())
+    assert [s.stat().st_size for s in segments] == [64 * 1024 * 1024]
