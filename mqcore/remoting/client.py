@@ -13,27 +13,27 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import select
 import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-import structlog
-
 from mqcore.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 
 __all__ = ["RemotingClient", "RequestHandler", "parse_address"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RequestHandler = Callable[[RemotingCommand, str], "RemotingCommand | None"]
 """``handler(request, addr)``: serve a request the server sent; return the answer or None."""
 
-_TICK = 0.1  # how often a quiet reader wakes to expire async requests past their deadline
+_TICK = 0.1  # how often the sweeper expires async requests past their deadline
 _RECV_SIZE = 256 * 1024
 
 
@@ -91,9 +91,12 @@ class _Connection:
             view = memoryview(data)
             while view:
                 try:
-                    sent = self.sock.send(view)
-                except TimeoutError:
-                    if time.monotonic() > deadline:
+                    # The socket is blocking (one syscall per read or write, no poll first);
+                    # MSG_DONTWAIT keeps a stalled server from blocking a writer past its deadline.
+                    view = view[self.sock.send(view, socket.MSG_DONTWAIT) :]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([], [self.sock], [], left)[1]:
                         self.close()
                         raise RemotingTimeoutError(
                             f"could not write request code {cmd.code} to {self.addr} "
@@ -101,13 +104,11 @@ class _Connection:
                             addr=self.addr,
                             code=cmd.code,
                         ) from None
-                    continue
                 except OSError as exc:
                     self.close()
                     raise RemotingConnectError(
                         f"write to {self.addr} failed: {exc}", addr=self.addr
                     ) from exc
-                view = view[sent:]
 
     def close(self) -> None:
         if self.closed:
@@ -117,26 +118,18 @@ class _Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
 
     def _read_loop(self) -> None:
-        next_scan = time.monotonic() + _TICK
         reason = "closed by the server"
         try:
             while not self.closed:
                 try:
                     data = self.sock.recv(_RECV_SIZE)
-                except TimeoutError:
-                    data = None
                 except OSError as exc:
                     reason = str(exc)
                     break
-                if data is not None:
-                    if not data:
-                        break
-                    for frame in self._decoder.feed(data):
-                        self._frame(frame)
-                now = time.monotonic()
-                if now >= next_scan:
-                    next_scan = now + _TICK
-                    self._expire(now)
+                if not data:
+                    break
+                for frame in self._decoder.feed(data):
+                    self._frame(frame)
         except ProtocolError as exc:
             reason = f"bad frame from the server: {exc}"
             log.warning("remoting_client_bad_frame", addr=self.addr, error=str(exc))
@@ -198,6 +191,8 @@ class RemotingClient:
         self._closed = False
         self._handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._readers: list[threading.Thread] = []
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
 
     # --- calls -----------------------------------------------------------------------------
 
@@ -224,10 +219,27 @@ class RemotingClient:
         self, addr: str, cmd: RemotingCommand, timeout: float
     ) -> concurrent.futures.Future[RemotingCommand]:
         """Send ``cmd``; the future gets the answer or a Remoting*Error (its timeout is
-        enforced by the reader, to within 0.1 s). Connecting and writing happen in the
+        enforced by a sweeper thread, to within 0.1 s). Connecting and writing happen in the
         calling thread, so this raises :class:`RemotingConnectError` at once when the
         server cannot be reached."""
+        if self._sweeper is None:
+            self._start_sweeper()
         return self._send(addr, cmd, time.monotonic() + timeout, timeout)
+
+    def _start_sweeper(self) -> None:
+        with self._lock:
+            if self._sweeper is not None or self._closed:
+                return
+            self._sweeper = threading.Thread(
+                target=self._sweep, name="mqcore-remoting-client-sweeper", daemon=True
+            )
+            self._sweeper.start()
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(_TICK):
+            now = time.monotonic()
+            for conn in list(self._conns.values()):
+                conn._expire(now)
 
     def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         """Send ``cmd`` marked oneway: no answer is expected (``timeout`` bounds the write)."""
@@ -277,7 +289,7 @@ class RemotingClient:
             except OSError as exc:
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}", addr=addr) from exc
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(_TICK)
+            sock.settimeout(None)
             conn = _Connection(self, addr, sock)
             with self._lock:
                 if self._closed:
@@ -307,6 +319,9 @@ class RemotingClient:
             self._closed = True
             conns = list(self._conns.values())
             readers = list(self._readers)
+        self._stop.set()
+        if self._sweeper is not None:
+            readers.append(self._sweeper)
         for conn in conns:
             conn.close()
         for thread in readers:

@@ -22,11 +22,10 @@ import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
-
-import structlog
+from typing import Any, Protocol, cast, runtime_checkable
 
 from mqcore.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.remoting.command import (
     FLAG_ONEWAY,
@@ -40,7 +39,7 @@ from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 
 __all__ = ["RemotingProcessor", "RemotingServer", "ServerConnection", "event_loop_factory"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ProcessResult = (
     RemotingCommand
@@ -120,8 +119,8 @@ class ServerConnection(asyncio.Protocol):
     # --- asyncio.Protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
+        self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
