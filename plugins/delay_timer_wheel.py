@@ -224,11 +224,14 @@ class TimerScheduler:
         on_disk = self._log.end()
         if on_disk > committed:
             # Units past the committed end were never counted as pending: only the slots
-            # that link to them need walking back.
+            # that link to them need walking back, and each of those units names its slot.
+            touched = {
+                (unit.slot_ms // self.precision_ms) % self.slots
+                for _, unit in self._log.scan(committed, on_disk)
+            }
             cut = 0
-            for index, t, due, last, num in list(self._wheel.iter_slots()):
-                if last < committed:
-                    continue
+            for index in sorted(touched):
+                t, due, last, num = self._wheel.get(index)
                 pos = last
                 while pos >= committed:
                     unit = self._log.read(pos)
