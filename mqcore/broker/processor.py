@@ -28,7 +28,7 @@ from mqcore.errors import (
 )
 from mqcore.logs import get_logger
 from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
-from mqcore.protocol import bodies, headers
+from mqcore.protocol import admin_bodies, bodies, headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 from mqcore.protocol.send import decode_batch, message_from_wire
@@ -43,6 +43,7 @@ log = get_logger(__name__)
 
 COMPRESSED_FLAG = 0x1  # MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
 _SYS_FLAG_KEPT = COMPRESSED_FLAG  # the only sender sys flag bit a stored record keeps
+RUNNING_INFO_TIMEOUT_S = 5.0  # how long the broker waits for a client's running info
 
 Reply = RemotingCommand | Awaitable[RemotingCommand] | None
 Handler = Callable[["BrokerProcessor", RemotingCommand, Any, Any], Reply]
@@ -92,6 +93,26 @@ class RemoteChannel:
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body, oneway=True
             )
         )
+
+    def consumer_running_info(self, group: str) -> admin_bodies.ConsumerRunningInfo:
+        """Ask the client (GET_CONSUMER_RUNNING_INFO, 307) and wait for its answer.
+
+        :raises BrokerError: the client refused or does not serve the request.
+        :raises RemotingError: no answer in time, or the connection closed.
+        """
+        client_id = getattr(self.connection, "client_id", None) or ""
+        header = headers.GetConsumerRunningInfoRequestHeader(
+            consumer_group=group, client_id=client_id
+        )
+        cmd = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, header)
+        resp = self.connection.request(cmd, RUNNING_INFO_TIMEOUT_S)
+        if resp.code != ResponseCode.SUCCESS:
+            raise BrokerError(
+                f"client {client_id} of group {group} did not give its running info: "
+                f"{resp.remark or 'code ' + str(resp.code)}",
+                code=resp.code,
+            )
+        return admin_bodies.ConsumerRunningInfo.decode(resp.body or b"{}")
 
 
 def _consumer_data(wire: bodies.ConsumerData) -> ConsumerData:
@@ -255,6 +276,7 @@ class BrokerProcessor:
             raw=True,
         )
         hold_ms = h.suspend_timeout_millis if flags & headers.PullSysFlag.SUSPEND else 0
+        hold_ms = min(hold_ms, broker.config.suspend_max_time_ms)
         if resp.code != ResponseCode.PULL_NOT_FOUND or hold_ms <= 0:
             return self._pull_reply(req, resp)
         return self._held_pull(req, h, expression, expression_type, key, seq, hold_ms)
@@ -462,3 +484,6 @@ def _inflate(body: bytes) -> bytes:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+from mqcore.broker import processor_admin  # noqa: E402,F401  (registers the admin handlers)

@@ -1,0 +1,150 @@
+"""``mqcore serve``: settings, the process's life (listening line, SIGTERM), and requests."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from mqserve import ServeProcess
+
+from mqcore import (
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    Message,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+)
+from mqcore.cli import main
+from mqcore.commands.serve import Server, parse_settings
+from mqcore.errors import InvalidArgumentError
+from mqcore.protocol.codes import RequestCode, ResponseCode
+from mqcore.remoting.client import RemotingClient
+from mqcore.remoting.command import RemotingCommand
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_settings_from_file_and_set_pairs(tmp_path: Path) -> None:
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text('[broker]\nbroker_name = "b-x"\ndefault_topic_queue_nums = 2\n')
+    got = parse_settings(cfg, ("default_topic_queue_nums=6", "auto_create_topic_enable=true"))
+    assert got == {"broker_name": "b-x", "default_topic_queue_nums": 6,
+                   "auto_create_topic_enable": True}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        ("no_such_setting=1", "unknown broker setting 'no_such_setting'"),
+        ("auto_create_topic_enbale=1", "did you mean auto_create_topic_enable"),
+        ("default_topic_queue_nums=many", "not a valid int"),
+        ("auto_create_topic_enable=perhaps", "not a valid bool"),
+        ("justaname", "NAME=VALUE"),
+    ],
+)
+def test_bad_settings_are_refused(pair: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        parse_settings(None, (pair,))
+
+
+def test_cli_bad_setting_is_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["serve", "--data-dir", str(tmp_path), "--set", "nope=1", "--listen", "127.0.0.1:0"]
+    )
+    assert result.exit_code != 0
+    assert "unknown broker setting 'nope'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_remote_clients_through_an_in_process_server(tmp_path: Path) -> None:
+    with Server(tmp_path, "127.0.0.1:0") as server:
+        server.broker.create_topic("T", queue_nums=2)
+        with Producer("pg", namesrv_addr=server.address) as p:
+            sent = [p.send(Message(topic="T", body=b"m%d" % i, keys=f"k{i}")) for i in range(6)]
+            big = p.send(Message(topic="T", body=bytes(range(256)) * 40))  # compressed on the wire
+        with PullConsumer("pc", broker=server.address) as c:
+            assert [m.body for m in c.query_message("T", "k3")] == [b"m3"]
+            assert c.view_message(sent[2].offset_msg_id or sent[2].msg_id).body == b"m2"
+            seen = 0
+            for mq in c.fetch_subscribe_message_queues("T"):
+                res = c.pull(mq, "*", 0, 32)
+                seen += len(res.msg_found_list)
+                for m in res.msg_found_list:
+                    if m.queue_offset == big.queue_offset and mq == big.message_queue:
+                        assert m.body == bytes(range(256)) * 40
+        assert seen == 7
+        assert len({r.msg_id for r in sent}) == 6
+
+
+def test_serve_process_lifecycle_and_sigterm(tmp_path: Path) -> None:
+    srv = ServeProcess(tmp_path / "data")
+    addr = srv.start()
+    try:
+        with Producer("pg", namesrv_addr=addr) as p:
+            for i in range(10):
+                p.send(Message(topic="Life", body=b"%d" % i))
+        got: list[bytes] = []
+        c = PushConsumer(
+            "lg", namesrv_addr=addr, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+        )
+        c.subscribe("Life", "*")
+
+        def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+            got.extend(m.body for m in msgs)
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        c.register_message_listener(listener)
+        c.start()
+        from mqtest import wait_until
+
+        assert wait_until(lambda: len(got) == 10, 30)
+        c.shutdown()  # commits the offsets to the broker
+    finally:
+        code = srv.stop()
+    assert code == 0
+    # SIGTERM persisted the group's offsets before the process ended.
+    offsets = json.loads((tmp_path / "data" / "config" / "consumerOffset.json").read_text())
+    assert "Life@lg" in json.dumps(offsets)
+
+
+def _frame(code: int, ext: dict[str, str] | None = None) -> bytes:
+    header = json.dumps({"code": code, "language": "JAVA", "version": 1, "opaque": 7, "flag": 0,
+                         "extFields": ext or {}}).encode()  # fmt: skip
+    return struct.pack(">ii", 4 + len(header), len(header)) + header
+
+
+def test_unknown_code_answers_3_and_keeps_the_connection(tmp_path: Path) -> None:
+    with Server(tmp_path, "127.0.0.1:0") as server:
+        host, port = server.address.split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            for _ in range(2):  # the second answer proves the connection stayed open
+                sock.sendall(_frame(9999))
+                head = sock.recv(8)
+                total, hlen = struct.unpack(">ii", head)
+                body = b""
+                while len(body) < total - 4:
+                    body += sock.recv(total - 4 - len(body))
+                answer = json.loads(body[: hlen & 0xFFFFFF])
+                assert answer["code"] == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+                assert answer["opaque"] == 7
+
+
+def test_route_of_an_unknown_topic_is_17(tmp_path: Path) -> None:
+    with Server(tmp_path, "127.0.0.1:0") as server:
+        client = RemotingClient()
+        try:
+            cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "Nope"})
+            resp = client.invoke(server.address, cmd, 5)
+            assert resp.code == ResponseCode.TOPIC_NOT_EXIST
+            # A required header field missing is a clear refusal, not a dropped connection.
+            resp = client.invoke(
+                server.address, RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC), 5
+            )
+            assert resp.code != ResponseCode.SUCCESS and "topic" in (resp.remark or "")
+        finally:
+            client.close()
