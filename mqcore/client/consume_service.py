@@ -53,7 +53,13 @@ class ConsumeConcurrentlyContext:
 
 @attrs.define
 class ConsumeOrderlyContext:
-    """Passed to an orderly listener; ``suspend_current_queue_time_millis`` -1 = default."""
+    """Passed to an orderly listener, new for each batch.
+
+    ``auto_commit`` (True): SUCCESS commits, and COMMIT or ROLLBACK are taken as SUCCESS with
+    a warning. Set it to False to commit only on COMMIT; ROLLBACK then consumes again every
+    message since the last commit. ``suspend_current_queue_time_millis``: the pause after
+    SUSPEND_CURRENT_QUEUE_A_MOMENT or ROLLBACK (-1: the consumer's setting, 1 s).
+    """
 
     message_queue: MessageQueue
     auto_commit: bool = True
