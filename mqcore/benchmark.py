@@ -249,6 +249,18 @@ def produce_threads(
     return Phase("produce", done, done * size, seconds, cpu)
 
 
+def _phase_progress(progress: ProgressFn | None, before: int, total: int) -> ProgressFn | None:
+    """Progress of one queue's read reported as progress of the whole phase (all queues)."""
+    if progress is None:
+        return None
+    report = progress
+
+    def update(phase: str, done: int, _queue_total: int) -> None:
+        report(phase, before + done, total)
+
+    return update
+
+
 def _pull(
     fetch: Callable[..., Any],
     queue_id: int,
@@ -520,18 +532,19 @@ def run_bench(
         if config.consume and config.raw:
             readers.append(("consume_raw", consume_raw))
         for name, reader in readers:
+            counts = [store.max_offset(TOPIC, q) - starts[q] for q in queues]
             parts = [
                 reader(
                     store,
-                    store.max_offset(TOPIC, q) - starts[q],
+                    counts[i],
                     size=config.size,
                     queue_id=q,
                     start=starts[q],
                     pull_batch=config.pull_batch,
-                    progress=progress,
+                    progress=_phase_progress(progress, sum(counts[:i]), sum(counts)),
                     phase=name,
                 )
-                for q in queues
+                for i, q in enumerate(queues)
             ]
             phases[name] = Phase(
                 name,

@@ -284,3 +284,15 @@ def test_store_options_reach_the_store() -> None:
     assert malformed.exit_code == 2 and "NAME=VALUE" in malformed.output
     invalid = _invoke(["-n", "10", "-o", "segment_size=tiny", "--json"])
     assert invalid.exit_code != 0 and "segment_size" in invalid.output
+
+
+def test_threads_progress_counts_the_whole_phase() -> None:
+    """With several queues, each read phase's bar ends at the phase's total, as the table."""
+    seen: list[tuple[str, int, int]] = []
+    config = BenchConfig(store="bench_memory", messages=400, size=16, batch=1, threads=4)
+    result = run_bench(config, kernel=memory_kernel(), progress=lambda *a: seen.append(a))
+    for phase in ("produce", "consume", "consume_raw"):
+        reports = [(done, total) for name, done, total in seen if name == phase]
+        assert reports[-1] == (400, 400) == (result.phases[phase].messages, 400)
+        assert all(total == 400 for _, total in reports)
+        assert [d for d, _ in reports] == sorted(d for d, _ in reports)  # never goes back
