@@ -20,7 +20,7 @@ import itertools
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -81,6 +81,7 @@ class LanguageCode(enum.IntEnum):
 
 
 _LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
+_escape: Callable[[str], str] = json.encoder.encode_basestring
 _opaque_counter = itertools.count(1)
 
 
@@ -204,19 +205,25 @@ class RemotingCommand:
         return self._json_header()
 
     def _json_header(self) -> bytes:
-        obj: dict[str, Any] = {
-            "code": self.code,
-            "language": self.language.name,
-            "version": self.version,
-            "opaque": self.opaque,
-            "flag": self.flag,
-        }
+        # Written by hand rather than through json.dumps: this runs once per request and
+        # answer, and the fixed part needs no escaping (the strings go through json's own
+        # C escaper). The output is what json.dumps would give.
+        parts = [
+            f'{{"code":{int(self.code)},"language":"{self.language.name}",'
+            f'"version":{int(self.version)},"opaque":{int(self.opaque)},"flag":{int(self.flag)}'
+        ]
         if self.remark is not None:
-            obj["remark"] = self.remark
+            parts.append(f',"remark":{_escape(self.remark)}')
         if self.ext_fields is not None:
-            obj["extFields"] = {k: _ext_str(v) for k, v in self.ext_fields.items()}
-        obj["serializeTypeCurrentRPC"] = "JSON"
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+            parts.append(
+                ',"extFields":{'
+                + ",".join(
+                    f"{_escape(str(k))}:{_escape(_ext_str(v))}" for k, v in self.ext_fields.items()
+                )
+                + "}"
+            )
+        parts.append(',"serializeTypeCurrentRPC":"JSON"}')
+        return "".join(parts).encode()
 
     def _binary_header(self) -> bytes:
         parts = [

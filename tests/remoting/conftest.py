@@ -11,7 +11,13 @@ import pytest
 from remotingtest import ScriptedProcessor, fd_count
 
 from mqcore.remoting.client import RemotingClient
-from mqcore.remoting.server import RemotingServer
+from mqcore.remoting.server import RemotingServer, event_loop_factory
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _event_loop_warmed_up() -> None:
+    """uvloop opens a pipe once per process on its first loop: not a leak of any test's."""
+    event_loop_factory()().close()
 
 
 @pytest.fixture
