@@ -1062,12 +1062,403 @@ done:
     return result;
 }
 
+/* --- Prepared records straight from Arrow columns (mqcore.contrib.spark.writing) ----- */
+
+/* An Arrow string/binary column: validity bitmap (or NULL), int32 offsets, data. */
+typedef struct {
+    Py_buffer valid, offsets, data;
+    int has_valid, present;
+} strcol_t;
+
+static void strcol_release(strcol_t *c)
+{
+    if (c->has_valid)
+        PyBuffer_Release(&c->valid);
+    if (c->present) {
+        PyBuffer_Release(&c->offsets);
+        PyBuffer_Release(&c->data);
+    }
+    c->has_valid = c->present = 0;
+}
+
+/* Fill ``c`` from ``(validity or None, offsets, data)``, or leave it absent for None;
+ * ``n`` values: the offsets must hold n + 1 ints, non-decreasing within the data. */
+static int strcol_get(PyObject *obj, Py_ssize_t n, const char *what, strcol_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (obj == Py_None)
+        return 0;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 3) {
+        PyErr_Format(PyExc_TypeError, "%s: (validity, offsets, data) expected", what);
+        return -1;
+    }
+    PyObject *v = PyTuple_GET_ITEM(obj, 0);
+    if (v != Py_None) {
+        if (PyObject_GetBuffer(v, &c->valid, PyBUF_SIMPLE) < 0)
+            return -1;
+        c->has_valid = 1;
+        if (c->valid.len < (n + 7) / 8) {
+            PyErr_Format(PyExc_ValueError, "%s: validity bitmap too short", what);
+            strcol_release(c);
+            return -1;
+        }
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(obj, 1), &c->offsets, PyBUF_SIMPLE) < 0) {
+        strcol_release(c);
+        return -1;
+    }
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(obj, 2), &c->data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&c->offsets);
+        strcol_release(c);
+        return -1;
+    }
+    c->present = 1;
+    if (c->offsets.len < 4 * (n + 1)) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd offsets for %zd values", what,
+                     c->offsets.len / 4, n);
+        strcol_release(c);
+        return -1;
+    }
+    const int32_t *off = (const int32_t *)c->offsets.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > c->data.len) {
+            PyErr_Format(PyExc_ValueError, "%s: bad offsets at value %zd", what, i);
+            strcol_release(c);
+            return -1;
+        }
+    return 0;
+}
+
+static int bit_set(const Py_buffer *b, Py_ssize_t i)
+{
+    return (((const unsigned char *)b->buf)[i >> 3] >> (i & 7)) & 1;
+}
+
+/* Value ``i`` of ``c``: 1 with ``*p``/``*len`` set, 0 when null or the column is absent. */
+static int strcol_value(const strcol_t *c, Py_ssize_t i, const unsigned char **p, Py_ssize_t *len)
+{
+    if (!c->present || (c->has_valid && !bit_set(&c->valid, i)))
+        return 0;
+    const int32_t *off = (const int32_t *)c->offsets.buf;
+    *p = (const unsigned char *)c->data.buf + off[i];
+    *len = off[i + 1] - off[i];
+    return 1;
+}
+
+/* Whether ``s`` holds a property separator (\x01 or \x02). */
+static int has_separator(const unsigned char *s, Py_ssize_t n)
+{
+    return memchr(s, 1, (size_t)n) != NULL || memchr(s, 2, (size_t)n) != NULL;
+}
+
+/* Java's String.hashCode of UTF-8 text (over its UTF-16 code units), as a signed int. */
+static int32_t java_hash(const unsigned char *s, Py_ssize_t n)
+{
+    uint32_t h = 0;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            cp = c;
+            i += 1;
+        }
+        else if (c < 0xE0 && i + 1 < n) {
+            cp = ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F);
+            i += 2;
+        }
+        else if (c < 0xF0 && i + 2 < n) {
+            cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) |
+                 (s[i + 2] & 0x3F);
+            i += 3;
+        }
+        else if (i + 3 < n) {
+            cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) |
+                 ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+            i += 4;
+        }
+        else { /* not UTF-8 (Arrow strings are): hash the byte, as far as it goes */
+            cp = c;
+            i += 1;
+        }
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            h = 31 * h + (0xD800 + (cp >> 10));
+            h = 31 * h + (0xDC00 + (cp & 0x3FF));
+        }
+        else
+            h = 31 * h + cp;
+    }
+    return (int32_t)h;
+}
+
+#define MAX_PROPERTIES 32767
+
+PyDoc_STRVAR(arrow_prepare_doc,
+"arrow_prepare(n, body, tags, keys, properties, replay, topic_head, born_timestamp, crc32,\n"
+"              reserved) -> list | None\n\n"
+"codec.prepare's tuples for ``n`` rows of Arrow columns, or None when a row needs the\n"
+"checks of Message (see mqcore.contrib.spark.writing.py_arrow_prepare, the reference).");
+
+static PyObject *speedups_arrow_prepare(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n;
+    PyObject *body_obj, *tags_obj, *keys_obj, *props_obj, *replay_obj, *born, *crc32, *reserved;
+    const char *head;
+    Py_ssize_t head_len;
+    if (!PyArg_ParseTuple(args, "nOOOOOy#OOO!:arrow_prepare", &n, &body_obj, &tags_obj,
+                          &keys_obj, &props_obj, &replay_obj, &head, &head_len, &born, &crc32,
+                          &PyTuple_Type, &reserved))
+        return NULL;
+    strcol_t body, tags, keys, pkeys, pvalues;
+    Py_buffer map_valid, map_offsets, replay_valid, replay_data;
+    int has_map = 0, has_map_valid = 0, has_replay = 0, has_replay_valid = 0;
+    PyObject *out = NULL, *zero = NULL, *result = NULL;
+    memset(&body, 0, sizeof(body));
+    memset(&tags, 0, sizeof(tags));
+    memset(&keys, 0, sizeof(keys));
+    memset(&pkeys, 0, sizeof(pkeys));
+    memset(&pvalues, 0, sizeof(pvalues));
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "arrow_prepare: n must be >= 0");
+        return NULL;
+    }
+    if (strcol_get(body_obj, n, "body", &body) < 0 || strcol_get(tags_obj, n, "tags", &tags) < 0 ||
+        strcol_get(keys_obj, n, "keys", &keys) < 0)
+        goto done;
+    if (!body.present) {
+        PyErr_SetString(PyExc_ValueError, "arrow_prepare: the body column is required");
+        goto done;
+    }
+    const int32_t *moff = NULL;
+    if (props_obj != Py_None) {
+        /* (map validity, map offsets, (key column), (value column)) */
+        if (!PyTuple_Check(props_obj) || PyTuple_GET_SIZE(props_obj) != 4) {
+            PyErr_SetString(PyExc_TypeError, "properties: (validity, offsets, keys, values)");
+            goto done;
+        }
+        if (PyTuple_GET_ITEM(props_obj, 0) != Py_None) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(props_obj, 0), &map_valid, PyBUF_SIMPLE) < 0)
+                goto done;
+            has_map_valid = 1;
+            if (map_valid.len < (n + 7) / 8) {
+                PyErr_SetString(PyExc_ValueError, "properties: validity bitmap too short");
+                goto done;
+            }
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(props_obj, 1), &map_offsets, PyBUF_SIMPLE) < 0)
+            goto done;
+        has_map = 1;
+        if (map_offsets.len < 4 * (n + 1)) {
+            PyErr_SetString(PyExc_ValueError, "properties: too few offsets");
+            goto done;
+        }
+        moff = (const int32_t *)map_offsets.buf;
+        Py_ssize_t entries = n ? moff[n] : 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (moff[i] < 0 || moff[i] > moff[i + 1]) {
+                PyErr_Format(PyExc_ValueError, "properties: bad offsets at row %zd", i);
+                goto done;
+            }
+        if ((n && moff[0] < 0) ||
+            strcol_get(PyTuple_GET_ITEM(props_obj, 2), entries, "property names", &pkeys) < 0 ||
+            strcol_get(PyTuple_GET_ITEM(props_obj, 3), entries, "property values", &pvalues) < 0)
+            goto done;
+        if (!pkeys.present || !pvalues.present) {
+            PyErr_SetString(PyExc_ValueError, "properties: names and values are required");
+            goto done;
+        }
+    }
+    const int64_t *replay = NULL;
+    if (replay_obj != Py_None) {
+        if (!PyTuple_Check(replay_obj) || PyTuple_GET_SIZE(replay_obj) != 2) {
+            PyErr_SetString(PyExc_TypeError, "replay: (validity, int64 values)");
+            goto done;
+        }
+        if (PyTuple_GET_ITEM(replay_obj, 0) != Py_None) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(replay_obj, 0), &replay_valid, PyBUF_SIMPLE) < 0)
+                goto done;
+            has_replay_valid = 1;
+            if (replay_valid.len < (n + 7) / 8) {
+                PyErr_SetString(PyExc_ValueError, "replay: validity bitmap too short");
+                goto done;
+            }
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(replay_obj, 1), &replay_data, PyBUF_SIMPLE) < 0)
+            goto done;
+        has_replay = 1;
+        if (replay_data.len < 8 * n) {
+            PyErr_SetString(PyExc_ValueError, "replay: too few values");
+            goto done;
+        }
+        replay = (const int64_t *)replay_data.buf;
+    }
+    Py_ssize_t nreserved = PyTuple_GET_SIZE(reserved);
+    for (Py_ssize_t r = 0; r < nreserved; r++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(reserved, r))) {
+            PyErr_SetString(PyExc_TypeError, "arrow_prepare: reserved names are bytes");
+            goto done;
+        }
+    zero = PyLong_FromLong(0);
+    out = PyList_New(n);
+    if (zero == NULL || out == NULL)
+        goto done;
+    static const char replay_name[] = "REPLAY_ID";
+    const Py_ssize_t replay_name_len = sizeof(replay_name) - 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *b = NULL, *t = NULL, *k = NULL;
+        Py_ssize_t blen = 0, tlen = 0, klen = 0;
+        if (!strcol_value(&body, i, &b, &blen)) {
+            b = (const unsigned char *)"";
+            blen = 0; /* a null body is stored empty */
+        }
+        int has_tag = strcol_value(&tags, i, &t, &tlen);
+        int has_key = strcol_value(&keys, i, &k, &klen);
+        if ((has_tag && has_separator(t, tlen)) || (has_key && has_separator(k, klen)))
+            goto slow;
+        /* The property string: user properties, REPLAY_ID, TAGS, KEYS (message_trailer's
+         * order). */
+        Py_ssize_t first = 0, last = 0, plen = 0;
+        int replay_named = 0;
+        if (has_map && !(has_map_valid && !bit_set(&map_valid, i))) {
+            first = moff[i];
+            last = moff[i + 1];
+        }
+        for (Py_ssize_t e = first; e < last; e++) {
+            const unsigned char *name, *value;
+            Py_ssize_t name_len, value_len;
+            if (!strcol_value(&pkeys, e, &name, &name_len) ||
+                !strcol_value(&pvalues, e, &value, &value_len) || name_len == 0 ||
+                has_separator(name, name_len) || has_separator(value, value_len))
+                goto slow; /* Message's checks say what is wrong */
+            for (Py_ssize_t r = 0; r < nreserved; r++) {
+                PyObject *rn = PyTuple_GET_ITEM(reserved, r);
+                if (PyBytes_GET_SIZE(rn) == name_len &&
+                    memcmp(PyBytes_AS_STRING(rn), name, (size_t)name_len) == 0)
+                    goto slow;
+            }
+            for (Py_ssize_t o = first; o < e; o++) { /* a name twice: dict semantics */
+                const unsigned char *other;
+                Py_ssize_t other_len;
+                strcol_value(&pkeys, o, &other, &other_len);
+                if (other_len == name_len && memcmp(other, name, (size_t)name_len) == 0)
+                    goto slow;
+            }
+            if (name_len == replay_name_len && memcmp(name, replay_name, (size_t)name_len) == 0)
+                replay_named = 1;
+            plen += name_len + value_len + 2;
+        }
+        char replay_text[24];
+        Py_ssize_t replay_len = 0;
+        if (replay && !replay_named && !(has_replay_valid && !bit_set(&replay_valid, i))) {
+            replay_len = PyOS_snprintf(replay_text, sizeof(replay_text), "%lld",
+                                       (long long)replay[i]);
+            plen += replay_name_len + replay_len + 2;
+        }
+        if (has_tag && tlen)
+            plen += 4 + tlen + 2;
+        if (has_key && klen)
+            plen += 4 + klen + 2;
+        if (plen > MAX_PROPERTIES)
+            goto slow;
+        PyObject *trailer = PyBytes_FromStringAndSize(NULL, head_len + 2 + plen);
+        if (trailer == NULL)
+            goto done;
+        unsigned char *w = BYTES(trailer);
+        memcpy(w, head, (size_t)head_len);
+        w += head_len;
+        *w++ = (unsigned char)(plen >> 8);
+        *w++ = (unsigned char)plen;
+#define PUT_PAIR(np, nl, vp, vl)                                                             \
+    do {                                                                                     \
+        memcpy(w, (np), (size_t)(nl));                                                       \
+        w += (nl);                                                                           \
+        *w++ = 1;                                                                            \
+        memcpy(w, (vp), (size_t)(vl));                                                       \
+        w += (vl);                                                                           \
+        *w++ = 2;                                                                            \
+    } while (0)
+        for (Py_ssize_t e = first; e < last; e++) {
+            const unsigned char *name, *value;
+            Py_ssize_t name_len, value_len;
+            strcol_value(&pkeys, e, &name, &name_len);
+            strcol_value(&pvalues, e, &value, &value_len);
+            PUT_PAIR(name, name_len, value, value_len);
+        }
+        if (replay_len)
+            PUT_PAIR(replay_name, replay_name_len, replay_text, replay_len);
+        if (has_tag && tlen)
+            PUT_PAIR("TAGS", 4, t, tlen);
+        if (has_key && klen)
+            PUT_PAIR("KEYS", 4, k, klen);
+#undef PUT_PAIR
+        PyObject *body_bytes = PyBytes_FromStringAndSize((const char *)b, blen);
+        PyObject *crc = body_bytes ? PyObject_CallOneArg(crc32, body_bytes) : NULL;
+        unsigned long crc_value = crc ? PyLong_AsUnsignedLongMask(crc) : 0;
+        Py_XDECREF(crc);
+        PyObject *keys_str = NULL;
+        if (crc != NULL && !(crc_value == (unsigned long)-1 && PyErr_Occurred())) {
+            keys_str = has_key ? PyUnicode_DecodeUTF8((const char *)k, klen, "strict")
+                               : Py_NewRef(Py_None);
+        }
+        PyObject *item = keys_str ? PyTuple_New(P_FIELDS) : NULL;
+        PyObject *size = item ? PyLong_FromSsize_t(HEADER_SIZE + blen + head_len + 2 + plen)
+                              : NULL;
+        PyObject *crc_obj = size ? PyLong_FromUnsignedLong(crc_value & 0x7FFFFFFFUL) : NULL;
+        PyObject *code = crc_obj ? PyLong_FromLong(has_tag && tlen ? java_hash(t, tlen) : 0)
+                                 : NULL;
+        if (code == NULL) {
+            Py_XDECREF(body_bytes);
+            Py_DECREF(trailer);
+            Py_XDECREF(keys_str);
+            Py_XDECREF(item);
+            Py_XDECREF(size);
+            Py_XDECREF(crc_obj);
+            goto done;
+        }
+        PyTuple_SET_ITEM(item, P_SIZE, size);
+        PyTuple_SET_ITEM(item, P_BODY, body_bytes);
+        PyTuple_SET_ITEM(item, P_TRAILER, trailer);
+        PyTuple_SET_ITEM(item, P_CRC, crc_obj);
+        PyTuple_SET_ITEM(item, P_FLAG, Py_NewRef(zero));
+        PyTuple_SET_ITEM(item, 5, Py_NewRef(zero));
+        PyTuple_SET_ITEM(item, 6, Py_NewRef(born));
+        PyTuple_SET_ITEM(item, 7, Py_NewRef(zero));
+        PyTuple_SET_ITEM(item, 8, Py_NewRef(zero));
+        PyTuple_SET_ITEM(item, P_TAGS_CODE, code);
+        PyTuple_SET_ITEM(item, 10, keys_str);
+        PyList_SET_ITEM(out, i, item);
+    }
+    result = Py_NewRef(out);
+    goto done;
+slow:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(zero);
+    strcol_release(&body);
+    strcol_release(&tags);
+    strcol_release(&keys);
+    strcol_release(&pkeys);
+    strcol_release(&pvalues);
+    if (has_map_valid)
+        PyBuffer_Release(&map_valid);
+    if (has_map)
+        PyBuffer_Release(&map_offsets);
+    if (has_replay_valid)
+        PyBuffer_Release(&replay_valid);
+    if (has_replay)
+        PyBuffer_Release(&replay_data);
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"prepare", speedups_prepare, METH_VARARGS, prepare_doc},
     {"pack", speedups_pack, METH_VARARGS, pack_doc},
     {"units", speedups_units, METH_VARARGS, units_doc},
     {"put_results", speedups_put_results, METH_VARARGS, put_results_doc},
     {"record_columns", speedups_record_columns, METH_VARARGS, record_columns_doc},
+    {"arrow_prepare", speedups_arrow_prepare, METH_VARARGS, arrow_prepare_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,9 @@
 
 Each Spark task opens the store for writing, which takes the directory's writer lock, so the
 tasks of a job write one after the other; a task waits up to ``lock_timeout`` seconds for
-the lock. Rows are grouped per queue and stored ``batch_size`` at a time (one ``put`` each).
+the lock. Rows are grouped per queue and stored ``batch_size`` at a time (one ``put`` each);
+a store with ``put_prepared`` gets them as prepared records built from the Arrow columns
+in one call per batch (see :mod:`.writing`), without a ``Message`` per row.
 
 Delivery is *at least once*: a task that fails after some ``put`` calls is retried by Spark
 and stores those rows again. Rows that carry a ``commitlog_offset`` column (rows read from
@@ -29,6 +31,7 @@ from mqcore.message import Message
 
 from .layout import Location, resolve_write
 from .options import WRITE_OPTIONS
+from .writing import arrow_prepare, queue_rows
 
 __all__ = ["REPLAY_ID", "WriteResult", "Writer", "held_error"]
 
@@ -155,12 +158,23 @@ class Writer(DataSourceArrowWriter):
         written = 0
         row = partition  # round-robin start, so that tasks do not all begin at queue 0
         store = self._open()
+        # Stores that take prepared records get each batch's rows without a Message each.
+        put_prepared = getattr(store, "put_prepared", None)
         try:
             for batch in iterator:
-                for qid, messages in sorted(self._messages(batch, row).items()):
-                    for i in range(0, len(messages), self.batch_size):
-                        chunk = messages[i : i + self.batch_size]
-                        store.put(self.topic, qid, chunk)
+                prepared = None
+                if put_prepared is not None:
+                    prepared = arrow_prepare(batch, self.topic, time.time_ns() // 1_000_000)
+                if prepared is not None:
+                    groups: dict[int, list[Any]] = queue_rows(batch, row, self.queue_nums, prepared)
+                    put: Any = put_prepared
+                else:
+                    groups = self._messages(batch, row)  # type: ignore[assignment]
+                    put = store.put
+                for qid, items in sorted(groups.items()):
+                    for i in range(0, len(items), self.batch_size):
+                        chunk = items[i : i + self.batch_size]
+                        put(self.topic, qid, chunk)
                         written += len(chunk)
                 row += batch.num_rows
             store.flush()

@@ -198,6 +198,20 @@ class LmdbStore:
 
     # -- writing ------------------------------------------------------------------------
 
+    def put_prepared(self, topic: str, queue_id: int, prepared: list[Any]) -> list[PutResult]:
+        """Append records prepared ahead, as :meth:`put` stores the messages they stand for.
+
+        ``prepared`` holds the tuples :func:`mqcore.codec.prepare` returns for ``topic`` (or
+        tuples built the same way, e.g. from Arrow columns by the Spark sink): a bulk writer
+        skips building a :class:`~mqcore.message.Message` per record. Not for
+        ``SCHEDULE_TOPIC_XXXX``, whose records need their messages' delay levels.
+        """
+        if topic == SCHEDULE_TOPIC:
+            raise InvalidArgumentError(
+                f"LMDB store: put_prepared() cannot write {topic!r}; put() the messages"
+            )
+        return self.put(topic, queue_id, (), _prepared=prepared)
+
     def put(
         self,
         topic: str,
@@ -208,15 +222,16 @@ class LmdbStore:
         born_host: str | None = None,
         reconsume_times: int = 0,
         sys_flag: int = 0,
+        _prepared: list[Any] | None = None,
     ) -> list[PutResult]:
         """Append a batch to one queue in one write transaction; honours the flush mode."""
         if self.read_only:
             raise StoreError(f"store {str(self.path)!r} was opened read_only; it cannot put")
         prefix = layout.queue_prefix(topic, queue_id)
-        if not messages:
+        if not messages and not _prepared:
             return []
         now = _now_ms()
-        prepared = codec.prepare(
+        prepared = _prepared or codec.prepare(
             messages,
             now if born_timestamp is None else born_timestamp,
             topic=topic,

@@ -257,6 +257,20 @@ class MmapStore:
 
     # --- writing ----------------------------------------------------------------------
 
+    def put_prepared(self, topic: str, queue_id: int, prepared: list[Any]) -> list[PutResult]:
+        """Append records prepared ahead, as :meth:`put` stores the messages they stand for.
+
+        ``prepared`` holds the tuples :func:`mqcore.codec.prepare` returns for ``topic`` (or
+        tuples built the same way, e.g. from Arrow columns by the Spark sink): a bulk writer
+        skips building a :class:`~mqcore.message.Message` per record. Not for
+        ``SCHEDULE_TOPIC_XXXX``, whose records need their messages' delay levels.
+        """
+        if topic == SCHEDULE_TOPIC:
+            raise InvalidArgumentError(
+                f"mmap store: put_prepared() cannot write {topic!r}; put() the messages"
+            )
+        return self.put(topic, queue_id, (), _prepared=prepared)
+
     def put(
         self,
         topic: str,
@@ -267,6 +281,7 @@ class MmapStore:
         born_host: str | None = None,
         reconsume_times: int = 0,
         sys_flag: int = 0,
+        _prepared: list[Any] | None = None,
     ) -> list[PutResult]:
         """Append ``messages`` to ``topic``/``queue_id`` (one write); see the module docstring.
 
@@ -280,11 +295,11 @@ class MmapStore:
                 f"mmap store {str(self.path)!r} is open read-only; open it without "
                 "read_only=True to write"
             )
-        if not messages:
+        if not messages and not _prepared:
             return []
         now = time.time_ns() // 1_000_000
         try:
-            prepared = prepare(
+            prepared = _prepared or prepare(
                 messages,
                 now if born_timestamp is None else born_timestamp,
                 topic=topic,

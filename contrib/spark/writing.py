@@ -1,0 +1,156 @@
+"""Arrow batches into a store's batch put, without a :class:`~mqcore.message.Message` per row.
+
+The sink receives Arrow record batches. For a store with ``put_prepared`` (both bundled
+stores), one C call (``mqcore._speedups.arrow_prepare``) turns a batch's columns into the
+tuples :func:`mqcore.codec.prepare` would make from the equivalent messages: body, CRC, the
+topic and property bytes (user properties, ``REPLAY_ID``, ``TAGS``, ``KEYS``, in the order
+``prepare`` writes them) and the tags hash code. Rows go to queues as the message path sends
+them, with Arrow kernels instead of a loop.
+
+A batch takes the message path instead (:meth:`Writer._messages` in :mod:`.sink`, which
+checks every field as :class:`~mqcore.message.Message` does and says what is wrong) when
+the C extension is off, the store lacks ``put_prepared``, a column has another Arrow type
+than the source's, or a row needs those checks: a property name Message refuses, a
+separator (``\\x01``, ``\\x02``) in a tag, key or property value, a null property value, a
+name twice in one row, or a property string over 32767 bytes.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mqcore import codec
+from mqcore.batch import _speedups
+from mqcore.errors import MQError
+from mqcore.message import Message
+
+__all__ = ["SPEEDUPS", "arrow_prepare", "queue_rows"]
+
+#: True when batches can be prepared in C.
+SPEEDUPS = _speedups is not None and hasattr(_speedups, "arrow_prepare")
+
+_STRINGS = (pa.string(), pa.binary())
+_PROPERTIES = pa.map_(pa.string(), pa.string())
+_NAMES_SEEN: dict[str, bool] = {}  # property name -> whether Message accepts it
+_NAMES_LIMIT = 4096
+
+
+def _plain(arr: Any) -> bool:
+    """Whether ``arr`` can be read through its buffers as they are (no slice offset)."""
+    return arr is not None and arr.offset == 0
+
+
+def _strings(arr: Any) -> tuple[Any, Any, Any] | None:
+    """``(validity, offsets, data)`` of a string or binary array, or None if it is another."""
+    if arr is None:
+        return None
+    if arr.type not in _STRINGS or not _plain(arr):
+        raise _Other
+    validity, offsets, data = arr.buffers()
+    return validity, offsets, data if data is not None else b""
+
+
+class _Other(Exception):
+    """A column the C path does not read: the message path takes the batch."""
+
+
+def _names_ok(keys: pa.Array) -> bool:
+    """Whether Message accepts every distinct property name of a batch (checked once each)."""
+    for name in pc.unique(keys).to_pylist():
+        ok = _NAMES_SEEN.get(name)
+        if ok is None:
+            try:
+                Message(topic="T", body=b"", properties={name: ""})
+                ok = True
+            except (MQError, ValueError, TypeError):
+                ok = False
+            if len(_NAMES_SEEN) >= _NAMES_LIMIT:
+                _NAMES_SEEN.clear()
+            _NAMES_SEEN[name] = ok
+        if not ok:
+            return False
+    return True
+
+
+def arrow_prepare(batch: pa.RecordBatch, topic: str, born_timestamp: int) -> list[Any] | None:
+    """:func:`mqcore.codec.prepare`'s tuples for the rows of ``batch`` under ``topic``, or
+    None when the batch must take the message path (see the module docstring)."""
+    if not SPEEDUPS or batch.num_rows == 0:
+        return None
+    assert _speedups is not None
+    names = batch.schema.names
+
+    def column(name: str) -> Any:
+        return batch.column(name) if name in names else None
+
+    try:
+        body = _strings(column("body"))
+        tags = _strings(column("tags"))
+        keys = _strings(column("keys"))
+        props = None
+        arr = column("properties")
+        if arr is not None:
+            if arr.type != _PROPERTIES or not _plain(arr) or not _plain(arr.values):
+                raise _Other
+            names_arr, values_arr = arr.values.field(0), arr.values.field(1)
+            if not _names_ok(names_arr):
+                return None
+            props = (arr.buffers()[0], arr.buffers()[1], _strings(names_arr), _strings(values_arr))
+        replay = None
+        arr = column("commitlog_offset")
+        if arr is not None:
+            if not pa.types.is_integer(arr.type):
+                raise _Other
+            if arr.type != pa.int64() or not _plain(arr):
+                arr = pa.concat_arrays([arr.cast(pa.int64())])
+            replay = (arr.buffers()[0], arr.buffers()[1])
+    except _Other:
+        return None
+    return _speedups.arrow_prepare(  # type: ignore[no-any-return]
+        batch.num_rows,
+        body,
+        tags,
+        keys,
+        props,
+        replay,
+        _topic_head(topic),
+        born_timestamp,
+        codec._crc32,
+        (),
+    )
+
+
+def _topic_head(topic: str) -> bytes:
+    """The topic's length byte and UTF-8 bytes, as a record's trailer starts."""
+    data = topic.encode()
+    return bytes((len(data),)) + data
+
+
+def queue_rows(
+    batch: pa.RecordBatch, first_row: int, queue_nums: int, prepared: list[Any]
+) -> dict[int, list[Any]]:
+    """``prepared`` (one item per row of ``batch``) grouped by queue, in row order: a row's
+    ``queue_id`` column value (when present and not null), else its running row number
+    ``first_row + i``, modulo ``queue_nums``."""
+    n = batch.num_rows
+    qids = batch.column("queue_id") if "queue_id" in batch.schema.names else None
+    if qids is None or qids.null_count == n:
+        # Round-robin: row i goes to (first_row + i) % queue_nums, every queue_nums-th row.
+        out: dict[int, list[Any]] = {}
+        for k in range(min(n, queue_nums)):
+            out[(first_row + k) % queue_nums] = prepared[k::queue_nums]
+        return out
+    rows = pa.array(range(first_row, first_row + n), pa.int64())
+    q = pc.if_else(pc.is_null(qids), rows, qids.cast(pa.int64()))
+    # Python's modulo (never negative), as the message path computes it.
+    r = pc.modulo(q, queue_nums)
+    r = pc.if_else(pc.less(r, 0), pc.add(r, queue_nums), r)
+    grouped: dict[int, list[Any]] = {}
+    for queue in pc.unique(r).to_pylist():
+        idx = pc.indices_nonzero(pc.equal(r, queue)).to_pylist()
+        grouped[queue] = [prepared[idx[0]]] if len(idx) == 1 else list(itemgetter(*idx)(prepared))
+    return grouped
