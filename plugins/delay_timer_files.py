@@ -167,12 +167,20 @@ class TimerLog:
 
 class TimerWheel:
     """A memory-mapped array of ``slots`` slots; slot ``i`` serves times ``t`` with
-    ``t // precision_ms % slots == i``."""
+    ``t // precision_ms % slots == i``. ``read_only`` maps it for reading (another process
+    may be writing it)."""
 
-    def __init__(self, path: Path, slots: int) -> None:
+    def __init__(self, path: Path, slots: int, *, read_only: bool = False) -> None:
         self.path = path
         self.slots = slots
         size = slots * SLOT_SIZE
+        if read_only:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                self._map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+            return
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size != size:
@@ -220,8 +228,11 @@ class Checkpoint(NamedTuple):
 class TimerCheckpoint:
     """Two alternating CRC-checked copies of a :class:`Checkpoint` in one small file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        if read_only:
+            self._fd = os.open(path, os.O_RDONLY)
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 

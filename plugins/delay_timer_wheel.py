@@ -34,6 +34,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -60,7 +61,7 @@ from mqcore.plugins.delay_timer_files import (
 )
 from mqcore.store import GetStatus
 
-__all__ = ["TimerScheduler", "TimerStats", "mqcore_register_delay_schedulers"]
+__all__ = ["TimerScheduler", "TimerStats", "mqcore_register_delay_schedulers", "read_stats"]
 
 log = get_logger(__name__)
 
@@ -526,29 +527,56 @@ class TimerScheduler:
         with self._lock:
             if not self._running or self._wheel is None:
                 raise InvalidArgumentError("the timer scheduler is not running; start a broker")
-            now = self.clock()
-            cp = self._cp
-            backlog = max(self._host.timer_max_offset() - cp.enqueue_offset, 0)
-            next_due: int | None = None
-            lag = 0
-            if cp.pending:
-                first = self._slot_index(cp.read_ms)
-                for step in range(self.slots):
-                    t, due, _, num = self._wheel.get((first + step) % self.slots)
-                    if t == cp.read_ms + step * self.precision_ms and num > (
-                        cp.done if step == 0 else 0
-                    ):
-                        next_due = due  # the slot is delivered once its latest time has come
-                        lag = max(now - due, 0)
-                        break
-            return TimerStats(
-                pending=cp.pending + backlog,
-                in_wheel=cp.pending,
-                enqueue_backlog=backlog,
-                next_due_ms=next_due,
-                lag_ms=lag,
-                read_ms=cp.read_ms,
-            )
+            backlog = max(self._host.timer_max_offset() - self._cp.enqueue_offset, 0)
+            return _stats(self._cp, self._wheel, backlog, self.clock())
+
+
+def _stats(cp: Checkpoint, wheel: TimerWheel, backlog: int, now: int) -> TimerStats:
+    next_due: int | None = None
+    lag = 0
+    if cp.pending:
+        first = (cp.read_ms // cp.precision_ms) % cp.slots
+        for step in range(cp.slots):
+            t, due, _, num = wheel.get((first + step) % cp.slots)
+            if t == cp.read_ms + step * cp.precision_ms and num > (cp.done if step == 0 else 0):
+                next_due = due  # the slot is delivered once its latest time has come
+                lag = max(now - due, 0)
+                break
+    return TimerStats(
+        pending=cp.pending + backlog,
+        in_wheel=cp.pending,
+        enqueue_backlog=backlog,
+        next_due_ms=next_due,
+        lag_ms=lag,
+        read_ms=cp.read_ms,
+    )
+
+
+def read_stats(data_dir: Path, timer_max_offset: int, now: int | None = None) -> TimerStats:
+    """:class:`TimerStats` from the files of a broker's data directory, read only (the
+    broker may be running in another process).
+
+    :param timer_max_offset: the store's max offset of the timer topic (held messages).
+    :raises InvalidArgumentError: when the directory holds no timer state.
+    """
+    path = data_dir / "config" / CHECKPOINT_FILE
+    if not path.exists():
+        raise InvalidArgumentError(
+            f"{data_dir} holds no timer state ({path} is missing); is it a broker's data dir?"
+        )
+    ckpt = TimerCheckpoint(path, read_only=True)
+    try:
+        cp = ckpt.load()
+    finally:
+        ckpt.close()
+    if cp is None:
+        raise InvalidArgumentError(f"{path} is empty: the timer scheduler never started there")
+    wheel = TimerWheel(data_dir / "timerwheel", cp.slots, read_only=True)
+    try:
+        backlog = max(timer_max_offset - cp.enqueue_offset, 0)
+        return _stats(cp, wheel, backlog, _wall_clock_ms() if now is None else now)
+    finally:
+        wheel.close()
 
 
 @hookimpl

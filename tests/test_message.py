@@ -83,3 +83,31 @@ def test_to_message_copies_every_field_and_takes_changes() -> None:
     )
     with pytest.raises(TypeError):
         ext.to_message(colour="red")
+
+
+# -- timer fields (RocketMQ 5's TIMER_DELIVER_MS / TIMER_DELAY_MS / TIMER_DELAY_SEC) --------
+
+
+def test_timer_fields_are_written_as_properties() -> None:
+    m = Message(topic="T", body=b"x", deliver_time_ms=1_795_000_000_000)
+    assert m.properties == {"TIMER_DELIVER_MS": "1795000000000"}
+    assert Message(topic="T", body=b"x", delay_ms=1500).properties == {"TIMER_DELAY_MS": "1500"}
+    assert Message(topic="T", body=b"x", delay_sec=3).properties == {"TIMER_DELAY_SEC": "3"}
+    ext = codec.decode(codec.encode(m, queue_offset=0, commitlog_offset=0, store_timestamp=1))
+    assert ext.deliver_time_ms == 1_795_000_000_000 and ext.delay_ms is None
+    back = ext.to_message()
+    assert back.properties["TIMER_DELIVER_MS"] == "1795000000000"
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"deliver_time_ms": 5, "delay_ms": 1}, "one of deliver_time_ms, delay_ms, delay_sec"),
+        ({"delay_sec": -1}, "negative"),
+        ({"delay_ms": "10"}, "not an int"),
+        ({"deliver_time_ms": 1.5}, "not an int"),
+    ],
+)
+def test_bad_timer_fields(fields: dict[str, object], match: str) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match=match):
+        Message(topic="T", body=b"x", **fields)  # type: ignore[arg-type]
