@@ -106,9 +106,3 @@ main.add_command(serve)
 from mqcore.commands.timer import timer  # noqa: E402
 
 main.add_command(timer)
-
-from mqcore.commands.admin import group, lag, offset, topic  # noqa: E402
-from mqcore.commands.admin_messages import dlq, message  # noqa: E402
-
-for _admin_command in (topic, group, lag, offset, message, dlq):
-    main.add_command(_admin_command)
