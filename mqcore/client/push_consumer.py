@@ -16,6 +16,7 @@ from mqcore.client.consume_service import (
     OrderlyService,
 )
 from mqcore.client.process_queue import ProcessQueue
+from mqcore.client.running_info import consumer_running_info
 from mqcore.client.scheduler import Scheduler
 from mqcore.errors import MQClientError
 from mqcore.logs import get_logger
@@ -26,6 +27,7 @@ from mqcore.message import (
     MessageModel,
     MessageQueue,
 )
+from mqcore.protocol.admin_bodies import ConsumerRunningInfo
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 
@@ -282,6 +284,11 @@ class PushConsumer(ClientBase):
     def consumer_ids_changed(self, group: str) -> None:
         """The broker's notice that the group's membership changed: rebalance now."""
         self._rebalance_now.set()
+
+    def consumer_running_info(self, group: str) -> ConsumerRunningInfo:
+        """The queues this consumer owns now, what it holds of each, and its settings (the
+        broker asks for them on an operator's behalf: GET_CONSUMER_RUNNING_INFO)."""
+        return consumer_running_info(self)
 
     def _run(self) -> None:
         # Separate schedules, as RocketMQ's: rebalance every rebalance_interval (and at once on

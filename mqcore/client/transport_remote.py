@@ -3,7 +3,8 @@
 It speaks to name servers (routes) and brokers (everything else) the way RocketMQ's
 ``MQClientAPIImpl`` does, so it works against ``mqcore serve`` (name server and broker on one
 address) and against an Apache RocketMQ 4.x cluster alike. Broker-to-client requests
-(NOTIFY_CONSUMER_IDS_CHANGED, RESET_CONSUMER_CLIENT_OFFSET) reach the client's channel.
+(NOTIFY_CONSUMER_IDS_CHANGED, RESET_CONSUMER_CLIENT_OFFSET, GET_CONSUMER_RUNNING_INFO) reach
+the client's channel.
 """
 
 from __future__ import annotations
@@ -106,11 +107,15 @@ class _Notices:
                 channel.consumer_ids_changed(h.consumer_group)
             return None
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
-            h = cmd.read_header(headers.ResetOffsetRequestHeader)
+            reset = cmd.read_header(headers.ResetOffsetRequestHeader)
             table = bodies.ResetOffsetBody.decode(cmd.body or b"{}").offset_table
             if channel is not None:
-                channel.reset_offset(h.group, h.topic, dict(table))
+                channel.reset_offset(reset.group, reset.topic, dict(table))
             return RemotingCommand.response(ResponseCode.SUCCESS, to=cmd)
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO and channel is not None:
+            asked = cmd.read_header(headers.GetConsumerRunningInfoRequestHeader)
+            info = channel.consumer_running_info(asked.consumer_group)
+            return RemotingCommand.response(ResponseCode.SUCCESS, None, None, info.encode(), to=cmd)
         return RemotingCommand.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {cmd.code} not supported"
         )

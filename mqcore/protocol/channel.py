@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from mqcore.message import MessageQueue
+from mqcore.protocol.admin_bodies import ConsumerRunningInfo
 
 __all__ = ["ClientChannel"]
 
@@ -22,3 +23,7 @@ class ClientChannel(Protocol):
     def reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """An operator moved ``group``'s offsets in ``topic``: drop in-flight work and pull
         from ``offsets``."""
+
+    def consumer_running_info(self, group: str) -> ConsumerRunningInfo:
+        """The client's settings, subscriptions and the queues it owns now in ``group``
+        (GET_CONSUMER_RUNNING_INFO, 307, answered by the client)."""

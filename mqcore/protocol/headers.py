@@ -24,8 +24,11 @@ __all__ = [
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteTopicRequestHeader",
+    "GetConsumeStatsRequestHeader",
+    "GetConsumerConnectionListRequestHeader",
     "GetConsumerListByGroupRequestHeader",
     "GetConsumerListByGroupResponseHeader",
+    "GetConsumerRunningInfoRequestHeader",
     "GetEarliestMsgStoretimeRequestHeader",
     "GetEarliestMsgStoretimeResponseHeader",
     "GetMaxOffsetRequestHeader",
@@ -33,6 +36,7 @@ __all__ = [
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
     "GetRouteInfoRequestHeader",
+    "GetTopicStatsInfoRequestHeader",
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
     "PullMessageResponseHeader",
@@ -368,6 +372,40 @@ class SendMessageRequestHeaderV2(SendMessageRequestHeader):
         return SendMessageRequestHeader(**attrs.asdict(self, recurse=False))
 
 
+@attrs.frozen(kw_only=True)
+class GetTopicStatsInfoRequestHeader(CommandHeader):
+    """GET_TOPIC_STATS_INFO (202) request: every queue's offsets of ``topic``."""
+
+    topic: str = wire_field("topic", Kind.STRING, required=True)
+
+
+@attrs.frozen(kw_only=True)
+class GetConsumeStatsRequestHeader(CommandHeader):
+    """GET_CONSUME_STATS (208) request: a group's progress, in ``topic`` or (absent) in every
+    topic it subscribes to or has offsets in."""
+
+    consumer_group: str = wire_field("consumerGroup", Kind.STRING, required=True)
+    topic: str | None = wire_field("topic", Kind.STRING)
+
+
+@attrs.frozen(kw_only=True)
+class GetConsumerConnectionListRequestHeader(CommandHeader):
+    """GET_CONSUMER_CONNECTION_LIST (203) request: a group's live clients."""
+
+    consumer_group: str = wire_field("consumerGroup", Kind.STRING, required=True)
+
+
+@attrs.frozen(kw_only=True)
+class GetConsumerRunningInfoRequestHeader(CommandHeader):
+    """GET_CONSUMER_RUNNING_INFO (307): admin to broker, and the broker passes it on to the
+    client ``client_id`` over that client's connection; the answer is the client's
+    :class:`~mqcore.protocol.admin_bodies.ConsumerRunningInfo`."""
+
+    consumer_group: str = wire_field("consumerGroup", Kind.STRING, required=True)
+    client_id: str = wire_field("clientId", Kind.STRING, required=True)
+    jstack_enable: bool = wire_field("jstackEnable", Kind.BOOLEAN, default=False)
+
+
 class PullSysFlag(enum.IntFlag):
     """Bits of ``PullMessageRequestHeader.sys_flag`` (RocketMQ's ``PullSysFlag``)."""
 
@@ -400,5 +438,9 @@ REQUEST_HEADERS: dict[int, type[CommandHeader]] = {
     RequestCode.DELETE_TOPIC_IN_BROKER: DeleteTopicRequestHeader,
     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
+    RequestCode.GET_TOPIC_STATS_INFO: GetTopicStatsInfoRequestHeader,
+    RequestCode.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
 }
 """The request header class of each request code that has one."""
