@@ -70,15 +70,32 @@ def kernel_or_exit() -> Kernel:
 
 
 @main.command()
-def plugins() -> None:
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["table", "names"]),
+    default="table",
+    show_default=True,
+    help="names: one tab-separated line per registration (kind, name, plugin, distribution).",
+)
+def plugins(output: str) -> None:
     """List registered stores, allocators, filters, offset stores and delay schedulers."""
     kernel = kernel_or_exit()
+    rows = [
+        (kind, reg.name, reg.plugin, reg.distribution or "-")
+        for kind, regs in kernel.registrations().items()
+        for reg in regs
+    ]
+    if output == "names":
+        for row in rows:
+            click.echo("\t".join(row))
+        return
     table = Table(title="mqcore plugins")
     for column in ("kind", "name", "plugin", "distribution"):
-        table.add_column(column)
-    for kind, regs in kernel.registrations().items():
-        for reg in regs:
-            table.add_row(kind, reg.name, reg.plugin, reg.distribution or "-")
+        # Fold long names over lines rather than cutting them at the terminal's width.
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
     Console().print(table)
 
 
@@ -106,3 +123,9 @@ main.add_command(serve)
 from mqcore.commands.timer import timer  # noqa: E402
 
 main.add_command(timer)
+
+from mqcore.commands.admin import group, lag, offset, topic  # noqa: E402
+from mqcore.commands.admin_messages import dlq, message  # noqa: E402
+
+for _admin_command in (topic, group, lag, offset, message, dlq):
+    main.add_command(_admin_command)
