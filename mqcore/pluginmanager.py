@@ -146,8 +146,15 @@ def create_plugin_manager(
     except pluggy.PluginValidationError as exc:
         name = pm.get_name(exc.plugin) or repr(exc.plugin)
         dist = plugin_distribution(pm, exc.plugin)
+        unknown = sorted(
+            caller.name for caller in pm.get_hookcallers(exc.plugin) or () if caller.spec is None
+        )
+        where = f" from distribution {dist!r}" if dist else ""
+        hooks = ", ".join(unknown) or " ".join(str(exc).split())
         raise PluginLoadError(
-            f'Plugin "{name}" implements a hook mqcore does not define: {exc}',
+            f'Plugin "{name}"{where} implements a hook mqcore does not define: {hooks} '
+            f"(see the hook reference for the names); fix the name, or disable the plugin "
+            f"with MQCORE_DISABLED_PLUGINS={name}",
             plugin=name,
             distribution=dist,
         ) from exc

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 import attrs
 
-from mqcore.errors import DuplicateRegistrationError, NotRegisteredError
+from mqcore.errors import DuplicateRegistrationError, InvalidArgumentError, NotRegisteredError
 
 __all__ = ["Registration", "Registry"]
 
@@ -70,8 +71,31 @@ class Registry(Generic[T]):
         return item
 
     def create(self, name: str, *args: object, **options: object) -> T:
-        """Look ``name`` up and call its factory."""
-        return self.get(name).factory(*args, **options)
+        """Look ``name`` up and call its factory.
+
+        Options the factory does not take raise :class:`InvalidArgumentError` naming them,
+        the plugin, and the options it takes (a third-party factory need not check them).
+        """
+        item = self.get(name)
+        try:
+            signature = inspect.signature(item.factory)
+        except (TypeError, ValueError):  # a builtin or C factory: let it check for itself
+            signature = None
+        if signature is not None:
+            try:
+                signature.bind(*args, **options)
+            except TypeError as exc:
+                where = f" from distribution {item.distribution!r}" if item.distribution else ""
+                takes = [
+                    p.name
+                    for p in signature.parameters.values()
+                    if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+                ]
+                raise InvalidArgumentError(
+                    f"{self.kind} {item.name!r} (plugin {item.plugin!r}{where}) cannot take "
+                    f"options {sorted(options)}: {exc}; it takes: {', '.join(takes) or 'none'}"
+                ) from None
+        return item.factory(*args, **options)
 
     def names(self) -> list[str]:
         """Registered names, sorted."""

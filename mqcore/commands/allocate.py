@@ -8,6 +8,7 @@ rich table, or as one JSON object with ``--json``.
 from __future__ import annotations
 
 import json
+import math
 import string
 from collections import Counter
 from typing import Any
@@ -25,6 +26,17 @@ __all__ = ["allocate", "broker_names", "build_group", "compact_queues", "compute
 
 #: Strategies whose queues or consumers carry a machine room (``room@name``).
 _ROOM_STRATEGIES = {"machine_room", "machine_room_nearby"}
+
+#: The plan asks the strategy once per consumer, as each member of a group does, and a call
+#: looks at every queue and consumer: consumers x (queues + consumers) steps. Larger plans are
+#: refused, so that the command answers in seconds (5,000 consumers of 8 queues is 25 million).
+MAX_PLAN_STEPS = 50_000_000
+
+
+def max_consumers(queue_count: int) -> int:
+    """The most consumers a plan of ``queue_count`` queues may have (see MAX_PLAN_STEPS)."""
+    n = math.isqrt(queue_count * queue_count + 4 * MAX_PLAN_STEPS) - queue_count
+    return max(1, n // 2)
 
 
 def broker_names(count: int) -> list[str]:
@@ -269,6 +281,13 @@ def allocate(
     consumer_room_list = _split_list(consumer_rooms) or (
         room_list if strategy.strip().lower() == "machine_room_nearby" else []
     )
+    queue_count = queues_per_broker * brokers if queues_per_broker is not None else queues or 0
+    if consumers * (consumers + queue_count) > MAX_PLAN_STEPS:
+        raise click.ClickException(
+            f"--consumers {consumers} with {queue_count} queues is too large a plan: it takes "
+            f"one strategy call per consumer, each over all queues and consumers; give at most "
+            f"{max_consumers(queue_count):,} consumers with {queue_count} queues"
+        )
     mq_all, cid_all = build_group(
         topic=topic,
         queues=queues,
