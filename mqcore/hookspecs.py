@@ -93,8 +93,16 @@ def mqcore_register_offset_stores(register: Register) -> None:
 def mqcore_register_delay_schedulers(register: Register) -> None:
     """Register delay schedulers (RocketMQ's 18 levels, a timer wheel...).
 
-    ``register(name, factory)``; ``factory(**options)`` returns a
-    :class:`mqcore.interfaces.DelayScheduler`.
+    ``register(name, factory)``; ``factory(**options)`` returns either
+
+    - a :class:`mqcore.interfaces.DelayScheduler`, holding messages sent with a delay level
+      (and retries): the broker setting ``delay_scheduler`` names it and calls
+      ``factory(message_delay_level=..., **delay_scheduler_options)``; or
+    - a :class:`mqcore.interfaces.TimerScheduler`, holding timer messages (any deliver time,
+      RocketMQ 5's ``TIMER_DELIVER_MS``): the broker setting ``timer_scheduler`` names it and
+      calls ``factory(precision_ms=..., max_delay_sec=..., **timer_scheduler_options)``.
+
+    A broker runs one of each; one in the wrong setting is refused when the broker starts.
 
     :param register: the registration callback.
 

@@ -141,6 +141,7 @@ class DelayScheduler(Protocol):
     schedule topic, calls :meth:`start` once, :meth:`run_due` from its delivery thread (and
     whenever it likes: calls are serialised), :meth:`persist` periodically and :meth:`stop`
     at shutdown. Factories are called as ``factory(message_delay_level=..., **options)``.
+    Timer messages go to a :class:`TimerScheduler` instead (registered through the same hook).
     """
 
     name: str
@@ -177,7 +178,7 @@ class TimerHost(DelayHost, Protocol):
     (``rmq_sys_wheel_timer``, queue 0), in arrival order, with the deliver time in the
     ``TIMER_OUT_MS`` property. ``deliver`` stores a due one in its real topic.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     def read_timers(self, offset: int, max_count: int) -> Any:
@@ -211,7 +212,7 @@ class TimerScheduler(Protocol):
     timer scheduler when it has ``max_delay_ms`` and ``stats``; factories are called as
     ``factory(precision_ms=..., max_delay_sec=..., **options)``.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     name: str
