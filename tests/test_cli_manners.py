@@ -131,3 +131,36 @@ def test_allocate_plans_at_the_bound() -> None:
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)["plan"]
     assert len(plan) == n and sum(len(share) for share in plan.values()) == 8
+
+
+@pytest.mark.timeout(180)
+def test_demo_explains_its_expected_warnings(tmp_path: Path) -> None:
+    """The demo's stdout says the stderr warnings of its failing listener are expected."""
+    proc = subprocess.run(
+        [MQCORE, "demo", "--messages", "200", "--data-dir", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "consume_listener_failed" in line]
+    assert len(warnings) == 3, proc.stderr  # the first attempt and max_reconsume_times=2
+    out = " ".join(proc.stdout.split())
+    assert "each of its 3 attempts logs a consume_listener_failed warning on stderr" in out
+
+
+def test_offset_moved_back_carries_its_fields(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warning names the client, group, topic, queue and both offsets."""
+    from mqcore.broker.offsets import ConsumerOffsetManager
+
+    offsets = ConsumerOffsetManager(tmp_path / "consumerOffset.json")
+    offsets.commit_offset("10.0.0.1@c1", "g", "T", 3, 50)
+    with caplog.at_level("WARNING", logger="mqcore"):
+        offsets.commit_offset("10.0.0.1@c1", "g", "T", 3, 20)
+    [record] = [r for r in caplog.records if "consumer_offset_moved_back" in r.getMessage()]
+    text = record.getMessage()
+    for field in ("client_host=10.0.0.1@c1", "group=g", "topic=T", "queue_id=3", "offset=20"):
+        assert field in text, text
+    assert "previous=50" in text

@@ -70,6 +70,10 @@ def run_demo(data_dir: Path, store: str, messages: int, console: Console) -> dic
             f"[bold]2.[/] sent {messages + 1} messages in {summary['produce_s']:.2f}s "
             f"(tags paid/cancelled, keys order-N); last id {first.msg_id}"
         )
+        console.print(
+            "   the listener fails the 'poison' message on purpose, to show retries: each of "
+            "its 3 attempts logs a consume_listener_failed warning on stderr (expected)"
+        )
 
         got: Counter[str] = Counter()
         seen: set[str] = set()
