@@ -1,0 +1,112 @@
+"""Arrow batches to prepared records: the same bytes as the message path, or that path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyarrow")
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqcore import Message, codec
+from mqcore.contrib.spark import writing
+from mqcore.contrib.spark.writing import arrow_prepare, queue_rows
+
+needs_c = pytest.mark.skipif(not writing.SPEEDUPS, reason="C speedups not built or turned off")
+PROPS = pa.map_(pa.string(), pa.string())
+text = st.text(
+    st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=10
+)
+names = text.map(str.lower).filter(bool)  # never a system name such as TAGS or UNIQ_KEY
+rows = st.lists(
+    st.tuples(
+        st.one_of(st.none(), st.binary(max_size=40)),
+        st.one_of(st.none(), text),
+        st.one_of(st.none(), text),
+        st.one_of(st.none(), st.dictionaries(names, text, max_size=3)),
+        st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _batch(data: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    body, tags, keys, props, replay = zip(*data, strict=True)
+    return pa.RecordBatch.from_pydict(
+        {
+            "body": pa.array(body, pa.binary()),
+            "tags": pa.array(tags, pa.string()),
+            "keys": pa.array(keys, pa.string()),
+            "properties": pa.array([None if p is None else list(p.items()) for p in props], PROPS),
+            "commitlog_offset": pa.array(replay, pa.int64()),
+        }
+    )
+
+
+def _message(body: Any, tags: Any, keys: Any, props: Any, replay: Any) -> Message:
+    """The message the sink's message path builds for such a row."""
+    properties = dict(props or ())
+    if replay is not None:
+        properties.setdefault("REPLAY_ID", str(replay))
+    return Message(topic="Out", body=body or b"", tags=tags, keys=keys, properties=properties)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(data=rows)
+def test_prepared_rows_equal_prepared_messages(data: list[tuple[Any, ...]]) -> None:
+    """Every tuple is what codec.prepare makes of the row's Message (same record bytes)."""
+    got = arrow_prepare(_batch(data), "Out", 1234)
+    want = codec.py_prepare([_message(*row) for row in data], 1234, topic="Out")
+    assert got == [tuple(w) for w in want]
+
+
+@needs_c
+@pytest.mark.parametrize(
+    ("column", "values", "kind"),
+    [
+        ("tags", ["a\x01b"], pa.string()),
+        ("keys", ["k\x02"], pa.string()),
+        ("properties", [[("TAGS", "x")]], PROPS),
+        ("properties", [[("", "x")]], PROPS),
+        ("properties", [[("a", None)]], PROPS),
+        ("properties", [[("a", "1"), ("a", "2")]], PROPS),
+        ("properties", [[("a", "x" * 40000)]], PROPS),
+        ("body", [b"x"], pa.large_binary()),
+    ],
+)
+def test_rows_needing_message_checks_take_the_message_path(
+    column: str, values: list[Any], kind: pa.DataType
+) -> None:
+    """Separators, system or empty or repeated names, null values, an oversized property
+    string, another Arrow type: None, so the sink builds Messages (which say what is wrong)."""
+    data = {"body": pa.array([b"b"], pa.binary()), column: pa.array(values, kind)}
+    assert arrow_prepare(pa.RecordBatch.from_pydict(data), "Out", 1) is None
+
+
+@given(
+    n=st.integers(1, 50),
+    first=st.integers(0, 100),
+    queues=st.integers(1, 9),
+    qids=st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-50, 50)))),
+)
+@settings(max_examples=100, deadline=None)
+def test_rows_go_to_the_queues_the_message_path_picks(
+    n: int, first: int, queues: int, qids: list[int | None] | None
+) -> None:
+    """Queue id column (or the running row number) modulo the queue count, rows in order."""
+    columns: dict[str, Any] = {"body": pa.array([b"x"] * n, pa.binary())}
+    if qids is not None:
+        qids = (qids * n)[:n] if qids else [None] * n
+        columns["queue_id"] = pa.array(qids, pa.int32())
+    batch = pa.RecordBatch.from_pydict(columns)
+    want: dict[int, list[int]] = {}
+    for i in range(n):
+        q = qids[i] if qids is not None and qids[i] is not None else first + i
+        want.setdefault(q % queues, []).append(i)
+    assert queue_rows(batch, first, queues, list(range(n))) == want
