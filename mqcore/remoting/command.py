@@ -332,15 +332,7 @@ class RemotingCommand:
             )
         ext: dict[str, Any] | None = None
         if ext_len:
-            ext = {}
-            end = pos + ext_len
-            sub = header[:end]
-            while pos < end:
-                key, pos = _read_str(sub, pos, _SHORT, "extFields key")
-                value, pos = _read_str(sub, pos, _INT, "extFields value")
-                # As RocketMQ: a zero length reads as null, so the entry carries nothing.
-                if key is not None and value is not None:
-                    ext[key] = value
+            ext = _read_ext(bytes(header[pos : pos + ext_len]))
         return cls(
             code,
             language=_language(language),
@@ -351,6 +343,42 @@ class RemotingCommand:
             ext_fields=ext,
             serialize_type=SerializeType.ROCKETMQ,
         )
+
+
+_ENTRY_KEY = struct.Struct(">h")
+_ENTRY_VALUE = struct.Struct(">i")
+
+
+def _read_ext(data: bytes) -> dict[str, Any]:
+    """The extFields entries (int16 key length, key, int32 value length, value)."""
+    ext: dict[str, Any] = {}
+    pos, end = 0, len(data)
+    key_len_at, value_len_at = _ENTRY_KEY.unpack_from, _ENTRY_VALUE.unpack_from
+    try:
+        while pos < end:
+            (n,) = key_len_at(data, pos)
+            pos += 2
+            if n < 0 or pos + n > end:
+                raise ProtocolError(
+                    f"binary command header: extFields key length {n} is out of range"
+                )
+            key = data[pos : pos + n].decode()
+            pos += n
+            (m,) = value_len_at(data, pos)
+            pos += 4
+            if m < 0 or pos + m > end:
+                raise ProtocolError(
+                    f"binary command header: extFields value length {m} is out of range"
+                )
+            # As RocketMQ: a zero length reads as null, so the entry carries nothing.
+            if n and m:
+                ext[key] = data[pos : pos + m].decode()
+            pos += m
+    except struct.error:
+        raise ProtocolError("binary command header: extFields truncated") from None
+    except UnicodeDecodeError:
+        raise ProtocolError("binary command header: extFields entry is not UTF-8") from None
+    return ext
 
 
 def _read_str(

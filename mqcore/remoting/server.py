@@ -14,6 +14,7 @@ and the limit ``max_pending`` on requests in progress answers SYSTEM_BUSY beyond
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import inspect
@@ -36,6 +37,7 @@ from mqcore.remoting.command import (
     salvage_opaque,
 )
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from mqcore.remoting.workers import WorkerPool
 
 __all__ = ["RemotingProcessor", "RemotingServer", "ServerConnection", "event_loop_factory"]
 
@@ -388,7 +390,11 @@ class RemotingServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread_id: int | None = None
         self._stop: asyncio.Event | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: WorkerPool | None = None
+        self._results: collections.deque[tuple[ServerConnection, RemotingCommand, Any]] = (
+            collections.deque()
+        )
+        self._drain_scheduled = False
         self._thread: threading.Thread | None = None
         self._bound = threading.Event()
         self._done = threading.Event()
@@ -432,9 +438,7 @@ class RemotingServer:
         loop = asyncio.get_running_loop()
         self._loop, self._loop_thread_id = loop, threading.get_ident()
         self._stop = asyncio.Event()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.workers, thread_name_prefix="mqcore-remoting-worker"
-        )
+        self._executor = WorkerPool(self.workers, "mqcore-remoting-worker")
         listener = await loop.create_server(
             lambda: ServerConnection(self), self.host, self.port, reuse_address=True
         )
@@ -455,7 +459,6 @@ class RemotingServer:
                 conn._abort()
             await asyncio.sleep(0)  # let connection_lost callbacks run
             await listener.wait_closed()
-            self._executor.shutdown(wait=False, cancel_futures=True)
             self._done.set()
 
     def close(self, timeout: float = 10.0) -> None:
@@ -472,7 +475,7 @@ class RemotingServer:
         elif self._bound.is_set():
             self._done.wait(timeout)
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor.shutdown(timeout)
 
     def __enter__(self) -> RemotingServer:
         self.start()
@@ -510,15 +513,8 @@ class RemotingServer:
     def _connection_closed(self, conn: ServerConnection) -> None:
         hook = getattr(self.processor, "connection_closed", None)
         if hook is not None and self._executor is not None and not self._closing:
-            with contextlib.suppress(RuntimeError):  # executor shut down
-                self._executor.submit(self._safe, hook, conn)
-
-    @staticmethod
-    def _safe(fn: Callable[..., Any], *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            log.exception("remoting_hook_failed")
+            with contextlib.suppress(RuntimeError):  # pool shut down
+                self._executor.submit(hook, conn)
 
     async def _close_idle(self) -> None:
         period = max(0.01, min(self.idle_timeout / 4, 5.0))
@@ -594,4 +590,20 @@ class RemotingServer:
             result = processor.process(cmd, conn)
         except Exception as exc:
             result = self._error_answer(cmd, exc)
-        self._call_soon(conn._reply, cmd, result)
+        # Results queue up and the loop is woken once per batch, not once per result (each
+        # wake-up is a write to the loop's self-pipe).
+        self._results.append((conn, cmd, result))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            loop = self._loop
+            if loop is not None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed
+                    loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        """On the loop: send the results the workers produced."""
+        self._drain_scheduled = False  # before draining, so a later append schedules anew
+        results = self._results
+        while results:
+            conn, cmd, result = results.popleft()
+            conn._reply(cmd, result)
