@@ -100,12 +100,12 @@ def _timer_deliver_ms(m: Message, now: int) -> int:
     return base + int(text) * unit
 
 
-_MESSAGE_FIELDS = frozenset(a.name for a in attrs.fields(Message))
-# _held_copy sets each field by name: it must know them all.
-assert {
-    "topic", "body", "tags", "keys", "properties", "flag", "delay_level",
-    "deliver_time_ms", "delay_ms", "delay_sec",
-} == _MESSAGE_FIELDS, "Message fields changed: update _held_copy"  # fmt: skip
+# Fields _held_copy sets by name; any other (a field added to Message later) is copied as is.
+_HELD_FIELDS = frozenset(
+    {"topic", "body", "tags", "keys", "properties", "flag", "delay_level"}
+    | {"deliver_time_ms", "delay_ms", "delay_sec"}
+)
+_OTHER_FIELDS = tuple(a.name for a in attrs.fields(Message) if a.name not in _HELD_FIELDS)
 
 
 def _held_copy(m: Message, topic: str, properties: dict[str, str]) -> Message:
@@ -128,6 +128,8 @@ def _held_copy(m: Message, topic: str, properties: dict[str, str]) -> Message:
     put(copy, "deliver_time_ms", None)
     put(copy, "delay_ms", None)
     put(copy, "delay_sec", None)
+    for name in _OTHER_FIELDS:
+        put(copy, name, getattr(m, name))
     return copy
 
 
