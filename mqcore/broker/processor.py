@@ -142,6 +142,30 @@ class BrokerProcessor:
     def __init__(self, broker: Broker, address: str) -> None:
         self.broker = broker
         self.address = address
+        # Run on the server's event loop, without a hop to a worker thread: these only read or
+        # append in memory (the store's maps, offset tables). With SYNC_FLUSH a send waits for
+        # the disk, so sends then go to the worker pool with the other slow operations.
+        inline = {
+            RequestCode.PULL_MESSAGE,
+            RequestCode.HEART_BEAT,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            RequestCode.GET_MAX_OFFSET,
+            RequestCode.GET_MIN_OFFSET,
+            RequestCode.LOCK_BATCH_MQ,
+            RequestCode.UNLOCK_BATCH_MQ,
+        }
+        flush = str(broker.config.store_options.get("flush_mode", "ASYNC_FLUSH"))
+        if "SYNC" not in flush.upper().replace("ASYNC", ""):
+            inline |= {
+                RequestCode.SEND_MESSAGE,
+                RequestCode.SEND_MESSAGE_V2,
+                RequestCode.SEND_BATCH_MESSAGE,
+            }
+        #: codes the remoting server may run on its event loop (see mqcore.remoting.server)
+        self.inline_codes = frozenset(int(c) for c in inline)
 
     def connection_closed(self, connection: Any) -> None:
         """A client's connection ended: it leaves its groups at once (RocketMQ's

@@ -145,6 +145,7 @@ class Server:
             raise
         self.address = f"{public}:{bound_port}"
         self.processor = BrokerProcessor(self.broker, self.address)
+        self.remoting.inline_codes = self.processor.inline_codes
         deferred.target = self.processor
 
     def close(self) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import struct
 
+import attrs
+
 from mqcore.errors import MessageIllegalError
 from mqcore.message import (
     PROPERTY_DELAY,
@@ -25,7 +27,6 @@ from mqcore.message import (
     Message,
     format_properties,
     parse_properties,
-    system_message,
 )
 from mqcore.protocol.codes import ResponseCode
 
@@ -52,15 +53,45 @@ def message_from_wire(topic: str, body: bytes, flag: int, properties: str | None
         level = int(delay) if delay else 0
     except ValueError:
         raise _illegal(f"property DELAY={delay!r} is not a delay level") from None
-    return system_message(
-        topic=topic,
-        body=body,
-        tags=tags or None,
-        keys=keys or None,
-        flag=flag,
-        delay_level=level,
-        properties=props,
-    )
+    return _wire_message(topic, body, tags or None, keys or None, props, flag, level)
+
+
+def _wire_message(
+    topic: str,
+    body: bytes,
+    tags: str | None,
+    keys: str | None,
+    props: dict[str, str],
+    flag: int,
+    level: int,
+) -> Message:
+    # Built without Message's own checks (about a fifth of a batch's cost on the server):
+    # the broker checks every sent message with check_sent_message, which covers the types,
+    # separators, Unicode and system properties those checks would, and the header reader
+    # checked the flag's range. What a library setter may write is the system-message path's
+    # business; from the wire, the broker's rules decide.
+    m = _new_message(Message)
+    put = _set
+    put(m, "topic", topic)
+    put(m, "body", body)
+    put(m, "tags", tags)
+    put(m, "keys", keys)
+    put(m, "properties", props)
+    put(m, "flag", flag)
+    put(m, "delay_level", level)
+    for name, default in _OTHER_DEFAULTS:
+        put(m, name, default)
+    return m
+
+
+_new_message = object.__new__
+_set = object.__setattr__
+_SET_HERE = {"topic", "body", "tags", "keys", "properties", "flag", "delay_level"}
+_OTHER_DEFAULTS = tuple(
+    (f.name, f.default) for f in attrs.fields(Message) if f.name not in _SET_HERE
+)
+if any(isinstance(d, attrs.Factory) or d is attrs.NOTHING for _, d in _OTHER_DEFAULTS):
+    raise ImportError("mqcore.protocol.send: a Message field without a plain default")
 
 
 def wire_properties(msg: Message) -> str:
