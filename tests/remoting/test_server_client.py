@@ -395,3 +395,6 @@ def test_vanished_clients_leak_nothing(
         cli.close()
     wait_until(lambda: not server.connections())
     wait_until(lambda: len(processor.closed) == 10)
+    # parked answers completed into closed connections, awaited ones were cancelled
+    wait_until(lambda: server._in_flight == 0)
+    assert all(not c._tasks for c in processor.closed)
