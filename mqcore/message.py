@@ -46,7 +46,7 @@ PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
-PROPERTY_UNIQ_KEY = "UNIQ_CLIENT_MESSAGE_ID_KEYIDX"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
@@ -324,7 +324,12 @@ def system_message(*, properties: Mapping[str, str] | None = None, **fields: Any
 
 @attrs.frozen
 class SendResult:
-    """Result of a send: status, message id, the queue chosen and the message's offset in it."""
+    """Result of a send: status, message id, the queue chosen and the message's offset in it.
+
+    ``msg_id`` is the producer's unique id of the message (its ``UNIQ_KEY``), which every
+    delivery, retry and dead letter of it keeps; ``offset_msg_id`` says where the broker
+    stored it (store host and commit-log offset). A batch joins each with commas.
+    """
 
     send_status: SendStatus
     msg_id: str
@@ -472,7 +477,16 @@ class MessageExt:
 
     @property
     def msg_id(self) -> str:
-        """RocketMQ's message id: store host (ip, port) and commit-log offset, upper-case hex."""
+        """The message's id as RocketMQ clients show it: the producer's unique id (the
+        ``UNIQ_KEY`` property, the same on every retry or delayed copy) when it has one,
+        else :attr:`offset_msg_id`."""
+        uniq = self._decode_meta()[1].get(PROPERTY_UNIQ_KEY)
+        return uniq if uniq else self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Where this copy is stored: store host (ip, port) and commit-log offset, as
+        upper-case hex (RocketMQ's offset message id)."""
         return f"{self._h[13].hex().upper()}{self._h[14]:08X}{self._h[7]:016X}"
 
     # variable part --------------------------------------------------------------------

@@ -44,6 +44,7 @@ from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_UNIQ_KEY,
     Message,
     MessageExt,
     MessageModel,
@@ -602,18 +603,36 @@ class Broker:
         begin_timestamp: int = 0,
         end_timestamp: int = 2**63 - 1,
     ) -> list[MessageExt]:
-        """Messages of ``topic`` whose keys include ``key``, stored within the time range."""
+        """Messages of ``topic`` whose keys include ``key``, or whose unique id (``UNIQ_KEY``)
+        is ``key``, stored within the time range (stores index both, as RocketMQ's index)."""
         self._check_open()
         found = self.store.lookup(topic, key, max_num)
         return [m for m in found if begin_timestamp <= m.store_timestamp <= end_timestamp]
 
+    def query_message_by_uniq_key(self, topic: str, uniq_key: str) -> MessageExt:
+        """The first message of ``topic`` stored with unique id ``uniq_key`` (the ``msg_id`` a
+        producer's send returned), through the key index (RocketMQ's ``queryMessageByUniqKey``).
+
+        Retries and dead letters keep the id but live in their own topics
+        (``%RETRY%<group>``, ``%DLQ%<group>``): ask those topics for those copies.
+        """
+        for msg in self.query_message(topic, uniq_key):
+            if msg.get_property(PROPERTY_UNIQ_KEY) == uniq_key:
+                return msg
+        raise BrokerError(
+            f"no message of topic {topic} with unique id {uniq_key}",
+            code=ResponseCode.QUERY_NOT_FOUND,
+        )
+
     @operation(RequestCode.VIEW_MESSAGE_BY_ID)
     def view_message_by_id(self, msg_id: str) -> MessageExt:
-        """The message with RocketMQ message id ``msg_id`` (store host + commit-log offset)."""
+        """The message with offset id ``msg_id`` (store host + commit-log offset); a unique id
+        is looked up with :meth:`query_message_by_uniq_key`."""
         self._check_open()
         _, offset = decode_message_id(msg_id)
         msg: MessageExt | None = self.store.message_at(offset)
-        if msg is None:
+        if msg is None or msg.offset_msg_id != msg_id.upper():
+            # An id of another store host, or a unique id read as an offset id.
             raise BrokerError(f"no message with id {msg_id}", code=ResponseCode.QUERY_NOT_FOUND)
         return msg
 
@@ -693,7 +712,7 @@ class Broker:
         )
         props = msg.properties
         props.setdefault(PROPERTY_RETRY_TOPIC, origin_topic or msg.topic)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin_msg_id or msg.msg_id)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin_msg_id or msg.offset_msg_id)
         times = msg.reconsume_times
         if times >= limit or delay_level < 0:
             topic = DLQ_GROUP_TOPIC_PREFIX + group

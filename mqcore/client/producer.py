@@ -14,10 +14,11 @@ from mqcore.client.async_sender import AsyncSender, PendingSend
 from mqcore.client.common import ClientBase
 from mqcore.errors import BrokerError, MessageIllegalError, MQClientError, SendTimeoutError
 from mqcore.logs import get_logger
-from mqcore.message import Message, MessageQueue, SendResult, SendStatus
+from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.validation import check_sent_message
 from mqcore.store import PutResult
+from mqcore.uniqkey import create_uniq_id
 
 __all__ = ["MessageQueueSelector", "Producer"]
 
@@ -38,15 +39,35 @@ _RETRY_CODES = frozenset(
 )
 
 
-def _batch_result(mq: MessageQueue, results: list[PutResult]) -> list[SendResult]:
+def _uniq_id(msg: Message) -> str:
+    """``msg``'s unique id, set now unless the message already has one (RocketMQ's
+    ``MessageClientIDSetter.setUniqID``: the caller's message carries it afterwards)."""
+    props = msg.properties
+    uniq = props.get(PROPERTY_UNIQ_KEY)
+    if not uniq:
+        uniq = props[PROPERTY_UNIQ_KEY] = create_uniq_id()
+    return uniq
+
+
+def _batch_result(
+    mq: MessageQueue, msgs: Sequence[Message], results: list[PutResult]
+) -> list[SendResult]:
     """One SendResult for a batch, as RocketMQ: the ids joined with commas, the first offset."""
-    ids = ",".join(r.msg_id for r in results)
-    return [SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, ids)]
+    ids = ",".join(m.properties[PROPERTY_UNIQ_KEY] for m in msgs)
+    offset_ids = ",".join(r.msg_id for r in results)
+    return [SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, offset_ids)]
 
 
-def _message_results(mq: MessageQueue, results: list[PutResult]) -> list[SendResult]:
+def _message_results(
+    mq: MessageQueue, msgs: Sequence[Message], results: list[PutResult]
+) -> list[SendResult]:
     """One SendResult per message of a batch."""
-    return [SendResult(SendStatus.SEND_OK, r.msg_id, mq, r.queue_offset, r.msg_id) for r in results]
+    return [
+        SendResult(
+            SendStatus.SEND_OK, m.properties[PROPERTY_UNIQ_KEY], mq, r.queue_offset, r.msg_id
+        )
+        for m, r in zip(msgs, results, strict=True)
+    ]
 
 
 class Producer(ClientBase):
@@ -148,6 +169,7 @@ class Producer(ClientBase):
         # The broker's own rules, checked here first (a Message's properties dict can still
         # be changed after it was built).
         check_sent_message(msg, msg.topic)
+        _uniq_id(msg)
 
     def _next_queue(self, mqs: list[MessageQueue], last: MessageQueue | None) -> MessageQueue:
         with self._index_lock:
@@ -232,7 +254,7 @@ class Producer(ClientBase):
         begin: float,
         pick: Callable[[list[MessageQueue], MessageQueue | None], MessageQueue] | None,
         retries: int,
-        results_of: Callable[[MessageQueue, list[PutResult]], list[SendResult]],
+        results_of: Callable[[MessageQueue, Sequence[Message], list[PutResult]], list[SendResult]],
     ) -> list[SendResult]:
         """:meth:`_store` between the send hooks; ``results_of`` makes the SendResults."""
         hooks = self.kernel.hook
@@ -241,7 +263,8 @@ class Producer(ClientBase):
         )
         if traced:
             hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
-        out = results_of(*self._store(msgs, timeout, begin, pick, retries))
+        mq, results = self._store(msgs, timeout, begin, pick, retries)
+        out = results_of(mq, msgs, results)
         if traced:
             hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=out)
         return out

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from mqcore.errors import InvalidArgumentError
+from mqcore.errors import BrokerError, InvalidArgumentError
 from mqcore.message import Message, MessageExt, MessageQueue
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
@@ -165,14 +165,20 @@ class EmbeddedTransport:
             consumer_group,
             msg.commitlog_offset,
             delay_level,
-            origin_msg_id=msg.get_property("ORIGIN_MESSAGE_ID") or msg.msg_id,
+            origin_msg_id=msg.get_property("ORIGIN_MESSAGE_ID") or msg.offset_msg_id,
             origin_topic=msg.topic,
             max_reconsume_times=max_reconsume_times,
         )
 
     def view_message_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
-        """The message with id ``msg_id``."""
-        return self.broker.view_message_by_id(msg_id)
+        """The message with offset id ``msg_id``; else, with ``topic``, the one whose unique
+        id is ``msg_id`` (RocketMQ's ``viewMessage`` falling back to ``queryMessageByUniqKey``)."""
+        try:
+            return self.broker.view_message_by_id(msg_id)
+        except BrokerError:
+            if topic is None:
+                raise
+        return self.broker.query_message_by_uniq_key(topic, msg_id)
 
     def query_message(
         self,

@@ -132,7 +132,7 @@ def run_demo(data_dir: Path, store: str, messages: int, console: Console) -> dic
         with PullConsumer("demo-audit", broker=broker) as audit:
             found = audit.query_message("Orders", "order-7")
             summary["lookup"] = [m.body.decode() for m in found]
-            by_id = audit.view_message(first.msg_id)
+            by_id = audit.view_message(first.msg_id, "Orders")
             console.print(
                 f"[bold]4.[/] lookup by key order-7 -> {summary['lookup']}; "
                 f"by id -> {by_id.body!r} in queue {by_id.queue_id} at offset {by_id.queue_offset}"

@@ -40,6 +40,7 @@ from mqcore import codec
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt
 from mqcore.plugins.store_lmdb import layout
+from mqcore.uniqkey import record_index_keys
 
 if TYPE_CHECKING:
     from mqcore.plugins.store_lmdb.environment import Environment
@@ -226,10 +227,10 @@ def _delete_keys(txn: Any, env: Environment, view: Any, base: int, tprefix: byte
     pos = 0
     end = len(view)
     while pos < end:
-        keys = MessageExt(view, pos).keys
+        keys = record_index_keys(MessageExt(view, pos))
         if keys:
             value = _OFFSET.pack(base + pos)
-            for k in keys.split():
+            for k in keys:
                 txn.delete(layout.index_key(tprefix, k), value, db=env.keyindex)
         pos += _SIZE.unpack_from(view, pos)[0]
         records += 1

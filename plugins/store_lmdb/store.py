@@ -34,7 +34,7 @@ from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreError
 from mqcore.interfaces import MessageFilter
 from mqcore.lockfile import StoreLock
 from mqcore.logs import get_logger
-from mqcore.message import Message, MessageExt
+from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageExt
 from mqcore.plugins.store_lmdb import layout, retention, scan
 from mqcore.plugins.store_lmdb.environment import Environment, Syncer
 from mqcore.spans import RawSpans
@@ -50,6 +50,7 @@ from mqcore.store import (
     parse_delay_levels,
 )
 from mqcore.storekind import check_store_kind
+from mqcore.uniqkey import index_keys, uniq_ids
 
 __all__ = ["OPTIONS", "LmdbStore"]
 
@@ -265,7 +266,7 @@ class LmdbStore:
                 born_host=born,
             )
             units, key_items, results = _batch_items(
-                prepared, prefix, start_cl, next_q, ts, self._id_prefix
+                prepared, prefix, start_cl, next_q, ts, self._id_prefix, uniq_ids(messages)
             )
             log_key = _OFFSET_PACK(start_cl)
             cq_key = prefix + _OFFSET_PACK(next_q + len(prepared) - 1)
@@ -468,7 +469,7 @@ class LmdbStore:
                         continue
                     msg = MessageExt(record)
                     # The index may hold a digest of a long key: confirm on the record.
-                    if key in msg.key_list:
+                    if key in msg.key_list or msg.get_property(PROPERTY_UNIQ_KEY) == key:
                         out.append(msg)
                         if len(out) >= max_count:
                             break
@@ -589,20 +590,27 @@ def _batch_items(
     next_q: int,
     ts: int,
     id_prefix: str,
+    uniqs: list[str | None] | None = None,
 ) -> tuple[bytes, list[tuple[bytes, bytes]], list[PutResult]]:
     """The consume-queue item, key-index items and results of one packed batch.
+
+    ``uniqs`` are the messages' unique ids (:func:`mqcore.uniqkey.uniq_ids`), indexed as keys.
 
     The per-message loops run in :mod:`mqcore.batch` (in C when it was built): at several
     hundred thousand messages a second, a Python loop body is the bottleneck.
     """
     units, offsets, _end = batch.units(prepared, start_cl)
     key_items: list[tuple[bytes, bytes]] = []
-    if any(map(_KEYS, prepared)):
+    if uniqs is not None or any(map(_KEYS, prepared)):
         tprefix = prefix[: -layout.QUEUE_ID.size]
-        for keys, cl in zip(map(_KEYS, prepared), offsets, strict=True):
-            if keys:
+        for keys, uniq, cl in zip(
+            map(_KEYS, prepared), uniqs or repeat(None), offsets, strict=False
+        ):
+            if keys or uniq:
                 log_key = _OFFSET_PACK(cl)
-                key_items.extend((layout.index_key(tprefix, k), log_key) for k in keys.split())
+                key_items.extend(
+                    (layout.index_key(tprefix, k), log_key) for k in index_keys(keys, uniq)
+                )
     return units, key_items, batch.put_results(id_prefix, prepared, offsets, next_q, ts)
 
 

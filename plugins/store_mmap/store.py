@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Sequence
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,7 @@ from mqcore.store import (
     position_status,
 )
 from mqcore.storekind import check_store_kind
+from mqcore.uniqkey import index_keys, record_index_keys, uniq_ids
 
 from . import queueends, recovery, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
@@ -309,6 +310,7 @@ class MmapStore:
         except CodecError as exc:
             raise InvalidArgumentError(str(exc)) from exc
         count = len(prepared)
+        uniqs = uniq_ids(messages)  # unique ids are indexed like keys (None: no properties)
         if count == 1:  # one message per put is common: skip the batch machinery
             sizes: list[int] = []
             total = biggest = prepared[0][0]
@@ -344,8 +346,10 @@ class MmapStore:
                     first = prepared[0]
                     offsets = [chunks[0][0]]
                     end = offsets[0] + total
-                    if first[10]:
-                        keyed = [(topic, first[10].split(), offsets[0], store_ts)]
+                    if first[10] or uniqs:
+                        keys = index_keys(first[10], uniqs[0] if uniqs else None)
+                        if keys:
+                            keyed = [(topic, keys, offsets[0], store_ts)]
                 else:
                     # Offsets and units for the whole batch in one call (C when built;
                     # see mqcore.batch): no Python bytecode per message.
@@ -360,11 +364,13 @@ class MmapStore:
                             offsets += part
                             i += n
                         units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
-                    if any(map(_get_keys, prepared)):
+                    if uniqs is not None or any(map(_get_keys, prepared)):
                         keyed = [
-                            (topic, p[10].split(), phys, store_ts)
-                            for p, phys in zip(prepared, offsets, strict=True)
-                            if p[10]
+                            (topic, index_keys(p[10], uniq), phys, store_ts)
+                            for p, uniq, phys in zip(
+                                prepared, uniqs or repeat(None), offsets, strict=False
+                            )
+                            if p[10] or uniq
                         ]
                 if count == 1:
                     cq.append_unit(qoff, offsets[0], total, first[9])
@@ -690,7 +696,7 @@ class MmapStore:
         found: list[MessageExt] = []
         for phys in sorted(set(offsets)):
             msg = self.message_at(phys)
-            if msg is not None and msg.topic == topic and key in msg.key_list:
+            if msg is not None and msg.topic == topic and key in record_index_keys(msg):
                 found.append(msg)
         return found[-max_count:]
 

@@ -24,7 +24,8 @@ def test_100k_messages_each_once_in_queue_order(tmp_path: Path, store_name: str)
     with Broker(tmp_path, store=store_name) as broker:
         broker.create_topic("E2E", queue_nums=QUEUES)
         sent: dict[MessageQueue, list[int]] = {}
-        ids: dict[int, str] = {}
+        ids: dict[int, str] = {}  # the producer's unique ids
+        offset_ids: dict[int, str | None] = {}  # where the broker stored each message
         with Producer("pg", broker=broker) as producer:
             # Single sends for a share of the messages, batches for the rest (same contract).
             for i in range(2_000):
@@ -35,6 +36,7 @@ def test_100k_messages_each_once_in_queue_order(tmp_path: Path, store_name: str)
                 assert r.send_status is SendStatus.SEND_OK
                 sent.setdefault(r.message_queue, []).append(i)
                 ids[i] = r.msg_id
+                offset_ids[i] = r.offset_msg_id
             for start in range(2_000, N, 32):
                 batch = range(start, min(start + 32, N))
                 r = producer.send_batch(
@@ -66,7 +68,13 @@ def test_100k_messages_each_once_in_queue_order(tmp_path: Path, store_name: str)
                 for m, i in zip(got, expected, strict=True):
                     assert m.body == _body(i)
                     assert m.tags == f"T{i % 3}" and m.keys == f"key-{i}"
-                    assert m.properties == {"seq": str(i), "ü": "ö"}
+                    props = m.properties
+                    uniq = props.pop("UNIQ_KEY")  # set by the producer
+                    assert props == {"seq": str(i), "ü": "ö"}
+                    assert m.msg_id == uniq and len(uniq) == 32
+                    assert m.offset_msg_id != uniq
+                    if i in ids:
+                        assert (ids[i], offset_ids[i]) == (m.msg_id, m.offset_msg_id)
                 seen += len(got)
                 consumer.update_consume_offset(mq, offset)
             assert seen == N
@@ -75,4 +83,7 @@ def test_100k_messages_each_once_in_queue_order(tmp_path: Path, store_name: str)
                 found = consumer.query_message("E2E", f"key-{i}")
                 assert [m.body for m in found] == [_body(i)]
             for i in (0, 777, 1_999):
-                assert consumer.view_message(ids[i]).body == _body(i)
+                offset_id = offset_ids[i]
+                assert offset_id is not None
+                assert consumer.view_message(offset_id).body == _body(i)
+                assert consumer.view_message(ids[i], "E2E").body == _body(i)
