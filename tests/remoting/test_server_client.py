@@ -398,3 +398,25 @@ def test_vanished_clients_leak_nothing(
     # parked answers completed into closed connections, awaited ones were cancelled
     wait_until(lambda: server._in_flight == 0)
     assert all(not c._tasks for c in processor.closed)
+
+
+def test_a_client_that_never_reads_stalls_nobody(
+    client: RemotingClient, addr: str, server: RemotingServer
+) -> None:
+    """Its answers back up, the server stops reading from it; others are served meanwhile."""
+    frame = RemotingCommand(ECHO, body=b"z" * 65536).encode()
+    with _raw(addr) as hog:
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.settimeout(0.05)
+        sent = 0
+        try:
+            for _ in range(2000):  # 128 MiB if the server kept reading: it will not
+                hog.sendall(frame)
+                sent += 1
+        except TimeoutError:
+            pass
+        assert sent < 2000
+        started = time.monotonic()
+        for i in range(20):
+            assert client.invoke(addr, _cmd(ECHO, str(i).encode()), 5).body == str(i).encode()
+        assert time.monotonic() - started < 3
