@@ -31,6 +31,7 @@ DLQ_PREFIX = "%DLQ%"
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # RocketMQ's MixAll.TOOLS_CONSUMER_GROUP
 TOOLS_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # RocketMQ's MixAll.CLIENT_INNER_PRODUCER_GROUP
 _KEPT_SYSTEM_PROPERTIES = frozenset({"UNIQ_KEY"})  # a resent dead letter keeps its id
+RUNNING_INFO_WAIT_S = 8.0  # longer than the server waits for the client (5 s)
 
 
 @attrs.frozen
@@ -87,8 +88,10 @@ class MQAdmin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, code: int, header: Any = None, body: Any = None) -> RemotingCommand:
-        resp = self.transport._call(self.server, code, header, body)
+    def _call(
+        self, code: int, header: Any = None, body: Any = None, timeout: float | None = None
+    ) -> RemotingCommand:
+        resp = self.transport._call(self.server, code, header, body, timeout)
         if resp.code != ResponseCode.SUCCESS:
             remark = resp.remark or f"the server refused request code {code} (code {resp.code})"
             if resp.code == ResponseCode.TOPIC_NOT_EXIST:
@@ -194,7 +197,11 @@ class MQAdmin:
         header = headers.GetConsumerRunningInfoRequestHeader(
             consumer_group=group, client_id=client_id
         )
-        resp = self._call(RequestCode.GET_CONSUMER_RUNNING_INFO, header)
+        resp = self._call(
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            header,
+            timeout=max(self.transport.timeout, RUNNING_INFO_WAIT_S),
+        )
         return admin_bodies.ConsumerRunningInfo.decode(resp.body or b"{}")
 
     def owners(self, group: str) -> dict[MessageQueue, str]:
