@@ -14,7 +14,8 @@ class ClientChannel(Protocol):
     """How a broker reaches one client: RocketMQ's broker-to-client requests.
 
     In-process these are plain calls; over the network the remoting client turns the
-    requests NOTIFY_CONSUMER_IDS_CHANGED (40) and RESET_CONSUMER_CLIENT_OFFSET (222) into them.
+    requests NOTIFY_CONSUMER_IDS_CHANGED (40), RESET_CONSUMER_CLIENT_OFFSET (220) and
+    GET_CONSUMER_RUNNING_INFO (307) into them.
     """
 
     def consumer_ids_changed(self, group: str) -> None:
