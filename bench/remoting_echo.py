@@ -6,8 +6,10 @@ For each server configuration (worker-thread or inline dispatch, asyncio's or uv
 loop when uvloop is installed) a server process answers every request with its body. The
 client measures, with RocketMQ's JSON and binary headers: the synchronous round trip of one
 thread, pipelined throughput of ``invoke_async`` from one thread, and throughput of 8 threads
-calling ``invoke`` on one shared connection. Server and client run in separate processes, as
-they would in use; nothing else is in the path (no broker, no store).
+calling ``invoke`` on one shared connection, and the CPU time client and server spend per
+request in the pipelined phase (steadier than rates on a busy machine). Server and client run
+in separate processes, as they would in use; nothing else is in the path (no broker, no
+store).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import asyncio
 import concurrent.futures
 import json
 import multiprocessing
+import os
+import resource
 import signal
 import statistics
 import sys
@@ -55,7 +59,19 @@ def _serve(dispatch: str, uvloop: bool, port_out: Any) -> None:
         asyncio.run(main())
 
 
-def _measure(addr: str, kind: SerializeType, requests: int, size: int) -> dict[str, float]:
+def _cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (this one by default), all threads."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(
+    addr: str, kind: SerializeType, requests: int, size: int, server_pid: int
+) -> dict[str, float]:
     body = b"x" * size
 
     def cmd() -> RemotingCommand:
@@ -71,10 +87,13 @@ def _measure(addr: str, kind: SerializeType, requests: int, size: int) -> dict[s
             cli.invoke(addr, cmd(), 5)
             times.append(time.perf_counter() - t)
         t = time.perf_counter()
+        cpu_client, cpu_server = _cpu_seconds(), _cpu_seconds(server_pid)
         futures = [cli.invoke_async(addr, cmd(), 60) for _ in range(requests)]
         for f in futures:
             f.result()
         pipelined = requests / (time.perf_counter() - t)
+        cpu_client = (_cpu_seconds() - cpu_client) / requests
+        cpu_server = (_cpu_seconds(server_pid) - cpu_server) / requests
 
         def worker(k: int) -> None:
             for _ in range(k):
@@ -89,6 +108,8 @@ def _measure(addr: str, kind: SerializeType, requests: int, size: int) -> dict[s
         "rtt_p99_us": sorted(times)[int(len(times) * 0.99)] * 1e6,
         "pipelined_req_per_s": pipelined,
         "threads8_req_per_s": threaded,
+        "client_cpu_us_per_req": cpu_client * 1e6,
+        "server_cpu_us_per_req": cpu_server * 1e6,
     }
 
 
@@ -116,7 +137,8 @@ def main() -> None:
                 for kind in SerializeType:
                     row = {"dispatch": dispatch, "loop": "uvloop" if uv else "asyncio"}
                     row["header"] = kind.name
-                    row.update(_measure(addr, kind, args.requests, args.size))
+                    assert proc.pid is not None
+                    row.update(_measure(addr, kind, args.requests, args.size, proc.pid))
                     results.append(row)
                     if not args.json:
                         print(
@@ -124,7 +146,9 @@ def main() -> None:
                             f"rtt median {row['rtt_median_us']:7.0f} us  "
                             f"p99 {row['rtt_p99_us']:7.0f} us  "
                             f"pipelined {row['pipelined_req_per_s']:8.0f}/s  "
-                            f"8 threads {row['threads8_req_per_s']:8.0f}/s",
+                            f"8 threads {row['threads8_req_per_s']:8.0f}/s  "
+                            f"CPU/req client {row['client_cpu_us_per_req']:4.0f} us "
+                            f"server {row['server_cpu_us_per_req']:4.0f} us",
                             flush=True,
                         )
             finally:
