@@ -82,6 +82,7 @@ class LanguageCode(enum.IntEnum):
 
 _LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
 _escape: Callable[[str], str] = json.encoder.encode_basestring
+_json_decode = json.JSONDecoder().decode
 _opaque_counter = itertools.count(1)
 
 
@@ -291,8 +292,8 @@ class RemotingCommand:
     @classmethod
     def _decode_json(cls, header: memoryview) -> RemotingCommand:
         try:
-            obj = json.loads(bytes(header))
-        except (ValueError, RecursionError) as exc:
+            obj = _json_decode(str(header, "utf-8"))
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise ProtocolError(f"command header is not JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise ProtocolError("command header must be a JSON object")
