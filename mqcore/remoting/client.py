@@ -35,6 +35,7 @@ RequestHandler = Callable[[RemotingCommand, str], "RemotingCommand | None"]
 
 _TICK = 0.1  # how often the sweeper expires async requests past their deadline
 _RECV_SIZE = 256 * 1024
+_HANDLER_THREAD = "mqcore-remoting-client-handler"
 
 
 def parse_address(addr: str) -> tuple[str, int]:
@@ -328,7 +329,9 @@ class RemotingClient:
             if thread is not threading.current_thread():
                 thread.join(timeout)
         if self._handler_pool is not None:
-            self._handler_pool.shutdown(wait=True, cancel_futures=True)
+            # From the handler itself (a handler that closes its client), do not join ourselves.
+            in_handler = threading.current_thread().name.startswith(_HANDLER_THREAD)
+            self._handler_pool.shutdown(wait=not in_handler, cancel_futures=True)
 
     def __enter__(self) -> RemotingClient:
         return self
@@ -344,7 +347,7 @@ class RemotingClient:
                 return
             if self._handler_pool is None:
                 self._handler_pool = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="mqcore-remoting-client-handler"
+                    max_workers=1, thread_name_prefix=_HANDLER_THREAD
                 )
             pool = self._handler_pool
         with contextlib.suppress(RuntimeError):  # closing

@@ -420,3 +420,23 @@ def test_a_client_that_never_reads_stalls_nobody(
         for i in range(20):
             assert client.invoke(addr, _cmd(ECHO, str(i).encode()), 5).body == str(i).encode()
         assert time.monotonic() - started < 3
+
+
+def test_a_handler_may_close_its_own_client(server: RemotingServer, addr: str) -> None:
+    closed = threading.Event()
+    holder: list[RemotingClient] = []
+
+    def handler(cmd: RemotingCommand, peer: str) -> RemotingCommand | None:
+        holder[0].close()
+        closed.set()
+        return None
+
+    cli = RemotingClient(handler)
+    holder.append(cli)
+    assert cli.invoke(addr, _cmd(BIND, clientId="self-closing"), 5).code == 0
+    conn = server.find_connection("self-closing")
+    assert conn is not None
+    conn.send_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED))
+    assert closed.wait(5)
+    with pytest.raises(RemotingConnectError, match="closed"):
+        cli.invoke(addr, _cmd(ECHO), 1)
