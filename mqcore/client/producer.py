@@ -9,13 +9,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
 from mqcore.client.async_sender import AsyncSender, PendingSend
 from mqcore.client.common import ClientBase
 from mqcore.errors import BrokerError, MessageIllegalError, MQClientError, SendTimeoutError
 from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from mqcore.protocol.codes import ResponseCode
+from mqcore.protocol.names import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
 from mqcore.protocol.validation import check_sent_message
 from mqcore.store import PutResult
 from mqcore.uniqkey import create_uniq_id

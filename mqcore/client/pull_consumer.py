@@ -5,12 +5,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mqcore.broker.topics import validate_group
 from mqcore.client.common import ClientBase
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt, MessageModel, MessageQueue, PullResult, PullStatus
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
+from mqcore.protocol.names import validate_group
 
 __all__ = ["PullConsumer"]
 
