@@ -258,8 +258,19 @@ class RemoteTransport:
             producer_data_set=[bodies.ProducerData(group_name=g) for g in producer_groups],
             consumer_data_set=[_wire_consumer(d) for d in consumer_data],
         ).encode()
-        for addr in self._all_brokers():
-            _check(self._call(addr, RequestCode.HEART_BEAT, None, body))
+        with self._lock:
+            brokers = sorted(set(self._brokers.values()))
+        if brokers:
+            for addr in brokers:
+                _check(self._call(addr, RequestCode.HEART_BEAT, None, body))
+            return
+        # No broker known yet (no route found): mqcore serve answers as broker on its name
+        # server address, so register there; a plain RocketMQ name server refuses the code,
+        # and the next heartbeat, once a route names the brokers, reaches them instead.
+        for addr in self.namesrv_addrs:
+            resp = self._call(addr, RequestCode.HEART_BEAT, None, body)
+            if resp.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                _check(resp)
 
     def unregister_client(
         self, client_id: str, producer_group: str | None = None, consumer_group: str | None = None
