@@ -171,6 +171,14 @@ class MQAdmin:
         resp = self._call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         return list(admin_bodies.SubscriptionGroupWrapper.decode(resp.body or b"{}").groups)
 
+    def _require_group(self, group: str) -> None:
+        if group not in self.groups():
+            raise BrokerError(
+                f"consumer group {group!r} is unknown to the server (no member online, no "
+                f"offset committed); `mqcore group list` shows the groups it knows",
+                code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            )
+
     def consume_stats(self, group: str, topic: str | None = None) -> admin_bodies.ConsumeStats:
         """The group's broker and consumer offsets per queue (GET_CONSUME_STATS).
 
@@ -247,7 +255,13 @@ class MQAdmin:
         ``timestamp_ms`` (INVOKE_BROKER_TO_RESET_OFFSET); running members are told to follow.
 
         Without ``force`` a queue's offset only moves back (RocketMQ's ``isForce``).
+
+        :raises TopicNotExistError: no such topic.
+        :raises BrokerError: a group the server does not know (a misspelt name must not
+            create offsets for a group nobody runs; RocketMQ refuses it too).
         """
+        self.topic(topic)
+        self._require_group(group)
         header = headers.ResetOffsetRequestHeader(
             topic=topic, group=group, timestamp=timestamp_ms, is_force=force
         )
@@ -303,12 +317,7 @@ class MQAdmin:
     # -- dead letters -----------------------------------------------------------------------
 
     def _dlq_topic(self, group: str) -> TopicInfo | None:
-        if group not in self.groups():
-            raise BrokerError(
-                f"consumer group {group!r} is unknown to the server; `mqcore group list` "
-                f"shows the groups it knows",
-                code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-            )
+        self._require_group(group)
         for info in self.topics():
             if info.topic == DLQ_PREFIX + group:
                 return info

@@ -419,7 +419,6 @@ def offset_reset(
     Running members of the group drop what they hold of the topic and consume from there."""
     when = parse_timestamp(timestamp)
     with connect(server) as admin:
-        admin.topic(topic_name)
         offsets = admin.reset_offset(group_name, topic_name, when, force=force)
     rows = [
         {
