@@ -56,10 +56,10 @@ def parse_settings(config_file: Path | None, pairs: tuple[str, ...]) -> dict[str
     """Broker settings from a TOML file and ``NAME=VALUE`` pairs, converted and checked."""
     settings: dict[str, Any] = {}
     if config_file is not None:
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ImportError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        else:  # Python 3.10: the same parser, from PyPI
+            import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
         try:
             data = tomllib.loads(config_file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

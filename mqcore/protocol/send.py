@@ -90,7 +90,7 @@ _SET_HERE = {"topic", "body", "tags", "keys", "properties", "flag", "delay_level
 _OTHER_DEFAULTS = tuple(
     (f.name, f.default) for f in attrs.fields(Message) if f.name not in _SET_HERE
 )
-if any(isinstance(d, attrs.Factory) or d is attrs.NOTHING for _, d in _OTHER_DEFAULTS):
+if any(hasattr(d, "factory") or d is attrs.NOTHING for _, d in _OTHER_DEFAULTS):
     raise ImportError("mqcore.protocol.send: a Message field without a plain default")
 
 
