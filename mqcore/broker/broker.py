@@ -562,10 +562,55 @@ class Broker:
         queue_id: int,
         commit_offset: int,
         client_host: str = "",
+        *,
+        reset_clients: bool = True,
     ) -> None:
-        """Commit the group's next offset to consume in the queue."""
+        """Set the group's next offset to consume in the queue.
+
+        Called by an application or an operator (``reset_clients``, the default), the group's
+        running members are told to drop what they hold of the queue and pull from the new
+        offset (RESET_CONSUMER_CLIENT_OFFSET), so that their next offset commit does not
+        undo it. Consumers committing their own progress pass ``reset_clients=False``.
+        """
         self._check_open()
         self.offsets.commit_offset(client_host, consumer_group, topic, queue_id, commit_offset)
+        if reset_clients:
+            mq = MessageQueue(topic, self.config.broker_name, queue_id)
+            self.consumers.notify_reset(consumer_group, topic, {mq: commit_offset})
+            log.info(
+                "consumer_offset_reset", group=consumer_group, topic=topic, queue_id=queue_id,
+                offset=commit_offset,
+            )  # fmt: skip
+
+    @operation(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
+    def reset_offset_by_timestamp(
+        self, consumer_group: str, topic: str, timestamp_ms: int, *, force: bool = True
+    ) -> dict[MessageQueue, int]:
+        """Move the group's offset in every queue of ``topic`` to the first message stored at
+        or after ``timestamp_ms`` (``-1``: the end of each queue), and tell the group's running
+        members to follow (RocketMQ's ``resetOffsetByTimestamp``). Without ``force`` an offset
+        only moves back. Returns the new offset of each queue.
+        """
+        self._check_open()
+        validate_group(consumer_group)
+        cfg = self.topics.require(topic, read=True)
+        table: dict[MessageQueue, int] = {}
+        for queue_id in range(cfg.read_queue_nums):
+            if timestamp_ms < 0:
+                target = int(self.store.max_offset(topic, queue_id))
+            else:
+                target = int(self.store.offset_for_timestamp(topic, queue_id, timestamp_ms))
+            current = self.offsets.query_offset(consumer_group, topic, queue_id)
+            if not force and 0 <= current < target:
+                target = current
+            self.offsets.commit_offset("", consumer_group, topic, queue_id, target)
+            table[MessageQueue(topic, self.config.broker_name, queue_id)] = target
+        told = self.consumers.notify_reset(consumer_group, topic, table)
+        log.info(
+            "consumer_offsets_reset", group=consumer_group, topic=topic,
+            timestamp_ms=timestamp_ms, clients=told,
+        )  # fmt: skip
+        return table
 
     @operation(RequestCode.GET_MIN_OFFSET)
     def get_min_offset(self, topic: str, queue_id: int) -> int:

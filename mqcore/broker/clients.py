@@ -8,13 +8,13 @@ import time
 import attrs
 
 from mqcore.logs import get_logger
+from mqcore.message import MessageQueue
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 
 __all__ = ["ConsumerData", "ConsumerManager", "SubscriptionData"]
 
 log = get_logger(__name__)
-
 
 
 @attrs.define
@@ -118,6 +118,18 @@ class ConsumerManager:
             if group is None:
                 return []
             return [(c.client_id, c.channel) for c in group.clients.values() if c.channel]
+
+    def notify_reset(self, group_name: str, topic: str, offsets: dict[MessageQueue, int]) -> int:
+        """Tell every member of the group with a channel that an operator moved its offsets
+        in ``topic`` (RocketMQ's RESET_CONSUMER_CLIENT_OFFSET); returns how many were told."""
+        told = 0
+        for client_id, channel in self.channels(group_name):
+            try:
+                channel.reset_offset(group_name, topic, dict(offsets))
+                told += 1
+            except Exception:  # a client's channel must not break the broker
+                log.exception("reset_offset_notice_failed", group=group_name, client_id=client_id)
+        return told
 
     def _notify(self, group_name: str) -> None:
         # RocketMQ's NOTIFY_CONSUMER_IDS_CHANGED, to every member of the group.

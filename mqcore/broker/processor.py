@@ -405,8 +405,16 @@ class BrokerProcessor:
             h.queue_id,
             h.commit_offset,
             getattr(conn, "remote_address", ""),
+            reset_clients=False,  # a consumer's own commit (RocketMQ's admin uses 222 to reset)
         )
         return None if req.is_oneway else _ok(req)
+
+    @_op(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
+    def _reset_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        table = self.broker.reset_offset_by_timestamp(
+            h.group, h.topic, h.timestamp, force=h.is_force
+        )
+        return _ok(req, body=bodies.ResetOffsetBody(offset_table=table).encode())
 
     @_op(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
     def _search_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:

@@ -285,6 +285,34 @@ class PushConsumer(ClientBase):
         """The broker's notice that the group's membership changed: rebalance now."""
         self._rebalance_now.set()
 
+    def reset_offset(self, group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """The broker's notice that an operator moved the group's offsets in ``topic``
+        (RESET_CONSUMER_CLIENT_OFFSET, RocketMQ's ``MQClientInstance.resetOffset``).
+
+        Each owned queue named in ``offsets`` is dropped with what it holds (listeners still
+        running on it commit nothing), its offset set to the new one, and the queue is given
+        up; the rebalance that follows at once takes it back and pulls from the new offset.
+        So the consumer's next offset commit cannot undo the reset.
+        """
+        if group != self.group or self._stop.is_set() or self.offset_store is None:
+            return
+        with self._table_lock:
+            hit = [
+                (mq, pq)
+                for mq, (pq, _) in self._table.items()
+                if mq.topic == topic and mq in offsets
+            ]
+        for mq, pq in hit:
+            pq.dropped = True
+            pq.clear()
+            self.offset_store.update_offset(mq, offsets[mq], False)
+            if self._remove_unnecessary(mq, pq):
+                with self._table_lock:
+                    if self._table.get(mq, (None,))[0] is pq:
+                        del self._table[mq]
+        log.info("offsets_reset", group=group, topic=topic, queues=len(hit))
+        self._rebalance_now.set()
+
     def consumer_running_info(self, group: str) -> ConsumerRunningInfo:
         """The queues this consumer owns now, what it holds of each, and its settings (the
         broker asks for them on an operator's behalf: GET_CONSUMER_RUNNING_INFO)."""

@@ -199,7 +199,9 @@ class EmbeddedTransport:
 
     def update_consumer_offset(self, consumer_group: str, mq: MessageQueue, offset: int) -> None:
         """Commit the group's next offset in ``mq``."""
-        self.broker.update_consumer_offset(consumer_group, mq.topic, mq.queue_id, offset)
+        self.broker.update_consumer_offset(
+            consumer_group, mq.topic, mq.queue_id, offset, reset_clients=False
+        )
 
     def get_min_offset(self, mq: MessageQueue) -> int:
         """Smallest offset stored in ``mq``."""
