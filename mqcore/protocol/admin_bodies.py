@@ -32,7 +32,7 @@ from mqcore.protocol.bodies import (
     _object,
     _str,
 )
-from mqcore.protocol.fastjson import dumps
+from mqcore.protocol.fastjson import dumps, loads
 
 __all__ = [
     "Connection",
@@ -47,6 +47,11 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+
+
+def _body(body: bytes | bytearray | memoryview | str, what: str) -> Mapping[str, Any]:
+    """A body's top-level JSON object. :raises ProtocolError: not JSON, or not an object."""
+    return _object(loads(body), what)
 
 
 def _mq_map(table: Mapping[MessageQueue, Any], value: Callable[[Any], Any]) -> str:
@@ -150,7 +155,7 @@ class TopicStatsTable:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> TopicStatsTable:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _body(body, what)
         return cls(
             offset_table=_read_mq_map(obj, "offsetTable", what, TopicOffset.from_json),
             topic_put_tps=_float(obj, "topicPutTps", what),
@@ -218,7 +223,7 @@ class ConsumeStats:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> ConsumeStats:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _body(body, what)
         return cls(
             offset_table=_read_mq_map(obj, "offsetTable", what, OffsetWrapper.from_json),
             consume_tps=_float(obj, "consumeTps", what),
@@ -298,7 +303,7 @@ class ConsumerConnection:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> ConsumerConnection:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _body(body, what)
         subs = obj.get("subscriptionTable") or {}
         if not isinstance(subs, Mapping):
             raise ProtocolError(f"{what}: 'subscriptionTable' must be a map")
@@ -402,7 +407,7 @@ class ConsumerRunningInfo:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> ConsumerRunningInfo:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _body(body, what)
         props = obj.get("properties") or {}
         if not isinstance(props, Mapping):
             raise ProtocolError(f"{what}: 'properties' must be a map")
@@ -451,7 +456,7 @@ class SubscriptionGroupWrapper:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> SubscriptionGroupWrapper:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _body(body, what)
         table = obj.get("subscriptionGroupTable") or {}
         if not isinstance(table, Mapping):
             raise ProtocolError(f"{what}: 'subscriptionGroupTable' must be a map")
