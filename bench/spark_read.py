@@ -261,6 +261,13 @@ def main() -> None:
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
+    parser.add_argument(
+        "--builder",
+        choices=("c", "python"),
+        default="c",
+        help="column builder of the Spark workers: C, or its pure-Python reference "
+        "(MQCORE_NO_SPEEDUPS=1 in the workers)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
@@ -270,6 +277,8 @@ def main() -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
     )
     counts = [int(p) for p in args.partitions.split(",")]
+    if args.builder == "python":
+        os.environ["MQCORE_NO_SPEEDUPS"] = "1"  # inherited by the JVM and its Python workers
     tmp = tempfile.mkdtemp(prefix="mqcore-spark-bench-")
     path = os.path.join(tmp, "store")
     # Other work on the machine skews a parallel speed-up: report how busy it was.
@@ -297,6 +306,7 @@ def main() -> None:
         "load_avg_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
         "python": platform.python_version(),
         "spark_conf": args.conf,
+        "builder": args.builder,
         "records_per_s": {k: round(v) for k, v in rates.items()},
         "all_runs_records_per_s": {
             n: [round(args.messages / t) for t in ts] for n, ts in found["times"].items()

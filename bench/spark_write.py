@@ -1,0 +1,242 @@
+"""Rows per second writing a DataFrame to a topic with Spark, against ``mqcore bench`` produce.
+
+    python bench/spark_write.py                       # mmap, 1,000,000 rows of 100 bytes
+    python bench/spark_write.py --store lmdb --partitions 1,2 --json
+    python bench/spark_write.py --replay              # also time `mqcore replay` of the rows
+
+The DataFrame (a ``body`` column of ``--size`` random-looking bytes, as ``mqcore bench``
+writes, or with ``--columns full`` also tags, keys and a property) is built, split into N
+partitions and cached before timing, so that a write measures the sink: Spark hands each
+task's rows to its Python worker as Arrow batches, and the worker stores them with
+``df.write.format("mqcore")`` into a fresh store directory. ``--warmup`` untimed writes
+start the Python workers and let the JVM compile its code first; the best of ``--runs``
+writes of each partition count is kept.
+
+A store directory has one writer at a time, so the tasks of a write take the writer lock in
+turn: *per partition* is the rows of one partition over the time its task spent putting
+them, the figure to set against one producer
+thread of ``mqcore bench`` (``--rows`` messages of ``--size`` bytes, batches of
+``--bench-batch``, run here in a subprocess). The sink reports nothing back to the driver,
+so that time is read from the store: the span of the records' store timestamps, the time
+the tasks spent putting one after the other (overall rows/s, by the wall clock of the whole
+job, are printed beside it). ``--replay`` writes the rows to a store first and
+times ``mqcore replay`` of that topic into another directory, on the bench's session.
+Needs ``mqcore[spark]`` and Java.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import structlog
+
+
+def session(threads: int) -> Any:
+    """A local SparkSession with the mqcore source registered."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from mqcore.contrib.spark import register
+
+    spark = (
+        SparkSession.builder.master(f"local[{threads}]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def frame(spark: Any, rows: int, size: int, partitions: int, full: bool) -> Any:
+    """A cached DataFrame of ``rows`` rows in ``partitions`` partitions."""
+    from pyspark.sql import functions as F
+
+    digest = F.unhex(F.sha2(F.col("id").cast("string"), 256))  # 32 bytes
+    body = F.substring(F.concat(*([digest] * (size // 32 + 1))), 1, size)
+    df = spark.range(rows, numPartitions=partitions).select(body.alias("body"), "id")
+    if full:
+        df = df.select(
+            "body",
+            F.lit("TagA").alias("tags"),
+            F.concat(F.lit("k"), F.col("id").cast("string")).alias("keys"),
+            F.create_map(F.lit("i"), F.col("id").cast("string")).alias("properties"),
+        )
+    else:
+        df = df.select("body")
+    df = df.cache()
+    assert df.count() == rows
+    return df
+
+
+def write(df: Any, path: str, store: str) -> float:
+    """Seconds to append ``df`` to topic W in a new store at ``path``."""
+    shutil.rmtree(path, ignore_errors=True)
+    started = time.perf_counter()
+    (
+        df.write.format("mqcore")
+        .mode("append")
+        .option("path", path)
+        .option("store", store)
+        .option("topic", "W")
+        .option("queue_nums", "4")
+        .save()
+    )
+    return time.perf_counter() - started
+
+
+def stored(path: str, store: str) -> tuple[int, float]:
+    """Messages in topic W at ``path``, and the seconds between the first and the last one
+    stored (their store timestamps: the time the tasks spent putting, one after the other)."""
+    from mqcore import Kernel
+
+    with Kernel().open_store(store, os.path.join(path, "store"), read_only=True) as st:
+        count, first, last = 0, None, None
+        for q in st.queue_ids("W"):
+            low, high = st.min_offset("W", q), st.max_offset("W", q)
+            count += high - low
+            if high > low:
+                a = st.get("W", q, low, max_count=1).messages[0].store_timestamp
+                b = st.get("W", q, high - 1, max_count=1).messages[0].store_timestamp
+                first = a if first is None else min(first, a)
+                last = b if last is None else max(last, b)
+    return count, ((last or 0) - (first or 0)) / 1000
+
+
+def mqcore_bench(store: str, messages: int, size: int, batch: int) -> float:
+    """``produce_msgs_per_s`` of ``mqcore bench`` (a subprocess, as a user runs it)."""
+    out = subprocess.run(
+        [
+            *(sys.executable, "-c", "from mqcore.cli import main; main()", "bench"),
+            *("--store", store, "-n", str(messages)),
+            *("--size", str(size), "--batch", str(batch), "--no-raw", "--json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(json.loads(out.stdout)["produce_msgs_per_s"])
+
+
+def replay(df: Any, tmp: str, store: str, rows: int) -> float:
+    """Seconds ``mqcore replay`` takes to copy ``rows`` messages into a new directory."""
+    from mqcore.commands.replay import run_replay
+
+    source = os.path.join(tmp, "replay-source")
+    write(df, source, store)
+    target = os.path.join(tmp, "replay-target")
+    shutil.rmtree(target, ignore_errors=True)
+    started = time.perf_counter()
+    summary = run_replay(
+        source=source, topic="W", target=target, to_topic="R", spark=df.sparkSession
+    )
+    seconds = time.perf_counter() - started
+    assert summary["written"] == rows, summary
+    return seconds
+
+
+def main() -> None:
+    """Run the benchmark and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", default="mmap")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--partitions", default="1,2")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--columns", choices=("body", "full"), default="body")
+    parser.add_argument("--bench-batch", type=int, default=32, help="mqcore bench --batch")
+    parser.add_argument("--replay", action="store_true", help="also time mqcore replay")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+    counts = [int(p) for p in args.partitions.split(",")]
+    tmp = tempfile.mkdtemp(prefix="mqcore-spark-write-")
+    load_before = round(os.getloadavg()[0], 2)
+    result: dict[str, Any] = {
+        "store": args.store,
+        "rows": args.rows,
+        "size": args.size,
+        "columns": args.columns,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    try:
+        result["mqcore_bench_produce_msgs_per_s"] = round(
+            mqcore_bench(args.store, args.rows, args.size, args.bench_batch)
+        )
+        spark = session(max(2, max(counts)))
+        try:
+            rates: dict[str, Any] = {}
+            frames = {
+                n: frame(spark, args.rows, args.size, n, args.columns == "full") for n in counts
+            }
+            path = os.path.join(tmp, "target")
+            for _ in range(args.warmup):
+                for n in counts:
+                    write(frames[n], path, args.store)
+            times: dict[int, list[float]] = {n: [] for n in counts}
+            spans: dict[int, list[float]] = {n: [] for n in counts}
+            for _ in range(args.runs):
+                for n in counts:
+                    times[n].append(write(frames[n], path, args.store))
+                    count, span = stored(path, args.store)
+                    assert count == args.rows, (count, args.rows)
+                    spans[n].append(span)
+            for n in counts:
+                best = min(times[n])
+                rates[str(n)] = {
+                    "rows_per_s": round(args.rows / best),
+                    # One writer at a time: the tasks put one after the other, so a
+                    # partition's rows over its own putting time is all rows over the span
+                    # of store timestamps (lock hand-overs between tasks included).
+                    "rows_per_s_per_partition": round(args.rows / max(min(spans[n]), 1e-3)),
+                    "all_runs_s": [round(t, 2) for t in times[n]],
+                    "putting_s": [round(t, 2) for t in spans[n]],
+                }
+            result["spark_write"] = rates
+            if args.replay:
+                result["replay_s"] = round(
+                    replay(frames[counts[-1]], tmp, args.store, args.rows), 2
+                )
+        finally:
+            spark.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["load_avg_1m"] = {"before": load_before, "after": round(os.getloadavg()[0], 2)}
+    produce = result["mqcore_bench_produce_msgs_per_s"]
+    for rate in result["spark_write"].values():
+        rate["vs_mqcore_bench"] = round(rate["rows_per_s_per_partition"] / produce, 2)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"mqcore bench produce (batch {args.bench_batch}): {produce:>12,} msgs/s")
+    for n, rate in result["spark_write"].items():
+        print(
+            f"spark write, {n} partition(s): {rate['rows_per_s']:>10,} rows/s overall, "
+            f"{rate['rows_per_s_per_partition']:>10,} rows/s per partition while putting "
+            f"({rate['vs_mqcore_bench']}x of mqcore bench); runs {rate['all_runs_s']} s, "
+            f"putting {rate['putting_s']} s"
+        )
+    if "replay_s" in result:
+        print(f"mqcore replay of {args.rows:,} messages: {result['replay_s']} s")
+    print(f"load average (1 min): {result['load_avg_1m']}")
+
+
+if __name__ == "__main__":
+    main()
