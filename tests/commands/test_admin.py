@@ -149,8 +149,21 @@ def test_unknown_group_is_one_line(server: Server) -> None:
     server.broker.create_topic("T", queue_nums=2)
     for args in (["lag", "--group", "nope"], ["dlq", "list", "--group", "nope"]):
         assert "'nope' is unknown" in one_line_error(run(server, *args))
+    server.broker.offsets.commit_offset("", "known", "T", 0, 0)  # a group the broker knows
+    assert "topic 'U' does not exist" in one_line_error(
+        run(server, "lag", "--group", "known", "--topic", "U")
+    )
     assert "topic 'U' does not exist" in one_line_error(
         run(server, "offset", "reset", "--group", "g", "--topic", "U", "--timestamp", "now")
+    )
+    assert "'nope' is unknown" in one_line_error(
+        run(server, "offset", "reset", "--group", "nope", "--topic", "T", "--timestamp", "now")
+    )
+    assert (
+        "is not a time"
+        in run(
+            server, "offset", "reset", "--group", "g", "--topic", "T", "--timestamp", "soon"
+        ).stderr
     )
 
 
@@ -259,6 +272,8 @@ def test_dlq_list_and_resend(server: Server) -> None:
     assert {m["original_topic"] for m in dead} == {"T"}
     assert sorted(m["msg_id"] for m in dead) == sorted(s.msg_id for s in sent)
     assert "m2" in run(server, "dlq", "list", "--group", "dg").stdout
+    # Reading the DLQ leaves no trace of the reader's group.
+    assert [g["group"] for g in ok_json(server, "group", "list")] == ["dg"]
 
     resent = ok_json(server, "dlq", "resend", "--group", "dg")
     assert resent == {"group": "dg", "resent": 4, "by_topic": {"T": 4}, "skipped": 0}
@@ -294,3 +309,66 @@ def test_parse_timestamp_forms() -> None:
     assert parse_timestamp("2024-01-31#12:00:00:250") == parse_timestamp("2024-01-31T12:00:00.250")
     with pytest.raises(Exception, match="is not a time"):
         parse_timestamp("yesterday")
+
+
+# -- offset reset -------------------------------------------------------------------------------
+
+
+def test_offset_reset_moves_a_running_consumer(server: Server) -> None:
+    """A running remote consumer drops its place and consumes again from the reset time."""
+    server.broker.create_topic("T", queue_nums=2)
+    first = send(server, "T", 6)
+    time.sleep(0.05)
+    middle = int(time.time() * 1000)
+    time.sleep(0.05)
+    with Producer("pg", namesrv_addr=server.address) as p:
+        for i in range(4):
+            p.send(Message(topic="T", body=b"late%d" % i))
+    listener = Recorder()
+    c = consumer("rg", server.address, listener)
+    c.start()
+    try:
+        wait_for(lambda: len(set(listener.bodies)) == 10)
+        wait_for(lambda: ok_json(server, "lag", "--group", "rg", "--topic", "T")["total_lag"] == 0)
+        before = len(listener.bodies)
+        reset = ok_json(
+            server, "offset", "reset", "--group", "rg", "--topic", "T", "--timestamp", str(middle)
+        )
+        # Each queue moves to its first late message: just past its early ones.
+        assert {r["queue_id"]: r["offset"] for r in reset["queues"]} == {
+            q: sum(1 for s in first if s.message_queue.queue_id == q) for q in (0, 1)
+        }
+        wait_for(lambda: len(listener.bodies) >= before + 4)
+        time.sleep(0.5)  # nothing else comes back
+        again = listener.bodies[before:]
+        assert sorted(again) == [b"late0", b"late1", b"late2", b"late3"]
+        # Back to the start: everything again.
+        ok_json(server, "offset", "reset", "--group", "rg", "--topic", "T", "--timestamp", "0")
+        wait_for(lambda: len(listener.bodies) >= before + 14)
+        assert sorted(set(listener.bodies[before + 4 :])) == sorted(
+            [b"m%d" % i for i in range(6)] + [b"late%d" % i for i in range(4)]
+        )
+    finally:
+        c.shutdown()
+
+
+def test_offset_reset_without_members_is_committed(server: Server) -> None:
+    server.broker.create_topic("T", queue_nums=2)
+    send(server, "T", 6)
+    listener = Recorder()
+    c = consumer("og", server.address, listener)
+    c.start()
+    try:
+        wait_for(lambda: ok_json(server, "lag", "--group", "og", "--topic", "T")["total_lag"] == 0)
+    finally:
+        c.shutdown()
+    table = run(server, "offset", "reset", "--group", "og", "--topic", "T", "--timestamp", "0")
+    assert table.exit_code == 0 and "new offset" in table.stdout
+    assert ok_json(server, "lag", "--group", "og", "--topic", "T")["total_lag"] == 6
+    later = Recorder()
+    c = consumer("og", server.address, later)
+    c.start()
+    try:
+        wait_for(lambda: len(set(later.bodies)) == 6)
+    finally:
+        c.shutdown()
