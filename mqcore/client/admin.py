@@ -47,7 +47,8 @@ class TopicInfo:
 
 @attrs.frozen
 class LagRow:
-    """One queue of a group's progress, with the client that owns the queue now."""
+    """One queue of a group's progress, with the client that owns the queue now (several,
+    comma-separated, in a broadcasting group; None when no member holds it)."""
 
     queue: MessageQueue
     broker_offset: int
@@ -212,11 +213,12 @@ class MQAdmin:
         )
         return admin_bodies.ConsumerRunningInfo.decode(resp.body or b"{}")
 
-    def owners(self, group: str) -> dict[MessageQueue, str]:
-        """The client that owns each queue now, from every live member's running info (a
-        member that does not answer owns nothing here)."""
+    def owners(self, group: str) -> dict[MessageQueue, list[str]]:
+        """The clients that own each queue now, from every live member's running info (a
+        member that does not answer owns nothing here). Clustering: one per queue;
+        broadcasting: every member holds every queue."""
         conns = self.connections(group)
-        owners: dict[MessageQueue, str] = {}
+        owners: dict[MessageQueue, list[str]] = {}
         for conn in conns.connection_set if conns else ():
             try:
                 info = self.running_info(group, conn.client_id)
@@ -224,16 +226,16 @@ class MQAdmin:
                 continue  # gone meanwhile, or a client that does not serve the request
             for mq, pq in info.mq_table.items():
                 if not pq.droped:
-                    owners[mq] = conn.client_id
+                    owners.setdefault(mq, []).append(conn.client_id)
         return owners
 
     def lag(self, group: str, topic: str | None = None) -> list[LagRow]:
-        """Per queue: broker offset, consumer offset, lag and owner client."""
+        """Per queue: broker offset, consumer offset, lag and owner client(s)."""
         stats = self.consume_stats(group, topic)
         owners = self.owners(group)
         # Queues are matched by topic and queue id: a client names its broker by the name
         # its route gave, which is the server's own.
-        by_id = {(mq.topic, mq.queue_id): cid for mq, cid in owners.items()}
+        by_id = {(mq.topic, mq.queue_id): ", ".join(sorted(c)) for mq, c in owners.items()}
         return [
             LagRow(
                 queue=mq,

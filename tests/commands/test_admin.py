@@ -223,6 +223,33 @@ def test_owner_of_an_in_process_member(server: Server) -> None:
         c.shutdown()
 
 
+def test_broadcasting_members_all_own_every_queue(server: Server, tmp_path: Path) -> None:
+    from mqcore import MessageModel
+
+    server.broker.create_topic("T", queue_nums=2)
+    members = [
+        consumer(
+            "bg",
+            server.address,
+            Recorder(),
+            instance_name=name,
+            message_model=MessageModel.BROADCASTING,
+            offset_store_options={"store_dir": str(tmp_path / name)},
+        )
+        for name in ("x", "y")
+    ]
+    for c in members:
+        c.start()
+    try:
+        wait_for(lambda: all(len(c.assigned_queues("T")) == 2 for c in members))
+        lag = ok_json(server, "lag", "--group", "bg", "--topic", "T")
+        expected = ", ".join(sorted(c.client_id for c in members))
+        assert [r["owner"] for r in lag["queues"]] == [expected, expected]
+    finally:
+        for c in members:
+            c.shutdown()
+
+
 # -- messages -----------------------------------------------------------------------------------
 
 
