@@ -142,6 +142,32 @@ def test_unreachable_server_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None
     assert "host:port" in one_line_error(run("nowhere", "topic", "list"))
 
 
+def test_unreachable_server_from_a_shell(tmp_path: Path) -> None:
+    """The installed command, as a shell runs it: exit code 1, one line on stderr."""
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    script = Path(sys.executable).with_name("mqcore")
+    if not script.exists():
+        pytest.skip("the mqcore console script is not installed beside this Python")
+    done = subprocess.run(
+        [str(script), "lag", "--group", "g", "--json"],
+        env={"MQCORE_SERVER": address, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert f"cannot reach the mqcore server at {address}" in done.stderr
+
+
 # -- groups, lag and owners ---------------------------------------------------------------------
 
 
