@@ -47,8 +47,12 @@ CONSUME_FROM_WHERE = (
 )
 
 
-def _object(body: Any, what: str) -> Mapping[str, Any]:
-    obj = loads(body) if isinstance(body, bytes | bytearray | memoryview | str) else body
+def _parse(body: bytes | bytearray | memoryview | str, what: str) -> Mapping[str, Any]:
+    """A body's top-level JSON object."""
+    return _object(loads(body), what)
+
+
+def _object(obj: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(obj, Mapping):
         raise ProtocolError(f"{what} body must be a JSON object, got {type(obj).__name__}")
     return obj
@@ -256,7 +260,7 @@ class HeartbeatData:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> HeartbeatData:
         """Read a heartbeat body. :raises ProtocolError: not a heartbeat."""
         what = "HeartbeatData"
-        obj = _object(body, what)
+        obj = _parse(body, what)
         return cls(
             client_id=_str(obj, "clientID", what),
             producer_data_set=(
@@ -296,7 +300,7 @@ class LockBatchRequestBody:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> LockBatchRequestBody:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _parse(body, what)
         return cls(
             consumer_group=_str(obj, "consumerGroup", what),
             client_id=_str(obj, "clientId", what),
@@ -324,7 +328,7 @@ class LockBatchResponseBody:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> LockBatchResponseBody:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _parse(body, what)
         return cls(lock_ok_mq_set=(_mq(m, what) for m in _items(obj, "lockOKMQSet", what)))
 
 
@@ -360,7 +364,7 @@ class ResetOffsetBody:
     def decode(cls, body: bytes | bytearray | memoryview | str) -> ResetOffsetBody:
         """Read either shape. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _parse(body, what)
         table = obj.get("offsetTable") or {}
         out: dict[MessageQueue, int] = {}
         if isinstance(table, list):
@@ -393,5 +397,5 @@ class GetConsumerListByGroupResponseBody:
     ) -> GetConsumerListByGroupResponseBody:
         """Read the body. :raises ProtocolError: malformed."""
         what = cls.__name__
-        obj = _object(body, what)
+        obj = _parse(body, what)
         return cls(consumer_id_list=(str(c) for c in _items(obj, "consumerIdList", what)))

@@ -37,8 +37,8 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     text = bytes(data).decode("utf-8", "replace") if not isinstance(data, str) else data
     try:
         return json.loads(text)
-    except ValueError:
-        pass
+    except (ValueError, RecursionError):
+        pass  # the parser below accepts fastjson's keys and bounds the nesting
     parser = _Parser(text)
     value = parser.value(0)
     parser.skip()

@@ -6,7 +6,7 @@ import json
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqcore.errors import ProtocolError
@@ -363,3 +363,55 @@ def test_fastjson_refuses_garbage(bad: bytes) -> None:
 def test_fastjson_depth_is_bounded() -> None:
     with pytest.raises(ProtocolError, match="deeper"):
         loads("{0:" * 100)
+
+
+# --- hostile input: only ProtocolError, whatever arrives ------------------------------------
+
+_JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@pytest.mark.parametrize("cls", HEADER_CLASSES, ids=lambda c: c.__name__)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_headers_take_any_ext_fields(cls: type[CommandHeader], data: st.DataObject) -> None:
+    names = [*cls.wire_names(), "AccessKey", "x"]
+    ext = data.draw(st.dictionaries(st.sampled_from(names), _JSON, max_size=len(names)))
+    try:
+        header = cls.from_ext_fields(ext)
+    except ProtocolError:
+        return
+    assert cls.from_ext_fields(header.to_ext_fields()) == header
+
+
+_BODY_DECODERS = [
+    HeartbeatData.decode,
+    LockBatchRequestBody.decode,
+    UnlockBatchRequestBody.decode,
+    LockBatchResponseBody.decode,
+    ResetOffsetBody.decode,
+    GetConsumerListByGroupResponseBody.decode,
+]
+
+
+@pytest.mark.parametrize("decode", _BODY_DECODERS, ids=lambda d: d.__qualname__)
+@settings(max_examples=50)
+@given(doc=_JSON, raw=st.binary(max_size=64))
+def test_bodies_take_any_bytes(decode: object, doc: object, raw: bytes) -> None:
+    for body in (json.dumps(doc).encode(), raw):
+        try:
+            decode(body)  # type: ignore[operator]
+        except ProtocolError:
+            pass
+
+
+@pytest.mark.parametrize("decode", _BODY_DECODERS, ids=lambda d: d.__qualname__)
+def test_bodies_refuse_deep_nesting(decode: object) -> None:
+    with pytest.raises(ProtocolError):
+        decode(b"[" * 100_000)  # type: ignore[operator]
