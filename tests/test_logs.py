@@ -111,3 +111,20 @@ def test_capture_logs_sees_every_level() -> None:
     with capture_logs() as captured:
         log.debug("tiny_event", n=1)
     assert captured == [{"event": "tiny_event", "n": 1, "log_level": "debug"}]
+
+
+def test_no_module_uses_structlogs_global_configuration() -> None:
+    """Every mqcore module logs through mqcore.logs (stdlib logging), never through
+    structlog.get_logger, whose default configuration prints to stdout."""
+    import mqcore
+
+    root = Path(mqcore.__file__).resolve().parents[1]
+    offenders = [
+        str(path.relative_to(root))
+        for folder in ("mqcore", "plugins", "contrib")
+        for path in (root / folder).rglob("*.py")
+        if path.name != "logs.py"
+        and ("structlog.get_logger(" in (text := path.read_text(encoding="utf-8"))
+             or "structlog.configure(" in text)
+    ]  # fmt: skip
+    assert offenders == []

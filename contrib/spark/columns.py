@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from mqcore import codec
 from mqcore.batch import _speedups
-from mqcore.errors import StoreCorruptedError
+from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 
 __all__ = [
     "COLUMNS",
@@ -168,7 +168,7 @@ def py_record_columns(
         else:
             raw = memoryview(units).cast("B")
             if len(raw) % _UNIT.size:
-                raise ValueError("record_columns: units are 20 bytes each")
+                raise InvalidArgumentError("record_columns: units are 20 bytes each")
             locs = _UNIT.iter_unpack(raw)
         pos = 0
         while True:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
+
 from mqcore.broker.clients import ConsumerData, ConsumerManager
 from mqcore.broker.codes import RequestCode, ResponseCode
 from mqcore.broker.locks import RebalanceLockManager
@@ -89,6 +91,26 @@ _PULL_CODES = {
 }
 
 
+def _broker_config(config: BrokerConfig | None, options: dict[str, Any]) -> BrokerConfig:
+    """The settings of ``Broker(config=..., **options)``; an option it does not know, or
+    options beside a config, are refused (never silently dropped)."""
+    if config is not None:
+        if options:
+            raise InvalidArgumentError(
+                f"Broker got config= and the keyword settings {', '.join(sorted(options))}; "
+                "pass either a BrokerConfig or keywords (attrs.evolve(config, ...) merges them)"
+            )
+        return config
+    known = {a.name for a in attrs.fields(BrokerConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown broker setting(s) {', '.join(unknown)}; the settings are "
+            f"{', '.join(sorted(known))} (see mqcore.config.BrokerConfig)"
+        )
+    return BrokerConfig(**options)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -114,7 +136,7 @@ class Broker:
         config: BrokerConfig | None = None,
         **options: Any,
     ) -> None:
-        self.config = config or BrokerConfig(**options)
+        self.config = _broker_config(config, options)
         self.kernel = kernel or Kernel()
         # First, so that an unknown scheduler name fails before any file is opened.
         self.delay_scheduler = self.kernel.delay_scheduler(

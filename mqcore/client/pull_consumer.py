@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 from mqcore.client.common import ClientBase
+from mqcore.errors import InvalidArgumentError
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt, MessageModel, MessageQueue, PullResult, PullStatus
 from mqcore.protocol.codes import ResponseCode
@@ -185,9 +186,9 @@ class PullConsumer(ClientBase):
     ) -> PullResult:
         self._check_running()
         if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
+            raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
         if not 0 < max_nums <= 1024:
-            raise ValueError(f"max_nums must be 1..1024, got {max_nums}")
+            raise InvalidArgumentError(f"max_nums must be 1..1024, got {max_nums}")
         # Compiled here first, as the broker will: a bad expression or an unknown type fails
         # with the same error on every transport, before anything is sent.
         flt = self._compiled(expression_type, (sub_expression or "*").strip())

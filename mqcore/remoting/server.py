@@ -25,7 +25,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast, runtime_checkable
 
-from mqcore.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from mqcore.errors import (
+    InvalidArgumentError,
+    ProtocolError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+)
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.remoting.command import (
@@ -343,7 +349,7 @@ class ServerConnection(asyncio.Protocol):
         :raises RemotingConnectError: the connection closed first.
         """
         if self._server._on_loop_thread():
-            raise RuntimeError("ServerConnection.request would block the event loop")
+            raise RemotingError("ServerConnection.request would block the event loop")
         # The loop enforces the timeout; the extra second only guards against a stopped loop.
         return self.request_future(cmd, timeout).result(timeout + 1.0)
 
@@ -374,7 +380,7 @@ class RemotingServer:
         use_uvloop: bool | None = None,
     ) -> None:
         if dispatch not in ("thread", "inline"):
-            raise ValueError(f"dispatch must be 'thread' or 'inline', got {dispatch!r}")
+            raise InvalidArgumentError(f"dispatch must be 'thread' or 'inline', got {dispatch!r}")
         self.processor = processor
         self.host, self.port = host, port
         self.max_frame_size = max_frame_size
@@ -408,7 +414,7 @@ class RemotingServer:
     def start(self, timeout: float = 10.0) -> tuple[str, int]:
         """Bind and serve on a thread this server owns; return the bound (host, port)."""
         if self._thread is not None:
-            raise RuntimeError("RemotingServer.start() called twice")
+            raise RemotingError("RemotingServer.start() called twice")
         factory = event_loop_factory(self.use_uvloop)
 
         def run() -> None:
@@ -530,7 +536,7 @@ class RemotingServer:
 
     def _loop_or_raise(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
-            raise RuntimeError("the server is not running")
+            raise RemotingError("the server is not running")
         return self._loop
 
     def _on_loop_thread(self) -> bool:

@@ -12,11 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import structlog
+from mqcore.errors import InvalidArgumentError, RemotingError
+from mqcore.logs import get_logger
 
 __all__ = ["WorkerPool"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _Job = tuple[Callable[..., Any], tuple[Any, ...]] | None
 
@@ -26,7 +27,7 @@ class WorkerPool:
 
     def __init__(self, size: int, name: str) -> None:
         if size < 1:
-            raise ValueError(f"a worker pool needs at least one thread, got {size}")
+            raise InvalidArgumentError(f"a worker pool needs at least one thread, got {size}")
         self.size = size
         self.name = name
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
@@ -41,7 +42,7 @@ class WorkerPool:
         :raises RuntimeError: the pool is shut down.
         """
         if self._closed:
-            raise RuntimeError("the worker pool is shut down")
+            raise RemotingError("the worker pool is shut down")
         self._queue.put((fn, args))
         if self._idle <= 0 and len(self._threads) < self.size:
             with self._lock:
