@@ -200,9 +200,18 @@ class RemotingCommand:
     # --- encoding -------------------------------------------------------------------------
 
     def encode_header(self) -> bytes:
-        """The header in this command's serialisation (no length words)."""
+        """The header in this command's serialisation (no length words).
+
+        :raises ProtocolError: a value does not fit the binary layout (code or version
+            outside int16, opaque or flag outside int32, a key over 32767 bytes).
+        """
         if self.serialize_type == SerializeType.ROCKETMQ:
-            return self._binary_header()
+            try:
+                return self._binary_header()
+            except struct.error as exc:
+                raise ProtocolError(
+                    f"command code {self.code} does not fit RocketMQ's binary header: {exc}"
+                ) from None
         return self._json_header()
 
     def _json_header(self) -> bytes:

@@ -214,3 +214,42 @@ def test_salvage_opaque() -> None:
     assert salvage_opaque(b'\0\0\0\x16{"opaque": 12, "code":') == 12
     assert salvage_opaque(b"\x01\0\0\x09" + bytes.fromhex("00010000000000002a")) == 42
     assert salvage_opaque(b"\0\0\0\x05xxxxx") is None
+
+
+@given(
+    kind=st.sampled_from([0, 1, 2, 255]),
+    header=st.binary(max_size=80) | st.text(max_size=80).map(str.encode),
+    tail=st.binary(max_size=16),
+)
+def test_decode_takes_any_bytes(kind: int, header: bytes, tail: bytes) -> None:
+    """Whatever a peer sends, decoding gives a command or a ProtocolError, nothing else."""
+    frame = ((kind << 24) | len(header)).to_bytes(4, "big") + header + tail
+    try:
+        cmd = RemotingCommand.decode(frame)
+    except ProtocolError:
+        return
+    # what was read can be written back (extFields values then travel as strings)
+    again = RemotingCommand.decode(FrameDecoder().feed(cmd.encode())[0])
+    assert (again.code, again.opaque, again.flag, again.body) == (
+        cmd.code,
+        cmd.opaque,
+        cmd.flag,
+        cmd.body,
+    )
+
+
+@given(data=st.binary(max_size=200))
+def test_frame_decoder_takes_any_bytes(data: bytes) -> None:
+    try:
+        frames = FrameDecoder().feed(data)
+    except ProtocolError:
+        return
+    assert sum(len(f) + 4 for f in frames) <= len(data)
+
+
+def test_values_outside_the_binary_layout_are_a_protocol_error() -> None:
+    cmd = RemotingCommand(70000, serialize_type=SerializeType.ROCKETMQ)
+    with pytest.raises(ProtocolError, match="70000"):
+        cmd.encode()
+    cmd.serialize_type = SerializeType.JSON  # JSON has no such bound
+    assert RemotingCommand.decode(cmd.encode()[4:]).code == 70000
