@@ -21,10 +21,10 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from mqcore.errors import StoreLockedError
+from mqcore.errors import StoreError, StoreLockedError
 from mqcore.logs import get_logger
 
-__all__ = ["LOCK_FILE_NAME", "StoreLock"]
+__all__ = ["LOCK_FILE_NAME", "StoreLock", "no_write_access", "writer_alive"]
 
 log = get_logger(__name__)
 
@@ -120,6 +120,38 @@ class StoreLock:
     def __repr__(self) -> str:
         state = "held" if self.locked else "free"
         return f"StoreLock({str(self.directory)!r}, {state})"
+
+
+#: errno values that mean "this process may not write here"
+_NO_WRITE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def no_write_access(directory: str | os.PathLike[str], exc: OSError) -> StoreError | None:
+    """The error to raise when opening a store for writing failed with ``exc`` because the
+    directory (or a file in it) may not be written; None for any other failure."""
+    if exc.errno not in _NO_WRITE:
+        return None
+    where = f" ({exc.filename})" if exc.filename else ""
+    return StoreError(
+        f"cannot open the store at {str(directory)!r} for writing: {exc.strerror}{where}; "
+        "open it with read_only=True to read it, or run the writer as a user who may write "
+        "the directory"
+    )
+
+
+def writer_alive(directory: str | os.PathLike[str]) -> bool | None:
+    """Whether the lock file of ``directory`` names a live process (its writer): True, False
+    (a pid whose process is gone: the last writer died), or None (no writer named)."""
+    pid = StoreLock(directory).holder_pid()
+    if pid is None:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by someone else
+    return True
 
 
 def _read_pid(fd: int) -> int | None:

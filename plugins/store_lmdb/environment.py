@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from mqcore.errors import DiskFullError, StoreError
+from mqcore.errors import DiskFullError, StoreCorruptedError, StoreError
 from mqcore.logs import get_logger
 from mqcore.plugins.store_lmdb import layout
 
@@ -54,16 +54,20 @@ _META_MAGIC = 0xBEEFC0DE
 _META_HEAD = struct.Struct("=II")  # magic, version (at 16)
 _META_PSIZE = struct.Struct("=I")  # at 40
 _META_TAIL = struct.Struct("=QQ")  # last page number, txn id (at 136)
-_SLACK_PAGES = 256  # pages at the end that may be numbered but never written (see below)
+SLACK_PAGES = 256  # pages at the end that may be numbered but never written (see below)
 
 
-def check_length(data: Path) -> None:
-    """Refuse a ``data.mdb`` shorter than its own meta pages say it is.
+def check_length(data: Path, slack_pages: int = 0) -> int:
+    """Refuse a ``data.mdb`` shorter than its own meta pages say it is; returns where the
+    pages the meta page numbers end (0 for a missing or empty file).
 
     LMDB maps the file and trusts it: a page past a truncated end kills the process
     (``SIGBUS``, or an assertion once ``writemap`` has extended the file with zeros).
-    Reading the two meta pages first turns that into a clear error, for any cut deeper
-    than the few last pages LMDB may number without writing (see ``_SLACK_PAGES``).
+    Reading the two meta pages first turns that into a clear error. Without ``writemap``,
+    LMDB may number a few last pages it never writes (free pages, never read); mqcore's
+    writer pads the file over them when it closes, so a store at rest is never short, and
+    ``slack_pages`` (up to :data:`SLACK_PAGES`) is allowed only while a writer is live or
+    after one died.
     """
     try:
         with open(data, "rb") as f:
@@ -72,9 +76,9 @@ def check_length(data: Path) -> None:
             # the file before it commits a meta page naming the new pages.
             size = os.fstat(f.fileno()).st_size
     except FileNotFoundError:
-        return
+        return 0
     if size == 0:
-        return  # LMDB initialises an empty file
+        return 0  # LMDB initialises an empty file
     best: tuple[int, int, int] | None = None  # (txn id, end of the last page, page size)
     # The second meta page starts one page in; the page size is in the first (if intact).
     first_psize = _META_PSIZE.unpack_from(head, 40) if len(head) >= 44 else ()
@@ -95,13 +99,37 @@ def check_length(data: Path) -> None:
         )
     _txnid, end, psize = best
     # Without writemap, the last pages LMDB numbered need not be on disk (a page taken and
-    # given back within one transaction is never written): a file a few pages short is
-    # sound. A deeper cut is not.
-    if size < end - _SLACK_PAGES * psize:
+    # given back within one transaction is never written): while a writer is live, or
+    # after it died, a file a few pages short is sound. A deeper cut, or any cut of a store
+    # at rest, is not.
+    if size < end - min(slack_pages, SLACK_PAGES) * psize:
         raise StoreError(
             f"{str(data)!r} is truncated: {size} bytes, but its meta page numbers pages up "
-            f"to byte {end}; restore it from a copy, or remove the directory to start empty"
+            f"to byte {end} ({(end - size + psize - 1) // psize} pages missing); restore it "
+            "from a copy, or remove the directory to start empty"
         )
+    return end
+
+
+def _pad(data: Path, end: int) -> None:
+    """Extend ``data.mdb`` with zeros up to ``end`` (pages LMDB numbered but never wrote:
+    free pages, so their content does not matter), so no reader maps past its end."""
+    fd = os.open(data, os.O_RDWR)
+    try:
+        if os.fstat(fd).st_size < end:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _disk_nearly_full(path: Path, need: int) -> bool:
+    """Whether the file system of ``path`` has less than ``need`` bytes free."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < need
 
 
 class Environment:
@@ -116,6 +144,8 @@ class Environment:
         map_size: int,
         max_readers: int,
         writemap: bool = False,
+        slack_pages: int = 0,
+        held_data: bool = False,
     ) -> None:
         self.path = path
         self.read_only = read_only
@@ -131,7 +161,22 @@ class Environment:
                 f"no LMDB store at {str(path)!r} (data.mdb is missing); open it once without "
                 f"read_only=True to create it"
             )
-        check_length(path / "data.mdb")
+        data = path / "data.mdb"
+        if not read_only and (held_data or (path / "lock.mdb").exists()):
+            try:
+                size: int | None = data.stat().st_size
+            except FileNotFoundError:
+                size = None
+            if not size:
+                state = "missing" if size is None else "empty"
+                raise StoreError(
+                    f"the LMDB store at {str(path)!r} held data (its lock.mdb or STORE_KIND "
+                    f"is there) but data.mdb is {state}; restore data.mdb from a copy, or "
+                    "remove the directory to start an empty store"
+                )
+        end = check_length(data, slack_pages)
+        if end and slack_pages and not read_only:
+            _pad(data, end)  # a writer that died left free pages unwritten
         try:
             self.env = lmdb.open(
                 str(path),
@@ -147,6 +192,8 @@ class Environment:
             )
         except lmdb.Error as exc:
             hint = ""
+            if getattr(exc, "code", 0) in (errno.EACCES, errno.EPERM, errno.EROFS):
+                hint = "; open it with read_only=True to read it" if not read_only else ""
             if "already open in this process" in str(exc):
                 # LMDB allows one environment per file and process (its locks are per process).
                 hint = (
@@ -311,12 +358,21 @@ class Environment:
                     f"batch was not stored, everything acknowledged before it is intact; free "
                     f"space and retry",
                 ) from exc
+            except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError) as exc:
+                # BadTxnError: an earlier step of this transaction met a damaged page.
+                raise corrupted(self.path, exc) from exc
             except lmdb.Error as exc:
-                if getattr(exc, "code", 0) == errno.ENOSPC:
+                code = getattr(exc, "code", 0)
+                # Without writemap a short pwrite at commit is reported as EIO (LMDB has no
+                # better code for it): on a file system with no room left, that is a full disk.
+                if code == errno.ENOSPC or (
+                    code == errno.EIO and _disk_nearly_full(self.path, room + TXN_RESERVE)
+                ):
                     raise DiskFullError(
                         errno.ENOSPC,
-                        f"disk full while writing the LMDB store at {str(self.path)!r}; free "
-                        f"space and retry",
+                        f"disk full while writing the LMDB store at {str(self.path)!r}; the "
+                        f"last batch was not stored, everything acknowledged before it is "
+                        f"intact; free space and retry",
                     ) from exc
                 raise StoreError(f"LMDB write to {str(self.path)!r} failed: {exc}") from exc
 
@@ -327,8 +383,28 @@ class Environment:
             self.env.sync(True)
 
     def close(self) -> None:
-        """Close the environment (transactions must be finished)."""
+        """Close the environment (transactions must be finished).
+
+        A writer without ``writemap`` first pads the file over the pages LMDB numbered but
+        never wrote, so a store at rest is never shorter than its meta page says.
+        """
+        if not self.read_only and not self.writemap:
+            try:
+                end = self.used_end()
+                _pad(self.path / "data.mdb", end)
+            except (OSError, lmdb.Error) as exc:  # the data is intact; the next open checks
+                log.warning("lmdb_pad_failed", path=str(self.path), error=str(exc))
         self.env.close()
+
+
+def corrupted(path: Path, exc: Exception) -> StoreCorruptedError:
+    """The error for a damaged page LMDB found (``lmdb.CorruptedError`` and kin)."""
+    data = str(path / "data.mdb")
+    return StoreCorruptedError(
+        f"the LMDB store at {str(path)!r} has a damaged page ({exc}); restore data.mdb "
+        "from a copy, or move the directory aside",
+        path=data,
+    )
 
 
 class Syncer:

@@ -18,25 +18,34 @@ with the mmap store's options and defaults (``file_reserved_time_hours``,
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import add
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
+
+import lmdb
 
 from mqcore import batch, codec
-from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreError
+from mqcore.errors import (
+    CodecError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreCorruptedError,
+    StoreError,
+)
 from mqcore.interfaces import MessageFilter
-from mqcore.lockfile import StoreLock
+from mqcore.lockfile import StoreLock, no_write_access, writer_alive
 from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageExt
 from mqcore.plugins.store_lmdb import layout, retention, scan
-from mqcore.plugins.store_lmdb.environment import Environment, Syncer
+from mqcore.plugins.store_lmdb.environment import SLACK_PAGES, Environment, Syncer, corrupted
 from mqcore.spans import RawSpans
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
@@ -49,7 +58,7 @@ from mqcore.store import (
     RawGetResult,
     parse_delay_levels,
 )
-from mqcore.storekind import check_store_kind
+from mqcore.storekind import KIND_FILE_NAME, check_store_kind
 from mqcore.uniqkey import index_keys, uniq_ids
 
 __all__ = ["OPTIONS", "LmdbStore"]
@@ -68,7 +77,10 @@ OPTIONS: dict[str, Any] = {
     "message_delay_level": DEFAULT_MESSAGE_DELAY_LEVEL,
     "file_reserved_time_hours": 72,
     "disk_max_used_space_ratio": 75,
+    "check_crc_on_read": False,
 }
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
@@ -79,6 +91,19 @@ _KEYS = operator.itemgetter(codec.Prepared._fields.index("keys"))
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _reads(func: F) -> F:
+    """Report a damaged page LMDB finds while reading as :class:`StoreCorruptedError`."""
+
+    @functools.wraps(func)
+    def checked(self: LmdbStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(self, *args, **kwargs)
+        except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.BadTxnError) as exc:
+            raise corrupted(self.path, exc) from exc
+
+    return cast(F, checked)
 
 
 class LmdbStore:
@@ -106,6 +131,8 @@ class LmdbStore:
         max_readers = _positive_int("max_readers", opts["max_readers"])
         self._delays = parse_delay_levels(opts["message_delay_level"])
         writemap = opts["writemap"]
+        #: Check each record's body CRC as it is read (see :meth:`_verify_crc`).
+        self.check_crc_on_read = bool(opts["check_crc_on_read"])
         if not isinstance(writemap, bool):
             raise InvalidArgumentError(f"option writemap={writemap!r} must be True or False")
         #: Batches older than this are deleted by retention (RocketMQ's fileReservedTime).
@@ -128,9 +155,20 @@ class LmdbStore:
         self._queue_next: dict[bytes, int] = {}  # queue prefix -> next queue offset (writer)
         self._cq_tail = b""  # queue prefix of the last consume-queue key (writer)
         self._born_hosts: dict[str, tuple[bytes, int]] = {}
+        # Before anything is created here: what the directory held, and whether its last
+        # writer is live (a reader may then see its unwritten free pages) or died.
+        held_data = (self.path / KIND_FILE_NAME).exists()
+        alive = writer_alive(self.path)
+        if self.read_only:
+            slack = SLACK_PAGES if alive else 0  # a live writer's unwritten free pages
+        else:
+            slack = SLACK_PAGES if alive is False else 0  # those of a writer that died
         if not self.read_only:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._writer_lock = StoreLock(self.path).acquire()
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._writer_lock = StoreLock(self.path).acquire()
+            except OSError as exc:
+                raise (no_write_access(self.path, exc) or exc) from exc
         env = None
         try:
             check_store_kind(self.path, "lmdb", read_only=self.read_only)
@@ -141,6 +179,8 @@ class LmdbStore:
                 map_size=map_size,
                 max_readers=max_readers,
                 writemap=writemap,
+                slack_pages=slack,
+                held_data=held_data,
             )
             if self.read_only:
                 self._snapshot = env.begin()
@@ -321,6 +361,7 @@ class LmdbStore:
         if not self.read_only:
             txn.abort()
 
+    @_reads
     def _read(
         self,
         topic: str,
@@ -346,6 +387,9 @@ class LmdbStore:
                 self._end_txn(txn)
             for chunk in found[1]:
                 self._env.touched(len(chunk[0]))
+                if self.check_crc_on_read:
+                    for start, size in zip(chunk[1], chunk[2], strict=True):
+                        self._verify_crc(chunk[0], start, size)
             if not self.read_only:  # a read-only store's snapshot pins the map until refresh
                 self._env.release_pages()
             return found
@@ -392,6 +436,7 @@ class LmdbStore:
             records.extend(map(view.__getitem__, map(slice, starts, map(add, starts, sizes))))
         return RawGetResult(status, records, nxt, low, high)
 
+    @_reads
     def get_spans(
         self,
         topic: str,
@@ -417,6 +462,7 @@ class LmdbStore:
         """Offset the next message of the queue will get."""
         return self._bounds(topic, queue_id)[1]
 
+    @_reads
     def _bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         prefix = layout.queue_prefix(topic, queue_id)
         with self._lock:
@@ -427,6 +473,7 @@ class LmdbStore:
             finally:
                 self._end_txn(txn)
 
+    @_reads
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first offset whose store timestamp is >= ``timestamp_ms`` (max offset if none)."""
         prefix = layout.queue_prefix(topic, queue_id)
@@ -451,6 +498,7 @@ class LmdbStore:
             finally:
                 self._end_txn(txn)
 
+    @_reads
     def lookup(self, topic: str, key: str, max_count: int = 32) -> list[MessageExt]:
         """Messages of ``topic`` carrying ``key`` (oldest first)."""
         tprefix = layout.topic_prefix(topic)
@@ -467,6 +515,8 @@ class LmdbStore:
                     record = scan.record_at(txn, log_db, _OFFSET.unpack(value)[0])
                     if record is None:
                         continue
+                    if self.check_crc_on_read:
+                        self._verify_crc(record, 0, len(record))
                     msg = MessageExt(record)
                     # The index may hold a digest of a long key: confirm on the record.
                     if key in msg.key_list or msg.get_property(PROPERTY_UNIQ_KEY) == key:
@@ -477,6 +527,7 @@ class LmdbStore:
                 self._end_txn(txn)
         return out
 
+    @_reads
     def message_at(self, commitlog_offset: int) -> MessageExt | None:
         """The message whose record starts at ``commitlog_offset``, or ``None``."""
         if commitlog_offset < 0:
@@ -488,8 +539,27 @@ class LmdbStore:
                 record = scan.record_at(txn, self._env.log, commitlog_offset)
             finally:
                 self._end_txn(txn)
+        if record is not None and self.check_crc_on_read:
+            self._verify_crc(record, 0, len(record))
         return None if record is None else MessageExt(record)
 
+    def _verify_crc(self, data: Any, start: int, size: int) -> None:
+        """``check_crc_on_read``: raise :class:`StoreCorruptedError` unless the record at
+        ``start`` of ``data`` is whole and its body CRC matches (damage LMDB cannot see:
+        its pages carry no checksums)."""
+        try:
+            codec.check_record(data, start, start + size, check_crc=True)
+        except CodecError as exc:
+            offset = MessageExt(data, start).commitlog_offset if size >= codec.HEADER_SIZE else -1
+            raise StoreCorruptedError(
+                f"the LMDB store at {str(self.path)!r} holds a damaged record at commit-log "
+                f"offset {offset} ({exc}); restore data.mdb from a copy, or move the "
+                "directory aside",
+                path=str(self.path / "data.mdb"),
+                offset=offset,
+            ) from exc
+
+    @_reads
     def _queues(self, start: bytes) -> list[tuple[str, int]]:
         out = []
         with self._lock:

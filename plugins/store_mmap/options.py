@@ -69,6 +69,9 @@ class MmapStoreOptions:
     #: RocketMQ's ``messageDelayLevel``: a message held in SCHEDULE_TOPIC_XXXX gets its
     #: deliver time (store timestamp + its level's delay) as consume-queue tags code.
     message_delay_level: str = attrs.field(default=DEFAULT_MESSAGE_DELAY_LEVEL)
+    #: Check each record's body CRC when it is read (RocketMQ checks only on recovery): damage
+    #: older than the recovery window is reported with file and offset instead of served.
+    check_crc_on_read: bool = attrs.field(default=False, converter=bool)
 
     def __attrs_post_init__(self) -> None:
         parse_delay_levels(self.message_delay_level)  # a bad table fails at open

@@ -45,10 +45,11 @@ from mqcore.errors import (
     CodecError,
     InvalidArgumentError,
     StoreClosedError,
+    StoreCorruptedError,
     StoreError,
 )
 from mqcore.interfaces import MessageFilter
-from mqcore.lockfile import StoreLock
+from mqcore.lockfile import StoreLock, no_write_access
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt
 from mqcore.spans import RawSpans
@@ -116,6 +117,8 @@ class MmapStore:
     - ``transient_store_pool`` (False): write into memory buffers committed to the files by
       a background thread (ASYNC_FLUSH only; a crash loses up to 200 ms of puts).
     - ``index_hash_slots`` (5 000 000), ``index_max_entries`` (20 000 000): key index size.
+    - ``check_crc_on_read`` (False): verify every record's body CRC as it is read; a
+      mismatch is a :class:`~mqcore.errors.StoreCorruptedError` naming file and offset.
     """
 
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
@@ -133,6 +136,7 @@ class MmapStore:
         self._store_host = host_bytes(opts.store_host)
         self._msgid_prefix = message_id_prefix(self._store_host)
         self._delays = parse_delay_levels(opts.message_delay_level)
+        self._check_crc = bool(opts.check_crc_on_read)
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         # Read-only openers: the highest queue offset per queue whose record is verified.
         self._visible: dict[tuple[str, int], int] = {}
@@ -152,11 +156,20 @@ class MmapStore:
                     "it first"
                 )
         else:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._lock = StoreLock(self.path).acquire()
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+                self._lock = StoreLock(self.path).acquire()
+            except OSError as exc:
+                raise (no_write_access(self.path, exc) or exc) from exc
         try:
             check_store_kind(self.path, "mmap", read_only=self.read_only)
             self._open()
+        except OSError as exc:
+            self._release_all()
+            denied = None if self.read_only else no_write_access(self.path, exc)
+            if denied is None:
+                raise
+            raise denied from exc
         except BaseException:
             self._release_all()
             raise
@@ -500,6 +513,8 @@ class MmapStore:
                 else:
                     # Transient pool: the record may still be in a buffer (read a copy).
                     buf, pos = mf.read(phys - base, size), 0
+                if self._check_crc:
+                    self._verify_crc(mf, buf, pos, size, phys)
                 if props_ok is not None and not props_ok(record_properties(buf, pos)):
                     continue
                 add((buf, pos, size))
@@ -601,6 +616,8 @@ class MmapStore:
         """An unfiltered read as one span, or None when :meth:`_select` must answer (an
         offset outside the queue, records over two segments or in a transient buffer)."""
         self._check_open()
+        if self._check_crc:
+            return None  # every record is looked at: the general path
         cq, low, high = self._bounds(topic, queue_id)
         if cq is None or max_count < 1 or max_bytes < 1 or position_status(offset, low, high):
             return None
@@ -657,6 +674,20 @@ class MmapStore:
             return None
         return rec
 
+    def _verify_crc(self, mf: Any, buf: Any, pos: int, size: int, phys: int) -> None:
+        """``check_crc_on_read``: raise :class:`StoreCorruptedError` unless the record at
+        ``pos`` of ``buf`` (commit-log offset ``phys``) is whole and its body CRC matches."""
+        try:
+            check_record(buf, pos, pos + size, base_offset=phys - pos, check_crc=True)
+        except CodecError as exc:
+            path = str(mf.path) if mf is not None else str(self._commitlog.directory)
+            raise StoreCorruptedError(
+                f"commit-log file {path!r} holds a damaged record at offset {phys} ({exc}); "
+                "restore the file from a replica or backup, or move the store aside",
+                path=path,
+                offset=phys,
+            ) from exc
+
     def _store_timestamp(self, phys: int, size: int) -> int:
         rec = self._commitlog.read(phys, HEADER_SIZE)
         if rec is None:
@@ -679,6 +710,9 @@ class MmapStore:
         rec = self._record_at(commitlog_offset)
         if rec is None:
             return None
+        if self._check_crc:
+            mf = self._commitlog.file_for(commitlog_offset)
+            self._verify_crc(mf, rec, 0, len(rec), commitlog_offset)
         msg = MessageExt(bytes(rec))
         # Only dispatched records exist for readers: the unit must be published.
         cq, low, high = self._bounds(msg.topic, msg.queue_id)

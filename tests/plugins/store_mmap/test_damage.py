@@ -210,3 +210,38 @@ def test_another_segment_size_is_named(tmp_path: Path) -> None:
     with pytest.raises(StoreCorruptedError, match="segment_size") as info:
         MmapStore(tmp_path, **{**OPTS, "segment_size": 8192})
     assert "cut short" not in str(info.value)
+
+
+# -- 10: check_crc_on_read ---------------------------------------------------------------------
+
+
+def test_check_crc_on_read_reports_damage_older_than_the_recovery_window(tmp_path: Path) -> None:
+    """Recovery checks the last three segments; a body damaged in an older one is served as
+    stored by default, and reported with file and offset when ``check_crc_on_read`` is on."""
+    with MmapStore(tmp_path, **OPTS) as store:
+        for i in range(200):
+            store.put("T", 0, [Message(topic="T", body=b"body%03d" % i, keys=f"k{i}")])
+    first = segments(tmp_path)[0]
+    assert len(segments(tmp_path)) > 3
+    overwrite(first, 88 + 4 + 1, b"\xff")  # a byte of the first record's body
+    with MmapStore(tmp_path, **OPTS) as store:
+        assert store.get("T", 0, 0, max_count=1).messages[0].body == b"body0\xff0"
+    with MmapStore(tmp_path, **OPTS, check_crc_on_read=True) as store:
+        assert store.get("T", 0, 1, max_count=5).messages[0].body == b"body001"
+        for read in (
+            lambda: store.get("T", 0, 0, max_count=5),
+            lambda: store.get_raw("T", 0, 0, max_count=5),
+            lambda: store.get_spans("T", 0, 0, max_count=5),
+            lambda: store.message_at(0),
+            lambda: store.lookup("T", "k0"),
+        ):
+            with pytest.raises(StoreCorruptedError, match="CRC mismatch") as info:
+                read()
+            assert info.value.path == str(first) and info.value.offset == 0
+
+
+def test_check_crc_on_read_is_an_option_off_by_default(tmp_path: Path) -> None:
+    from mqcore.plugins.store_mmap.options import MmapStoreOptions
+
+    assert MmapStoreOptions().check_crc_on_read is False
+    assert MmapStoreOptions(check_crc_on_read=True).check_crc_on_read is True
