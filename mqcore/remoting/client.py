@@ -25,6 +25,7 @@ from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from mqcore.remoting.futures import settle
 
 __all__ = ["RemotingClient", "RequestHandler", "parse_address"]
 
@@ -141,21 +142,21 @@ class _Connection:
             self.client._forget(self)
             pending, self.pending = self.pending, {}
             for p in pending.values():
-                if not p.future.done():
-                    p.future.set_exception(
-                        RemotingConnectError(
-                            f"connection to {self.addr} lost before the answer to request "
-                            f"code {p.code}: {reason}",
-                            addr=self.addr,
-                        )
-                    )
+                settle(
+                    p.future,
+                    error=RemotingConnectError(
+                        f"connection to {self.addr} lost before the answer to request "
+                        f"code {p.code}: {reason}",
+                        addr=self.addr,
+                    ),
+                )
 
     def _frame(self, frame: bytes) -> None:
         cmd = RemotingCommand.decode(frame)
         if cmd.is_response:
             p = self.pending.pop(cmd.opaque, None)
-            if p is not None and not p.future.done():
-                p.future.set_result(cmd)
+            if p is not None:
+                settle(p.future, cmd)
             return
         self.client._server_request(self, cmd)
 
@@ -163,8 +164,8 @@ class _Connection:
         late = [op for op, p in list(self.pending.items()) if p.deadline <= now]
         for opaque in late:
             p = self.pending.pop(opaque, None)
-            if p is not None and not p.future.done():
-                p.future.set_exception(self.client._timeout(self.addr, p.code, p.timeout))
+            if p is not None:
+                settle(p.future, error=self.client._timeout(self.addr, p.code, p.timeout))
 
 
 class RemotingClient:

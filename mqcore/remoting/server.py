@@ -43,6 +43,7 @@ from mqcore.remoting.command import (
     salvage_opaque,
 )
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from mqcore.remoting.futures import settle
 from mqcore.remoting.workers import WorkerPool
 
 __all__ = ["RemotingProcessor", "RemotingServer", "ServerConnection", "event_loop_factory"]
@@ -164,13 +165,13 @@ class ServerConnection(asyncio.Protocol):
         self._closed = True
         self._server._forget(self)
         for fut in self._pending.values():
-            if not fut.done():
-                fut.set_exception(
-                    RemotingConnectError(
-                        f"connection to {self.remote_address} closed before the answer",
-                        addr=self.remote_address,
-                    )
-                )
+            settle(
+                fut,
+                error=RemotingConnectError(
+                    f"connection to {self.remote_address} closed before the answer",
+                    addr=self.remote_address,
+                ),
+            )
         self._pending.clear()
         for task in list(self._tasks):
             task.cancel()
@@ -195,8 +196,8 @@ class ServerConnection(asyncio.Protocol):
             return
         if cmd.is_response:
             fut = self._pending.pop(cmd.opaque, None)
-            if fut is not None and not fut.done():
-                fut.set_result(cmd)
+            if fut is not None:
+                settle(fut, cmd)
             return
         self.language, self.version, self.serialize_type = (
             cmd.language,
@@ -318,10 +319,11 @@ class ServerConnection(asyncio.Protocol):
 
         def send() -> None:
             if self._closed:
-                fut.set_exception(
-                    RemotingConnectError(
+                settle(
+                    fut,
+                    error=RemotingConnectError(
                         f"connection to {self.remote_address} is closed", addr=self.remote_address
-                    )
+                    ),
                 )
                 return
             self._pending[cmd.opaque] = fut
@@ -329,14 +331,15 @@ class ServerConnection(asyncio.Protocol):
             self._loop.call_later(timeout, expire)
 
         def expire() -> None:
-            if self._pending.pop(cmd.opaque, None) is fut and not fut.done():
-                fut.set_exception(
-                    RemotingTimeoutError(
+            if self._pending.pop(cmd.opaque, None) is fut:
+                settle(
+                    fut,
+                    error=RemotingTimeoutError(
                         f"no answer from {self.remote_address} to request code {cmd.code} "
                         f"within {timeout} s",
                         addr=self.remote_address,
                         code=cmd.code,
-                    )
+                    ),
                 )
 
         self._server._call_soon(send)

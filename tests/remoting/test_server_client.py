@@ -440,3 +440,19 @@ def test_a_handler_may_close_its_own_client(server: RemotingServer, addr: str) -
     assert closed.wait(5)
     with pytest.raises(RemotingConnectError, match="closed"):
         cli.invoke(addr, _cmd(ECHO), 1)
+
+
+def test_cancelled_futures_do_not_break_the_connection(
+    client: RemotingClient, addr: str, server: RemotingServer
+) -> None:
+    """Callers give up on requests (cancel) while answers arrive: the reader carries on."""
+    assert client.invoke(addr, _cmd(BIND, clientId="canceller"), 5).code == 0
+    conn = server.find_connection("canceller")
+    for round_ in range(5):
+        futures = [client.invoke_async(addr, _cmd(AWAIT, ms=i % 3), 5) for i in range(200)]
+        for i, f in enumerate(futures):
+            if i % 2 == round_ % 2:
+                f.cancel()
+        assert client.invoke(addr, _cmd(ECHO, b"alive"), 5).body == b"alive"
+        assert all(f.cancelled() or f.result(5).code == 0 for f in futures)
+    assert server.find_connection("canceller") is conn  # the same connection throughout
