@@ -73,6 +73,9 @@ CHECKPOINT_FILE = "timercheck"
 _IDLE_MS = 100
 _ENQUEUE_BATCH = 256  # held messages read per store call
 _ENQUEUE_PER_PASS = 65_536  # bound one pass, so deliveries are not starved by a backlog
+# Bound the lock hold of one pass (stats and close wait for it) when much is overdue.
+_DELIVER_PER_PASS = 512
+_SKIP_PER_PASS = 65_536
 _RECORD = struct.Struct(">i16xqq")  # record size, queue offset, commit-log offset
 _BODY_LEN = struct.Struct(">i")
 _HEADER_SIZE = 88
@@ -176,6 +179,8 @@ class TimerScheduler:
         # past that (a unit overdue when enqueued sits in a later slot than its deliver time).
         self._seg_max: dict[int, int] = {}
         self._seg_path: Any = None
+        # (read ms, last pos, units) of the cursor's slot -> its unit positions, append order.
+        self._slot_cache: tuple[tuple[int, int, int], array.array[int]] | None = None
         self._seg_dirty = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -441,8 +446,13 @@ class TimerScheduler:
         wheel = self._wheel
         assert wheel is not None
         prec = self.precision_ms
-        skipped = False
+        skipped = 0
+        budget = _DELIVER_PER_PASS
         while True:
+            if budget <= 0 or skipped >= _SKIP_PER_PASS:
+                if skipped:
+                    self._commit()
+                return 0  # more to do at once: the next pass goes on
             read_ms = self._cp.read_ms
             index = self._slot_index(read_ms)
             t, due, last, num = wheel.get(index)
@@ -453,9 +463,11 @@ class TimerScheduler:
                     return min(_IDLE_MS, due - now)
                 if skipped:
                     self._commit()
-                    skipped = False
-                if not self._deliver_slot(last, num):
+                    skipped = 0
+                delivered = self._deliver_slot(last, num, budget)
+                if delivered < 0:
                     return _IDLE_MS
+                budget -= max(delivered, 1)
                 now = self.clock()
                 continue
             if now < read_ms + prec:
@@ -465,32 +477,41 @@ class TimerScheduler:
             # The slot's span is over and everything in it is delivered: move on. Empty
             # slots are skipped in a row and committed once.
             self._cp = self._cp._replace(read_ms=read_ms + prec, done=0)
-            skipped = True
+            skipped += 1
 
-    def _deliver_slot(self, last: int, num: int) -> bool:
-        """Deliver the undelivered units of the cursor's slot; False if a put failed."""
+    def _deliver_slot(self, last: int, num: int, budget: int) -> int:
+        """Deliver up to ``budget`` undelivered units of the cursor's slot; how many were
+        delivered, or -1 when a put failed (the same unit is tried again next pass)."""
         tlog = self._log
         assert tlog is not None
-        positions = array.array("q")
-        pos = last
-        while pos >= 0 and len(positions) < num:
-            unit = tlog.read(pos)
-            if unit is None:
-                log.error("timer_unit_missing", pos=pos, slot_ms=self._cp.read_ms)
-                break
-            positions.append(pos)
-            pos = unit.prev_pos
-        positions.reverse()  # append order
-        start = self._cp.done - (num - len(positions))
-        for pos in positions[max(start, 0) :]:
+        key = (self._cp.read_ms, last, num)
+        cached = self._slot_cache
+        if cached is not None and cached[0] == key:
+            positions = cached[1]  # a big slot is delivered over several passes
+        else:
+            positions = array.array("q")
+            pos = last
+            while pos >= 0 and len(positions) < num:
+                unit = tlog.read(pos)
+                if unit is None:
+                    log.error("timer_unit_missing", pos=pos, slot_ms=self._cp.read_ms)
+                    break
+                positions.append(pos)
+                pos = unit.prev_pos
+            positions.reverse()  # append order
+            self._slot_cache = (key, positions)
+        start = max(self._cp.done - (num - len(positions)), 0)
+        delivered = 0
+        for pos in positions[start : start + budget]:
             unit = tlog.read(pos)
             assert unit is not None
             if not self._deliver(unit):
-                return False
+                return -1
             self._commit(done=self._cp.done + 1, pending=max(self._cp.pending - 1, 0))
-        if self._cp.done < num:  # units that could not be read count as done
-            self._commit(done=num)
-        return True
+            delivered += 1
+        if start + delivered >= len(positions) and self._cp.done < num:
+            self._commit(done=num)  # units that could not be read count as done
+        return delivered
 
     def _deliver(self, unit: Any) -> bool:
         host = self._host
