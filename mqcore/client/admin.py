@@ -28,6 +28,7 @@ from mqcore.remoting.command import RemotingCommand
 __all__ = ["DLQ_PREFIX", "LagRow", "MQAdmin", "ResendResult", "TopicInfo"]
 
 DLQ_PREFIX = "%DLQ%"
+RETRY_PREFIX = "%RETRY%"
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # RocketMQ's MixAll.TOOLS_CONSUMER_GROUP
 TOOLS_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"  # RocketMQ's MixAll.CLIENT_INNER_PRODUCER_GROUP
 _KEPT_SYSTEM_PROPERTIES = frozenset({"UNIQ_KEY"})  # a resent dead letter keeps its id
@@ -383,8 +384,8 @@ class MQAdmin:
                 if resent + skipped >= limit:
                     break
                 target = msg.get_property("RETRY_TOPIC") or msg.topic
-                if target.startswith(DLQ_PREFIX):
-                    skipped += 1  # nowhere to send it back to
+                if target.startswith((DLQ_PREFIX, RETRY_PREFIX)):
+                    skipped += 1  # no original topic to send it back to
                 else:
                     self._send_back(target, msg)
                     by_topic[target] = by_topic.get(target, 0) + 1
