@@ -88,7 +88,10 @@ def follow_driver_log_level() -> None:
     logger.setLevel(level)
     if not logger.handlers and not logging.getLogger().handlers:
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        # The pid tells the lines of Spark's worker processes from the driver's own.
+        handler.setFormatter(
+            logging.Formatter("%(levelname)s %(name)s [spark worker %(process)d]: %(message)s")
+        )
         logger.addHandler(handler)
         logger.propagate = False
 

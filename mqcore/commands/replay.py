@@ -17,11 +17,15 @@ message's commit-log offset), by which consumers can drop duplicates.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import shutil
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -29,25 +33,75 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mqcore.errors import MQError, StoreLockedError
+from mqcore.errors import FilterExpressionError, MQError, StoreLockedError
 
-__all__ = ["load_transform", "replay", "run_replay"]
+__all__ = ["java_missing", "load_transform", "replay", "run_replay"]
 
 
 def load_transform(spec: str) -> Any:
-    """The callable named ``module:function`` (it takes and returns a DataFrame)."""
+    """The callable named ``module:function`` (it takes and returns a DataFrame).
+
+    The module is looked up in the current directory first, as ``python -m`` does, and
+    pickled by value, so that Spark's workers need not import it from there themselves.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise click.BadParameter(f"{spec!r} is not module:function", param_hint="--transform")
+        raise click.ClickException(f"--transform {spec!r} is not module:function")
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
-        target: Any = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
+        target: Any = module
         for part in attr.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
-        raise click.BadParameter(f"cannot load {spec!r}: {exc}", param_hint="--transform") from exc
+        raise click.ClickException(
+            f"--transform: cannot load {spec!r} ({type(exc).__name__}: {exc}); the module is "
+            f"looked up in the current directory {here!r} and on sys.path"
+        ) from None
+    finally:
+        if added:
+            sys.path.remove(here)
     if not callable(target):
-        raise click.BadParameter(f"{spec!r} is not callable", param_hint="--transform")
+        raise click.ClickException(f"--transform {spec!r} is not callable")
+    with contextlib.suppress(ImportError, ValueError):
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(module)
     return target
+
+
+def java_missing() -> str | None:
+    """Why a local Spark cannot start here (no usable Java), or None when Java runs."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        where = f"JAVA_HOME={java_home!r} has no bin/java" if java_home else "no java on PATH"
+        return (
+            f"mqcore replay runs on Spark, which needs Java 17 or later: {where}; install a "
+            f"Java runtime (e.g. openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    try:
+        subprocess.run([java, "-version"], capture_output=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return (
+            f"mqcore replay runs on Spark, which needs Java 17 or later: {java} -version "
+            f"failed ({exc})"
+        )
+    return None
+
+
+def _check_where(where: str) -> None:
+    """Compile ``--where`` with the SQL92 filter before anything starts."""
+    from mqcore.kernel import Kernel
+
+    try:
+        Kernel().filter("SQL92", where)
+    except FilterExpressionError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise click.ClickException(f"--where {where!r}: {first}") from None
 
 
 def _topic_total(location: Any, topic: str) -> int:
@@ -75,6 +129,8 @@ def _spark_session(master: str) -> Any:
         .appName("mqcore-replay")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        # The command draws its own progress bar: no stage bars from Spark in between.
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -142,6 +198,8 @@ def run_replay(
     # Spark's Python workers may run elsewhere than this directory: pass absolute paths.
     source, target = os.path.abspath(source), os.path.abspath(target)
     started = time.monotonic()
+    if where:
+        _check_where(where)
     fn = load_transform(transform) if transform else None
     options = {"path": source, "topic": topic}
     if where:
@@ -161,12 +219,69 @@ def run_replay(
     dst = resolve_write(target, store)
     if os.path.realpath(dst.store_dir) == os.path.realpath(src.store_dir):
         raise click.ClickException("--to is the store --from reads; replay into another one")
+    if spark is None and master.startswith("local"):
+        problem = java_missing()
+        if problem:
+            raise click.ClickException(problem)
+    # A target this run creates is removed again when the run fails, not left half made.
+    made = _first_missing(Path(dst.store_dir))
     try:
-        StoreLock(dst.store_dir).acquire().release()
-    except StoreLockedError as exc:
-        raise held_error(dst, exc) from None
-    before = _topic_total(dst, to_topic)
-    to_read = sum(s.count for s in slices)
+        try:
+            StoreLock(dst.store_dir).acquire().release()
+        except StoreLockedError as exc:
+            raise held_error(dst, exc) from None
+        before = _topic_total(dst, to_topic)
+        to_read = sum(s.count for s in slices)
+        return _run_job(
+            spark=spark,
+            master=master,
+            options=options,
+            fn=fn,
+            target=target,
+            to_topic=to_topic,
+            store=store,
+            queues=queues or source_queues,
+            partitions=len(slices),
+            console=console,
+            register=register,
+            before=before,
+            to_read=to_read,
+            started=started,
+        )
+    except BaseException:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        raise
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (None when it exists)."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _run_job(
+    *,
+    spark: Any,
+    master: str,
+    options: dict[str, str],
+    fn: Any,
+    target: str,
+    to_topic: str,
+    store: str | None,
+    queues: int | None,
+    partitions: int,
+    console: Console,
+    register: Any,
+    before: int,
+    to_read: int,
+    started: float,
+) -> dict[str, Any]:
+    from mqcore.contrib.spark.layout import resolve_write
 
     own_session = spark is None
     if spark is None:
@@ -183,13 +298,13 @@ def run_replay(
         writer = writer.option("path", target).option("topic", to_topic)
         if store:
             writer = writer.option("store", store)
-        if queues or source_queues:
-            writer = writer.option("queue_nums", str(queues or source_queues))
+        if queues:
+            writer = writer.option("queue_nums", str(queues))
         # Spark finds the registered source only from the session's own (main) thread, so
         # the job runs here and the progress display in a thread of its own.
         stop = threading.Event()
         watcher = threading.Thread(
-            target=_watch, args=(spark, stop, len(slices), console), name="mqcore-replay-progress"
+            target=_watch, args=(spark, stop, partitions, console), name="mqcore-replay-progress"
         )
         watcher.start()
         try:
@@ -206,7 +321,7 @@ def run_replay(
         "written": written,
         "filtered": max(0, to_read - written),
         "seconds": round(time.monotonic() - started, 2),
-        "partitions": len(slices),
+        "partitions": partitions,
     }
 
 

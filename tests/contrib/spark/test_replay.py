@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,128 @@ def test_replay_refuses_a_held_target(source: Path, tmp_path: Path) -> None:
 def test_load_transform() -> None:
     """module:function names a callable."""
     assert load_transform("os.path:join") is os.path.join
+
+
+def _one_line(result: Any) -> str:
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--where", "price > AND region = 'eu'"], "--where \"price > AND region = 'eu'\""),
+        (["--where", "a >"], "expected a value after '>'"),
+        (["--transform", "no_such_module_x:f"], "No module named 'no_such_module_x'"),
+    ],
+    ids=["where-syntax", "where-incomplete", "transform-module"],
+)
+def test_replay_failures_are_one_line_before_spark(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: list[str], says: str
+) -> None:
+    """A bad --where or transform: one line, Spark never started, no target directory made."""
+    from mqcore.commands import replay
+
+    monkeypatch.setattr(replay, "_spark_session", _no_spark)
+    target = tmp_path / "new" / "dst"
+    args = ["replay", "--from", str(source), "--topic", "T", "--to", str(target)]
+    line = _one_line(CliRunner().invoke(main, [*args, "--to-topic", "T2", *extra]))
+    assert says in line
+    assert not (tmp_path / "new").exists()
+
+
+def _no_spark(master: str) -> Any:
+    raise AssertionError("Spark was started")
+
+
+def test_replay_without_java_says_so(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No java (JAVA_HOME without bin/java): one line naming it, no target directory made."""
+    from mqcore.commands import replay
+
+    monkeypatch.setattr(replay, "_spark_session", _no_spark)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    target = tmp_path / "dst"
+    args = ["replay", "--from", str(source), "--topic", "T", "--to", str(target)]
+    line = _one_line(CliRunner().invoke(main, [*args, "--to-topic", "T2"]))
+    assert "needs Java 17 or later" in line and "no-jdk" in line and "JAVA_HOME" in line
+    assert not target.exists()
+
+
+def test_a_failed_job_leaves_no_target_directory(
+    spark: Any, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transform fails inside the job: the directory the run created is removed."""
+    from mqcore.commands.replay import run_replay
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "failing_transform.py").write_text(
+        "def boom(df):\n    raise ValueError('the transform failed')\n"
+    )
+    target = tmp_path / "new" / "dst"
+    with pytest.raises(ValueError, match="the transform failed"):
+        run_replay(
+            source=str(source),
+            topic="T",
+            target=str(target),
+            to_topic="T2",
+            transform="failing_transform:boom",
+            spark=spark,
+        )
+    assert not (tmp_path / "new").exists()
+
+
+_TRANSFORM = """
+from pyspark.sql import functions as F
+
+def only_even(df):
+    return df.where(F.col("queue_offset") % 2 == 0)
+"""
+
+
+def _replay_process(source: Path, cwd: Path, *cli: str) -> subprocess.CompletedProcess[str]:
+    """`mqcore [cli] replay ...` with the transform module in ``cwd`` (PYTHONSAFEPATH=1)."""
+    (cwd / "my_transforms.py").write_text(_TRANSFORM)
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "COLUMNS": "100"}
+    env.pop("PYTHONPATH", None)
+    args = ["replay", "--from", str(source), "--topic", "T", "--to", str(cwd / "dst")]
+    args += ["--to-topic", "T2", "--transform", "my_transforms:only_even", "--master", "local[1]"]
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("mqcore")), *cli, *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.timeout(900)
+def test_replay_finds_the_transform_here_and_keeps_the_bar_clean(
+    spark: Any, source: Path, tmp_path: Path
+) -> None:
+    """--transform from the current directory; no Spark stage bars or worker log lines.
+
+    At --log-level debug the workers' mqcore events do show, following the CLI's level.
+    """
+    quiet = _replay_process(source, _mkdir(tmp_path / "quiet"))
+    assert quiet.returncode == 0, quiet.stderr
+    assert "[Stage" not in quiet.stderr and "spark worker" not in quiet.stderr, quiet.stderr
+    assert not [line for line in quiet.stderr.splitlines() if " mqcore." in line], quiet.stderr
+    row = next(line for line in quiet.stdout.splitlines() if line.count("│") == 6)
+    assert [cell.strip() for cell in row.split("│")[1:4]] == ["3", "2", "1"]  # read, written
+    loud = _replay_process(source, _mkdir(tmp_path / "loud"), "--log-level", "debug")
+    assert loud.returncode == 0, loud.stderr
+    worker = [line for line in loud.stderr.splitlines() if "[spark worker" in line]
+    assert any(line.startswith("DEBUG mqcore.") for line in worker), loud.stderr
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
 
 
 def test_replay_without_pyspark_names_the_extra(source: Path, tmp_path: Path) -> None:
