@@ -20,11 +20,9 @@ import attrs
 from mqcore.errors import InvalidArgumentError
 from mqcore.kernel import Kernel
 from mqcore.lockfile import LOCK_FILE_NAME
+from mqcore.storekind import detect_store_kind
 
 __all__ = ["Location", "detect_store", "resolve_read", "resolve_write"]
-
-#: The file or directory each bundled store backend always creates, for detection.
-_MARKERS = (("lmdb", "data.mdb"), ("mmap", "commitlog"))
 
 
 @attrs.frozen
@@ -44,12 +42,8 @@ class Location:
 
 
 def detect_store(store_dir: str | os.PathLike[str]) -> str | None:
-    """The backend whose files ``store_dir`` holds (``lmdb``, ``mmap``), or ``None``."""
-    path = Path(store_dir)
-    for name, marker in _MARKERS:
-        if (path / marker).exists():
-            return name
-    return None
+    """The backend that wrote ``store_dir`` (its ``STORE_KIND`` file, else its files), or None."""
+    return detect_store_kind(store_dir)
 
 
 def _check_store(store: str, where: Path) -> str:
