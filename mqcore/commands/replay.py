@@ -67,8 +67,7 @@ def load_transform(spec: str) -> Any:
     if not callable(target):
         raise click.ClickException(f"--transform {spec!r} is not callable")
     with contextlib.suppress(ImportError, ValueError):
-        from pyspark import cloudpickle
-
+        cloudpickle: Any = importlib.import_module("pyspark.cloudpickle")
         cloudpickle.register_pickle_by_value(module)
     return target
 
