@@ -10,11 +10,18 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def structlog_defaults() -> Iterator[None]:
-    """The CLI configures structlog for itself; later tests must see the library defaults."""
+    """The CLI configures logging for itself; later tests must see the library defaults."""
+    import logging
+
     import structlog
 
+    logger = logging.getLogger("mqcore")
+    saved = (logger.level, logger.propagate, list(logger.handlers))
     yield
     structlog.reset_defaults()
+    logger.setLevel(saved[0])
+    logger.propagate = saved[1]
+    logger.handlers[:] = saved[2]
 
 
 @pytest.fixture(autouse=True)

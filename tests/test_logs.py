@@ -128,3 +128,29 @@ def test_no_module_uses_structlogs_global_configuration() -> None:
              or "structlog.configure(" in text)
     ]  # fmt: skip
     assert offenders == []
+
+
+def test_cli_sends_mqcore_logs_to_stderr_at_the_chosen_level() -> None:
+    """`mqcore -v`: info events on stderr (warnings by default, -vv debug), none on stdout."""
+    from click.testing import CliRunner
+
+    from mqcore.cli import main
+
+    log = get_logger("mqcore.tests.cli")
+    for args, shown in (([], {"warn_event"}), (["-v"], {"warn_event", "info_event"})):
+        runner = CliRunner()
+        result = runner.invoke(main, [*args, "plugins"])
+        assert result.exit_code == 0, result.output
+        # The handler the command installed writes to whatever stderr is now.
+        buf = __import__("io").StringIO()
+        old, sys.stderr = sys.stderr, buf
+        try:
+            log.info("info_event", n=1)
+            log.warning("warn_event", n=2)
+            log.debug("debug_event", n=3)
+        finally:
+            sys.stderr = old
+        lines = buf.getvalue().splitlines()
+        assert {line.split()[2] for line in lines} == shown, lines
+        assert all(line.split()[1] == "mqcore.tests.cli:" for line in lines)
+    assert logging.getLogger("mqcore").propagate is False  # the command owns these loggers
