@@ -36,6 +36,7 @@ __all__ = [
     "RemotingCommand",
     "SerializeType",
     "next_opaque",
+    "salvage_opaque",
 ]
 
 FLAG_RESPONSE = 0x1  # RPC_TYPE bit: 0 request, 1 response
