@@ -699,6 +699,37 @@ static Py_ssize_t check_one(const unsigned char *rec, Py_ssize_t avail, long lon
     return size;
 }
 
+/* The last TAGS value of a property string (``*tag``, ``*len``): 1 if there is one. */
+static int find_tag(const unsigned char *text, Py_ssize_t plen, const unsigned char **tag,
+                    Py_ssize_t *len)
+{
+    int found = 0;
+    Py_ssize_t start = 0;
+    while (start < plen) {
+        const unsigned char *item = text + start;
+        const unsigned char *stop = memchr(item, 0x02, (size_t)(plen - start));
+        Py_ssize_t item_len = stop ? stop - item : plen - start;
+        start += item_len + 1;
+        if (item_len >= 5 && memcmp(item, "TAGS\x01", 5) == 0) {
+            *tag = item + 5;
+            *len = item_len - 5;
+            found = 1;
+        }
+    }
+    return found;
+}
+
+/* Whether ``tag`` is one of the bytes objects of the tuple ``names``. */
+static int tag_in(PyObject *names, const unsigned char *tag, Py_ssize_t len)
+{
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (PyBytes_GET_SIZE(name) == len && memcmp(PyBytes_AS_STRING(name), tag, (size_t)len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* A new bytes object of ``n`` bytes (to fill), or NULL with an exception. */
 static PyObject *new_bytes(Py_ssize_t n)
 {
@@ -708,18 +739,47 @@ static PyObject *new_bytes(Py_ssize_t n)
 #define BYTES(o) ((unsigned char *)PyBytes_AS_STRING(o))
 
 PyDoc_STRVAR(record_columns_doc,
-"record_columns(spans, wanted, ts_low, ts_high, end_offset, error) -> (rows, done, columns)\n\n"
+"record_columns(spans, wanted, ts_low, ts_high, end_offset, error[, tags])\n"
+"    -> (rows, done, columns)\n\n"
 "Arrow buffers of the columns of stored records, in one pass over a batch (see\n"
 "mqcore.contrib.spark.columns.py_record_columns, the reference).");
 
 static PyObject *speedups_record_columns(PyObject *self, PyObject *args)
 {
-    PyObject *spans, *ts_low_obj, *ts_high_obj, *error;
+    PyObject *spans, *ts_low_obj, *ts_high_obj, *error, *tags_filter = Py_None;
     long wanted;
     long long end_offset;
-    if (!PyArg_ParseTuple(args, "O!lOOLO:record_columns", &PyList_Type, &spans, &wanted,
-                          &ts_low_obj, &ts_high_obj, &end_offset, &error))
+    if (!PyArg_ParseTuple(args, "O!lOOLO|O:record_columns", &PyList_Type, &spans, &wanted,
+                          &ts_low_obj, &ts_high_obj, &end_offset, &error, &tags_filter))
         return NULL;
+    /* (tags codes, tags): keep records whose unit holds one of the codes and whose TAGS is
+     * one of the tags (ReadFilter's two stages), before their bodies are touched. */
+    PyObject *filter_codes = NULL, *filter_tags = NULL;
+    long long codes[64];
+    Py_ssize_t ncodes = 0;
+    if (tags_filter != Py_None) {
+        if (!PyTuple_Check(tags_filter) || PyTuple_GET_SIZE(tags_filter) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(tags_filter, 0)) ||
+            !PyTuple_Check(PyTuple_GET_ITEM(tags_filter, 1))) {
+            PyErr_SetString(PyExc_TypeError, "record_columns: tags is (codes, names) tuples");
+            return NULL;
+        }
+        filter_codes = PyTuple_GET_ITEM(tags_filter, 0);
+        filter_tags = PyTuple_GET_ITEM(tags_filter, 1);
+        ncodes = PyTuple_GET_SIZE(filter_codes);
+        if (ncodes > 64) {
+            PyErr_SetString(PyExc_ValueError, "record_columns: at most 64 tags codes");
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < ncodes; k++)
+            if (as_int64(PyTuple_GET_ITEM(filter_codes, k), "tags code", (int64_t *)&codes[k]) < 0)
+                return NULL;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(filter_tags); k++)
+            if (!PyBytes_Check(PyTuple_GET_ITEM(filter_tags, k))) {
+                PyErr_SetString(PyExc_TypeError, "record_columns: tags are bytes");
+                return NULL;
+            }
+    }
     int has_low = ts_low_obj != Py_None, has_high = ts_high_obj != Py_None;
     long long ts_low = 0, ts_high = 0;
     if ((has_low && (ts_low = PyLong_AsLongLong(ts_low_obj)) == -1 && PyErr_Occurred()) ||
@@ -790,6 +850,14 @@ static PyObject *speedups_record_columns(PyObject *self, PyObject *args)
                 offset = (long long)get_be64(units + i * UNIT_SIZE);
                 usize = (int32_t)get_be32(units + i * UNIT_SIZE + 8);
                 pos = (Py_ssize_t)(offset - bases[s]);
+                if (filter_codes != NULL) { /* the consume-queue stage: the record unread */
+                    long long code = (long long)get_be64(units + i * UNIT_SIZE + 12);
+                    Py_ssize_t k = 0;
+                    while (k < ncodes && codes[k] != code)
+                        k++;
+                    if (k == ncodes)
+                        continue;
+                }
             }
             else if (len - pos >= R_PHYS + 8)
                 offset = (long long)get_be64(buf + pos + R_PHYS); /* as the record says */
@@ -814,6 +882,13 @@ static PyObject *speedups_record_columns(PyObject *self, PyObject *args)
             if ((has_low && ts < ts_low) || (has_high && ts >= ts_high))
                 continue;
             const unsigned char *topic = p->rec + HEADER_SIZE + p->body_len + 1;
+            if (filter_tags != NULL) {
+                const unsigned char *tag;
+                Py_ssize_t tag_len;
+                if (!find_tag(topic + p->topic_len + 2, p->props_len, &tag, &tag_len) ||
+                    !tag_in(filter_tags, tag, tag_len))
+                    continue;
+            }
             if (want_topic && !utf8_ok(topic, p->topic_len)) {
                 corrupt(error, offset, "the topic is not UTF-8");
                 goto done;

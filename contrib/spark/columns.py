@@ -32,6 +32,7 @@ __all__ = [
     "COLUMNS",
     "SPEEDUPS",
     "Span",
+    "TagsFilter",
     "build_batch",
     "py_record_columns",
     "record_columns",
@@ -55,6 +56,9 @@ COLUMNS = (
 )
 #: ``(buffer, units or None, base)``: see the module docstring.
 Span = tuple[Any, Any, int]
+#: ``(tags codes, tags as UTF-8)``: keep records whose consume-queue unit holds one of the
+#: codes and whose ``TAGS`` property is one of the tags (a pushed-down tag filter).
+TagsFilter = tuple[tuple[int, ...], tuple[bytes, ...]]
 #: True when the C builder runs.
 SPEEDUPS = _speedups is not None and hasattr(_speedups, "record_columns")
 
@@ -123,6 +127,15 @@ def _check(buf: Any, pos: int, avail: int, usize: int | None, offset: int) -> tu
     return h
 
 
+def _tag(text: bytes) -> bytes | None:
+    """The last TAGS value of a property string (None without one)."""
+    found = None
+    for item in text.split(b"\x02"):
+        if item.startswith(b"TAGS\x01"):
+            found = item[5:]
+    return found
+
+
 def _utf8(data: bytes) -> bool:
     try:
         data.decode()
@@ -154,9 +167,11 @@ def py_record_columns(
     ts_high: int | None,
     end_offset: int,
     error: Any = StoreCorruptedError,
+    tags: TagsFilter | None = None,
 ) -> tuple[int, bool, tuple[Any, ...]]:
     """:func:`record_columns` in Python: the reference for ``_speedups.record_columns``."""
     picked: list[tuple[Any, int, tuple[Any, ...]]] = []
+    codes = None if tags is None else set(tags[0])
     want = {name for name in COLUMNS if wanted >> _INDEX[name] & 1}
     want_props = bool(want.intersection(_PROPERTY_COLUMNS))
     finished = False
@@ -179,6 +194,8 @@ def py_record_columns(
                     break
                 offset, usize = unit[0], unit[1]
                 pos = offset - base
+                if codes is not None and unit[2] not in codes:
+                    continue  # the consume-queue stage: the record is not read
             elif pos >= length:
                 break
             elif length - pos >= _POS_PHYS + 8:
@@ -199,6 +216,8 @@ def py_record_columns(
                 continue
             tpos = at + _HEADER_SIZE + h[14]
             tlen = view[tpos]
+            if tags is not None and _tag(bytes(view[tpos + 3 + tlen : at + h[0]])) not in tags[1]:
+                continue
             if "topic" in want and not _utf8(bytes(view[tpos + 1 : tpos + 1 + tlen])):
                 raise _corrupt(offset, "the topic is not UTF-8")
             if want_props:
@@ -289,6 +308,7 @@ def record_columns(
     ts_high: int | None = None,
     end_offset: int = 2**63 - 1,
     *,
+    tags: TagsFilter | None = None,
     python: bool = False,
 ) -> tuple[int, bool, tuple[Any, ...]]:
     """``(rows, done, columns)``: the Arrow buffers of the ``wanted`` columns of the records
@@ -297,14 +317,16 @@ def record_columns(
 
     Each column is ``None`` when not wanted; fixed-width ones are one ``bytes``; strings are
     ``(offsets, data, validity or None)``; properties ``(map offsets, key offsets, key data,
-    value offsets, value data)``. ``python=True`` runs the reference implementation.
+    value offsets, value data)``. ``tags`` keeps only records with one of those tags, checked
+    on the consume-queue unit's tags code (units spans) and then on the property string,
+    before the body is touched. ``python=True`` runs the reference implementation.
     """
     if SPEEDUPS and not python:
         assert _speedups is not None
         return _speedups.record_columns(  # type: ignore[no-any-return]
-            spans, wanted, ts_low, ts_high, end_offset, StoreCorruptedError
+            spans, wanted, ts_low, ts_high, end_offset, StoreCorruptedError, tags
         )
-    return py_record_columns(spans, wanted, ts_low, ts_high, end_offset)
+    return py_record_columns(spans, wanted, ts_low, ts_high, end_offset, tags=tags)
 
 
 def _string_array(kind: pa.DataType, n: int, col: tuple[bytes, bytes, bytes | None]) -> pa.Array:
@@ -320,6 +342,7 @@ def build_batch(
     ts_low: int | None = None,
     ts_high: int | None = None,
     end_offset: int = 2**63 - 1,
+    tags: TagsFilter | None = None,
     python: bool = False,
 ) -> tuple[pa.RecordBatch, bool]:
     """The Arrow batch (columns of ``schema``) of the records in ``spans``, and ``done``.
@@ -328,7 +351,7 @@ def build_batch(
     """
     names = schema.names
     n, done, cols = record_columns(
-        spans, wanted_mask(names), ts_low, ts_high, end_offset, python=python
+        spans, wanted_mask(names), ts_low, ts_high, end_offset, tags=tags, python=python
     )
     arrays = []
     for name in names:

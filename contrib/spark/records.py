@@ -23,7 +23,7 @@ from mqcore.message import PROPERTY_TAGS
 from mqcore.spans import RawSpans
 from mqcore.store import GetStatus
 
-from .columns import COLUMNS, Span, build_batch
+from .columns import COLUMNS, Span, TagsFilter, build_batch
 from .layout import Location
 from .options import Bounds, ReadOptions, Slice, split_range
 
@@ -41,6 +41,7 @@ log = get_logger(__name__)
 
 _MAX_BYTES = 64 * 1024 * 1024  # of records per batch (an Arrow binary column holds 2 GiB)
 _BATCH_ROWS = 8192  # records per Arrow batch handed to Spark
+_MAX_TAGS = 64  # pushed-down tags the builder checks itself (more: the store's scan)
 _UNBOUNDED = Bounds()
 
 
@@ -197,6 +198,14 @@ def read_slice(
     pending: list[Span] = []
     rows = 0
     nbytes = 0
+    tags: TagsFilter | None = None
+    if message_filter is not None and message_filter.inner is None and message_filter.codes:
+        # Tags alone: the builder checks them on the units' tags codes and the property
+        # strings of a whole batch at once, instead of the store record by record.
+        codes = tuple(sorted(message_filter.codes))
+        tags = (codes, tuple(sorted(t.encode() for t in message_filter.tags or ())))
+        message_filter = None if len(codes) <= _MAX_TAGS else message_filter
+        tags = tags if message_filter is None else None
 
     def batch() -> tuple[pa.RecordBatch, bool]:
         return build_batch(
@@ -205,6 +214,7 @@ def read_slice(
             ts_low=timestamps.low,
             ts_high=timestamps.high,
             end_offset=part.end,
+            tags=tags,
             python=python,
         )
 

@@ -122,7 +122,7 @@ def _records(batch: list[Message]) -> tuple[bytes, bytes]:
     out, units = b"", b""
     for i, m in enumerate(batch):
         rec = codec.encode(m, queue_offset=i, commitlog_offset=1000 + len(out), store_timestamp=i)
-        units += struct.pack(">qiq", 1000 + len(out), len(rec), 0)
+        units += struct.pack(">qiq", 1000 + len(out), len(rec), codec.tags_hash_code(m.tags))
         out += rec
     return out, units
 
@@ -161,10 +161,16 @@ def test_c_and_python_agree_on_damaged_records(
     end = data.draw(st.one_of(st.just(2**63 - 1), st.integers(0, len(batch))))
     low = data.draw(st.one_of(st.none(), st.integers(0, len(batch))))
     high = data.draw(st.one_of(st.none(), st.integers(0, len(batch))))
-    c = _outcome(spans, wanted, False, ts_low=low, ts_high=high, end_offset=end)
-    py = _outcome(spans, wanted, True, ts_low=low, ts_high=high, end_offset=end)
+    tags = data.draw(st.one_of(st.none(), st.lists(text, max_size=3)))
+    tags_filter = None
+    if tags is not None:
+        codes = tuple(codec.tags_hash_code(t) for t in tags)
+        tags_filter = (codes, tuple(t.encode() for t in tags))
+    kw = {"ts_low": low, "ts_high": high, "end_offset": end, "tags": tags_filter}
+    c = _outcome(spans, wanted, False, **kw)
+    py = _outcome(spans, wanted, True, **kw)
     assert c == py
-    if damage == "none":
+    if damage == "none" and tags is None:
         assert c[0] == len([i for i in range(min(end, len(batch))) if _in(i, low, high)])
 
 
@@ -193,6 +199,25 @@ def test_damaged_record_raises_the_store_error(python: bool, damage: Any, reason
         record_columns([(damage(rec), None, 1000)], ALL, python=python)
     assert info.value.offset == 1000
     assert "commit-log offset 1000" in str(info.value)
+
+
+@pytest.mark.parametrize("python", [False, True] if columns.SPEEDUPS else [True])
+@settings(max_examples=50, deadline=None)
+@given(batch=messages, tags=st.lists(text, max_size=3), units=st.booleans())
+def test_tags_filter_keeps_the_tagged_records(
+    python: bool, batch: list[Message], tags: list[str], units: bool
+) -> None:
+    """A pushed-down tags filter keeps exactly the records whose tag is one of them."""
+    buf, unit_bytes = _records(batch)
+    codes = tuple(codec.tags_hash_code(t) for t in tags)
+    rb, _ = build_batch(
+        [(buf, unit_bytes if units else None, 1000)],
+        SCHEMA,
+        tags=(codes, tuple(t.encode() for t in tags)),
+        python=python,
+    )
+    want = [i for i, m in enumerate(batch) if (m.tags or None) in tags]  # "" is stored as none
+    assert rb.column("queue_offset").to_pylist() == want
 
 
 @pytest.mark.parametrize("python", [False, True] if columns.SPEEDUPS else [True])
