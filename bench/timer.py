@@ -7,7 +7,9 @@ Run from the repository root::
 
 *Rates* (per store, through the embedded broker's ``send_message``, batches of ``--batch``):
 
+- ``store put``: the store alone (``store.put`` of plain messages, as ``mqcore bench``);
 - ``plain``: messages without a timer, stored in their topic;
+- ``plain + 1 property``: the same with one property each (a timer message carries one);
 - ``timer send``: the same messages with ``deliver_time_ms`` (spread over ``--span`` s), which
   the broker stores in the timer topic;
 - ``timer wheel``: the timer scheduler taking those held messages into its timer log and
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mqcore import Broker, Message
+from mqcore import Broker, Kernel, Message
 from mqcore.store import TIMER_TOPIC
 
 
@@ -84,9 +86,17 @@ def rates(store: str, n: int, size: int, batch: int, span: int, root: Path) -> d
     body = os.urandom(size)
     clock = Clock()
     # The timer thread is paused (its clock stands still and the wheel is taken in below).
+    plain = [Message(topic="T", body=body) for _ in range(n)]
+    with Kernel().open_store(store, root / f"store-{store}") as s:
+        began = time.perf_counter()
+        for i in range(0, n, batch):
+            s.put("T", 0, plain[i : i + batch])
+        t_store = time.perf_counter() - began
     with _broker(root / f"plain-{store}", store, clock) as b:
-        plain = [Message(topic="T", body=body) for _ in range(n)]
         t_plain = _send(b, plain, batch)
+    with _broker(root / f"prop-{store}", store, clock) as b:
+        props = [Message(topic="T", body=body, properties={"p": str(i)}) for i in range(n)]
+        t_prop = _send(b, props, batch)
     with _broker(root / f"timer-{store}", store, clock) as b:
         base = clock.now + 60_000
         timers = [
@@ -107,12 +117,15 @@ def rates(store: str, n: int, size: int, batch: int, span: int, root: Path) -> d
         "messages": n,
         "size": size,
         "batch": batch,
+        "store_put_msgs_per_s": round(n / t_store),
         "plain_msgs_per_s": round(n / t_plain),
+        "plain_1_property_msgs_per_s": round(n / t_prop),
         "timer_send_msgs_per_s": round(n / t_send),
         "timer_wheel_msgs_per_s": round(n / t_wheel),
         "timer_enqueue_msgs_per_s": round(n / (t_send + t_wheel)),
     }
-    out["enqueue_vs_plain"] = round(out["timer_enqueue_msgs_per_s"] / out["plain_msgs_per_s"], 2)
+    for name in ("timer_send", "timer_wheel", "timer_enqueue"):
+        out[f"{name}_vs_plain"] = round(out[f"{name}_msgs_per_s"] / out["plain_msgs_per_s"], 2)
     return out
 
 
