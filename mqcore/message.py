@@ -177,8 +177,11 @@ def _to_props(value: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def _check_optional_text(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        check_text(attribute.name, value)
+    if value is None or (
+        value.__class__ is str and value.isascii() and "\x01" not in value and "\x02" not in value
+    ):
+        return  # the usual short ASCII tag or keys, without a call
+    check_text(attribute.name, value)
 
 
 def _delay_level(value: Any) -> int:

@@ -24,7 +24,7 @@ properties pays nothing for them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mqcore.errors import InvalidArgumentError
@@ -191,9 +191,28 @@ def check_text(field: str, value: object) -> None:
     )
 
 
+def _clean(texts: Iterable[Any]) -> bool:
+    """Whether every item is a ``str`` without separators or lone surrogates: one join and
+    one or two scans for all of them (the fast path; on False, check one by one)."""
+    try:
+        joined = "".join(texts)
+    except TypeError:
+        return False
+    if joined.isascii():
+        return "\x01" not in joined and "\x02" not in joined
+    return _BAD_TEXT.search(joined) is None
+
+
 def check_user_properties(properties: Mapping[Any, Any]) -> None:
     """What an application may set as ``Message.properties``: ``str`` names and values, no
     separators, no empty or system name (:data:`SYSTEM_PROPERTY_NAMES`)."""
+    if (
+        _clean(properties)
+        and _clean(properties.values())
+        and "" not in properties
+        and properties.keys().isdisjoint(SYSTEM_PROPERTY_NAMES)
+    ):
+        return
     for name, value in properties.items():
         check_text("property name", name)
         if not name:
@@ -228,23 +247,30 @@ def check_sent_message(msg: Message, topic: str) -> None:
         raise InvalidArgumentError(f"message body must be bytes, got {type(body).__name__}")
     if len(body) == 0:
         raise InvalidArgumentError("message body is empty; RocketMQ refuses a 0-byte body")
+    # Inline fast paths for the usual short ASCII text; check_text explains any refusal.
     tags = msg.tags
-    if tags is not None:
+    if tags is not None and not (
+        tags.__class__ is str and tags.isascii() and "\x01" not in tags and "\x02" not in tags
+    ):
         check_text("tags", tags)
     keys = msg.keys
-    if keys is not None:
+    if keys is not None and not (
+        keys.__class__ is str and keys.isascii() and "\x01" not in keys and "\x02" not in keys
+    ):
         check_text("keys", keys)
-    check_delay_level(msg.delay_level)
+    if msg.delay_level.__class__ is not int or msg.delay_level < 0:
+        check_delay_level(msg.delay_level)
     props = msg.properties
     if not props:
         return
     if props.__class__ is not dict and not isinstance(props, Mapping):
         raise InvalidArgumentError(f"message properties must be a dict, got {props!r}")
-    for name, value in props.items():
-        check_text("property name", name)
-        check_text(f"property {name!r} value", value)
-        if not name:
-            raise InvalidArgumentError("message property name must not be empty")
+    if not (_clean(props) and _clean(props.values())) or "" in props:
+        for name, value in props.items():
+            check_text("property name", name)
+            check_text(f"property {name!r} value", value)
+            if not name:
+                raise InvalidArgumentError("message property name must not be empty")
     if props.keys().isdisjoint(SYSTEM_PROPERTY_NAMES):
         return
     if msg.delay_level > 0 and not props.keys().isdisjoint(_TIMER_REQUESTS):
