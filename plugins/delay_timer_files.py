@@ -85,8 +85,9 @@ class TimerLog:
         if fd is None:
             if not create:
                 raise StoreCorruptedError(
-                    f"timer log segment {start:020d} is missing from {self.path}; "
-                    "restore it or remove the timer directory to rebuild"
+                    f"timer log segment {start:020d} is missing from {self.path}; restore it, "
+                    "or remove the timer files to rebuild from the timer topic (timers "
+                    "already delivered are then delivered again)"
                 )
             fd = os.open(self.path / f"{start:020d}", os.O_RDWR | os.O_CREAT, 0o644)
             self._fds[start] = fd
@@ -259,7 +260,8 @@ class TimerCheckpoint:
         if best is None:
             raise StoreCorruptedError(
                 f"timer checkpoint {self.path} is damaged (both copies fail their CRC); "
-                "restore it, or remove the timer files to rebuild from the timer topic"
+                "restore it, or remove the timer files to rebuild from the timer topic (timers "
+                "already delivered are then delivered again)"
             )
         return best
 

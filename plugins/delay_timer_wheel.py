@@ -202,6 +202,10 @@ class TimerScheduler:
                     asked_precision_ms=self.precision_ms, asked_slots=self.slots,
                 )  # fmt: skip
                 self.precision_ms, self.slots = cp.precision_ms, cp.slots
+                # Never accept a timer the wheel cannot place (half its span).
+                self.max_delay_ms = min(
+                    self.max_delay_ms, (self.slots // 2 - 1) * self.precision_ms
+                )
             self._ckpt = ckpt
             self._log = TimerLog(host.data_path("timerlog"), self.segment_bytes)
             self._wheel = TimerWheel(host.data_path("timerwheel"), self.slots)
@@ -244,7 +248,9 @@ class TimerScheduler:
                     if unit is None:  # cannot happen after a process crash; be safe
                         raise StoreCorruptedError(
                             f"timer wheel slot {index} points at position {pos} of the "
-                            f"timer log, which holds no unit; remove the timer files to rebuild"
+                            "timer log, which holds no unit; restore the timer files, or "
+                            "remove them to rebuild from the timer topic (timers already "
+                            "delivered are then delivered again)"
                         )
                     pos = unit.prev_pos
                     num -= 1

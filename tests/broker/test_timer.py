@@ -392,3 +392,18 @@ def test_a_crowded_slot_is_delivered_over_several_passes(tmp_path: Path, store_n
                 pass
         bodies = _bodies(b)
         assert len(bodies) == 1300 and bodies == [b"%d" % i for i in range(1300)]  # send order
+
+
+def test_the_wheel_layout_is_kept_across_setting_changes(tmp_path: Path, store_name: str) -> None:
+    clock = FakeClock()
+    t0 = clock.now
+    with _open(tmp_path, store_name, clock, timer_max_delay_sec=60) as b:
+        b.send_message("T", 0, [Message(topic="T", body=b"x", deliver_time_ms=t0 + 30_000)])
+    with _open(tmp_path, store_name, clock, timer_max_delay_sec=3600, timer_precision_ms=100) as b:
+        sched = b.timer_scheduler
+        assert (sched.precision_ms, sched.slots) == (1000, 2 * 61)  # as created
+        assert sched.max_delay_ms <= 60_000  # what this wheel can place
+        with pytest.raises(TimerMessageError, match="beyond"):
+            b.send_message("T", 0, [Message(topic="T", body=b"y", delay_sec=600)])
+        _step(b, clock, t0 + 31_000)
+        assert _bodies(b) == [b"x"]
