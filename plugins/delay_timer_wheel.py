@@ -76,8 +76,8 @@ _ENQUEUE_PER_PASS = 65_536  # bound one pass, so deliveries are not starved by a
 # Bound the lock hold of one pass (stats and close wait for it) when much is overdue.
 _DELIVER_PER_PASS = 512
 _SKIP_PER_PASS = 65_536
-_RECORD = struct.Struct(">i16xqq")  # record size, queue offset, commit-log offset
-_BODY_LEN = struct.Struct(">i")
+# Record size, queue offset, commit-log offset and body length, from the record header.
+_RECORD = struct.Struct(">i16xqq48xi")
 _HEADER_SIZE = 88
 _OUT_PREFIX = PROPERTY_TIMER_OUT_MS.encode() + b"\x01"
 _OUT_START = len(_OUT_PREFIX)
@@ -88,9 +88,9 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _deliver_ms_of(record: memoryview) -> int | None:
+def _deliver_ms_of(record: memoryview, body_len: int) -> int | None:
     """``TIMER_OUT_MS`` of an encoded record, without decoding the rest."""
-    pos = _HEADER_SIZE + _BODY_LEN.unpack_from(record, _HEADER_SIZE - 4)[0]
+    pos = _HEADER_SIZE + body_len
     pos += 1 + record[pos]  # the topic
     plen = (record[pos] << 8) | record[pos + 1]
     pos += 2
@@ -383,8 +383,8 @@ class TimerScheduler:
                 wheel.get,
             )
             for record in got.records:
-                size, queue_offset, cl_offset = unpack(record, 0)
-                deliver = deliver_of(record)
+                size, queue_offset, cl_offset, body_len = unpack(record, 0)
+                deliver = deliver_of(record, body_len)
                 if deliver is None:
                     log.error("timer_message_without_deliver_time", queue_offset=queue_offset)
                     next_offset = queue_offset + 1
