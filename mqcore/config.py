@@ -65,14 +65,6 @@ class BrokerConfig:
     :param timer_max_delay_sec: the furthest ahead a timer may be set
         (``timerMaxDelaySec``, 3 days); a send beyond it is refused.
     :param timer_scheduler_options: extra options for the timer scheduler (e.g. ``clock``).
-    :param timer_scheduler: name of the registered scheduler holding timer messages
-        (RocketMQ 5's ``TIMER_DELIVER_MS``...): ``timer``, the timing wheel, by default;
-        ``None`` or ``""`` turns timer messages off (a send of one is then refused), as
-        RocketMQ's ``timerWheelEnable=false``.
-    :param timer_precision_ms: width of a wheel slot (``timerPrecisionMs``, 1 s).
-    :param timer_max_delay_sec: the furthest ahead a timer may be set
-        (``timerMaxDelaySec``, 3 days); a send beyond it is refused.
-    :param timer_scheduler_options: extra options for the timer scheduler (e.g. ``clock``).
     :param store_options: extra options for the store plugin.
     """
 
@@ -94,10 +86,6 @@ class BrokerConfig:
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_delay_offset_interval_ms: int = 10_000
     delay_scheduler_options: dict[str, Any] = attrs.field(factory=dict)
-    timer_scheduler: str | None = "timer"
-    timer_precision_ms: int = 1000
-    timer_max_delay_sec: int = 3 * 24 * 3600
-    timer_scheduler_options: dict[str, Any] = attrs.field(factory=dict)
     timer_scheduler: str | None = "timer"
     timer_precision_ms: int = 1000
     timer_max_delay_sec: int = 3 * 24 * 3600
