@@ -577,6 +577,18 @@ def scan_valid(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> int
     return pos
 
 
+def body_crc_ok(view: memoryview, pos: int) -> bool:
+    """Whether the body CRC stored in the record at ``pos`` of ``view`` matches its body.
+
+    The cheap check of a record read back (``check_crc_on_read``): the body length and CRC
+    fields and one CRC of the body, no other validation (on False, :func:`check_record`
+    says what is wrong).
+    """
+    length = _INT.unpack_from(view, pos + HEADER_SIZE - 4)[0]
+    body = view[pos + HEADER_SIZE : pos + HEADER_SIZE + length]
+    return bool(_crc32(body) & 0x7FFFFFFF == _INT.unpack_from(view, pos + 8)[0])
+
+
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, check: bool = False) -> MessageExt:
     """Decode the record at ``pos`` as a lazy :class:`MessageExt` (optionally validating it)."""
     if check:

@@ -388,8 +388,11 @@ class LmdbStore:
             for chunk in found[1]:
                 self._env.touched(len(chunk[0]))
                 if self.check_crc_on_read:
-                    for start, size in zip(chunk[1], chunk[2], strict=True):
-                        self._verify_crc(chunk[0], start, size)
+                    data, starts, sizes = chunk
+                    view = memoryview(data)
+                    for start, size in zip(starts, sizes, strict=True):
+                        if not codec.body_crc_ok(view, start):
+                            self._verify_crc(data, start, size)  # says what is wrong
             if not self.read_only:  # a read-only store's snapshot pins the map until refresh
                 self._env.release_pages()
             return found

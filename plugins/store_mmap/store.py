@@ -35,6 +35,7 @@ from mqcore.codec import (
     HEADER_SIZE,
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
+    body_crc_ok,
     check_record,
     host_bytes,
     message_id_prefix,
@@ -513,8 +514,8 @@ class MmapStore:
                 else:
                     # Transient pool: the record may still be in a buffer (read a copy).
                     buf, pos = mf.read(phys - base, size), 0
-                if self._check_crc:
-                    self._verify_crc(mf, buf, pos, size, phys)
+                if self._check_crc and not body_crc_ok(buf if direct else memoryview(buf), pos):
+                    self._verify_crc(mf, buf, pos, size, phys)  # says what is wrong
                 if props_ok is not None and not props_ok(record_properties(buf, pos)):
                     continue
                 add((buf, pos, size))
