@@ -27,7 +27,8 @@ from pyspark.sql.types import StructType
 from mqcore.errors import InvalidArgumentError, StoreLockedError
 from mqcore.lockfile import StoreLock
 from mqcore.logs import get_logger
-from mqcore.message import Message
+from mqcore.message import Message, system_message
+from mqcore.protocol.validation import check_copied_properties
 
 from .layout import Location, resolve_write
 from .options import WRITE_OPTIONS
@@ -145,7 +146,10 @@ class Writer(DataSourceArrowWriter):
             if replay is not None and replay[i] is not None:
                 properties.setdefault(REPLAY_ID, str(replay[i]))
             qid = qids[i] if qids is not None and qids[i] is not None else first_row + i
-            msg = Message(
+            # Rows copy records (a replay keeps UNIQ_KEY, REAL_TOPIC...): system names are
+            # kept, the fields' own names and separators refused.
+            check_copied_properties(properties)
+            msg = system_message(
                 topic=self.topic, body=body, tags=tags[i], keys=keys[i], properties=properties
             )
             per_queue.setdefault(qid % self.queue_nums, []).append(msg)

@@ -10,7 +10,9 @@ them, with Arrow kernels instead of a loop.
 A batch takes the message path instead (:meth:`Writer._messages` in :mod:`.sink`, which
 checks every field as :class:`~mqcore.message.Message` does and says what is wrong) when
 the C extension is off, the store lacks ``put_prepared``, a column has another Arrow type
-than the source's, or a row needs those checks: a property name Message refuses, a
+than the source's, or a row needs those checks: a property name the sink refuses (empty,
+or ``TAGS``, ``KEYS``, ``DELAY``: system names of copied records such as ``UNIQ_KEY`` are
+kept), a
 separator (``\\x01``, ``\\x02``) in a tag, key or property value, a null property value, a
 name twice in one row, or a property string over 32767 bytes.
 """
@@ -26,7 +28,7 @@ import pyarrow.compute as pc
 from mqcore import codec
 from mqcore.batch import _speedups
 from mqcore.errors import MQError
-from mqcore.message import Message
+from mqcore.protocol.validation import check_copied_properties
 
 __all__ = ["SPEEDUPS", "arrow_prepare", "queue_rows"]
 
@@ -59,12 +61,13 @@ class _Other(Exception):
 
 
 def _names_ok(keys: pa.Array) -> bool:
-    """Whether Message accepts every distinct property name of a batch (checked once each)."""
+    """Whether the sink accepts every distinct property name of a batch (checked once each;
+    see :func:`mqcore.protocol.validation.check_copied_properties`)."""
     for name in pc.unique(keys).to_pylist():
         ok = _NAMES_SEEN.get(name)
         if ok is None:
             try:
-                Message(topic="T", body=b"", properties={name: ""})
+                check_copied_properties({name: ""})
                 ok = True
             except (MQError, ValueError, TypeError):
                 ok = False

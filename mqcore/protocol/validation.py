@@ -39,6 +39,7 @@ __all__ = [
     "RETRY_PROPERTIES",
     "SYSTEM_PROPERTY_NAMES",
     "VALID_NAME",
+    "check_copied_properties",
     "check_delay_level",
     "check_name",
     "check_sent_message",
@@ -223,6 +224,26 @@ def check_user_properties(properties: Mapping[Any, Any]) -> None:
                 "use the Message fields (tags, keys, delay_level) or another name"
             )
         check_text(f"property {name!r} value", value)
+
+
+def check_copied_properties(properties: Mapping[Any, Any]) -> None:
+    """Properties copied from stored records into new ones (a replay, a bulk write straight
+    into a store): ``str`` names and values without separators, no empty name, and none of
+    :data:`FIELD_PROPERTIES` (tags, keys and the delay level are fields of their own). System
+    names are kept: a replayed message keeps its ``UNIQ_KEY``, a delivered one its
+    ``REAL_TOPIC``, as the records they copy hold them."""
+    if _clean(properties) and _clean(properties.values()) and "" not in properties:
+        bad = properties.keys() & FIELD_PROPERTIES
+    else:
+        for name, value in properties.items():
+            check_text("property name", name)
+            check_text(f"property {name!r} value", value)
+        bad = properties.keys() & (FIELD_PROPERTIES | {""})
+    if bad:
+        raise InvalidArgumentError(
+            f"message property name {sorted(bad)[0]!r} is refused: empty, or a message field "
+            "(set tags, keys or delay_level instead)"
+        )
 
 
 def check_delay_level(value: object) -> None:

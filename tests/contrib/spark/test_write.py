@@ -55,6 +55,25 @@ def test_write_rows_with_properties(spark: Any, tmp_path: Path, store_name: str)
     assert got[b"b"].tags is None
 
 
+@pytest.mark.parametrize("store_name", _stores()[:1])
+def test_rows_copied_from_records_keep_their_system_properties(
+    spark: Any, tmp_path: Path, store_name: str
+) -> None:
+    """A replay copies records whose properties hold UNIQ_KEY (every produced message) or
+    REAL_TOPIC (a delivered delayed one): stored as they were, as a message sent again keeps
+    its id."""
+    rows = [(b"a", {"UNIQ_KEY": "7F00000100002A9F0000000000000001", "REAL_TOPIC": "T"})]
+    df = spark.createDataFrame(rows, "body binary, properties map<string,string>")
+    target = tmp_path / "store"
+    Kernel().open_store(store_name, target).close()
+    df.write.format("mqcore").mode("append").option("path", str(target)).option(
+        "topic", "W"
+    ).option("queue_nums", "1").save()
+    with Kernel().open_store(store_name, target, read_only=True) as store:
+        (got,) = store.get("W", 0, 0, max_count=10).messages
+    assert got.properties == {"UNIQ_KEY": "7F00000100002A9F0000000000000001", "REAL_TOPIC": "T"}
+
+
 @pytest.mark.parametrize("store_name", _stores())
 def test_second_writer_gets_the_documented_error(
     spark: Any, tmp_path: Path, store_name: str

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 from mqcore import Message, codec
 from mqcore.contrib.spark import writing
 from mqcore.contrib.spark.writing import arrow_prepare, queue_rows
+from mqcore.errors import InvalidArgumentError
+from mqcore.message import system_message
+from mqcore.protocol.validation import check_copied_properties
 
 needs_c = pytest.mark.skipif(not writing.SPEEDUPS, reason="C speedups not built or turned off")
 PROPS = pa.map_(pa.string(), pa.string())
@@ -110,3 +113,28 @@ def test_rows_go_to_the_queues_the_message_path_picks(
         q = qids[i] if qids is not None and qids[i] is not None else first + i
         want.setdefault(q % queues, []).append(i)
     assert queue_rows(batch, first, queues, list(range(n))) == want
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["UNIQ_KEY", "REAL_TOPIC", "RETRY_TOPIC", "TIMER_OUT_MS"])
+def test_system_names_of_copied_records_stay_on_the_fast_path(name: str) -> None:
+    """A replay copies records whose properties hold system names (every produced message
+    has a UNIQ_KEY): kept as they are, with the same bytes as the library's own message."""
+    data = [(b"b", "A", None, {name: "v", "x": "1"}, 7)]
+    got = arrow_prepare(_batch(data), "Out", 1234)
+    want = codec.py_prepare(
+        [system_message(topic="Out", body=b"b", tags="A",
+                        properties={name: "v", "x": "1", "REPLAY_ID": "7"})],
+        1234,
+        topic="Out",
+    )  # fmt: skip
+    assert got == [tuple(w) for w in want]
+
+
+@pytest.mark.parametrize("name", ["TAGS", "KEYS", "DELAY", ""])
+def test_field_names_are_refused_in_copied_properties(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="refused"):
+        check_copied_properties({name: "x"})
+    with pytest.raises(InvalidArgumentError, match="property separator"):
+        check_copied_properties({"UNIQ_KEY": "a\x02TAGS\x01B"})
+    check_copied_properties({"UNIQ_KEY": "u", "REAL_TOPIC": "T", "colour": "red"})
