@@ -55,7 +55,7 @@ from mqcore.message import (
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
-from mqcore.protocol.validation import check_sent_message
+from mqcore.protocol.validation import check_sent_message, check_text
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 
 __all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
@@ -777,6 +777,14 @@ class Broker:
         limit = (
             self.config.max_reconsume_times if max_reconsume_times is None else max_reconsume_times
         )
+        # The request's fields come from the client: checked before they enter a record.
+        if origin_topic:
+            validate_topic(origin_topic)
+        if origin_msg_id:
+            try:
+                check_text("origin message id", origin_msg_id)
+            except InvalidArgumentError as exc:
+                raise MessageFieldError(str(exc), code=ResponseCode.MESSAGE_ILLEGAL) from None
         props = msg.properties
         props.setdefault(PROPERTY_RETRY_TOPIC, origin_topic or msg.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin_msg_id or msg.offset_msg_id)

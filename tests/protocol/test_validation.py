@@ -274,3 +274,27 @@ def test_names_are_matched_whole(name: str, broker: Broker) -> None:
     with pytest.raises(InvalidArgumentError, match="illegal characters"):
         check_name("topic", name, 127)
     assert name not in {t.topic_name for t in broker.list_topics()}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("origin_topic", "T\x02TAGS\x01B", MessageIllegalError),
+        ("origin_topic", "T\n", MessageIllegalError),
+        ("origin_msg_id", "ID\x01x", MessageFieldError),
+        ("origin_msg_id", "ID\ud800", MessageFieldError),
+    ],
+)
+def test_send_back_request_fields_are_checked(
+    field: str, value: str, error: type[Exception], broker: Broker
+) -> None:
+    """A send-back request's origin topic and id come from the client and go into the
+    retry record's properties: refused unless they are clean."""
+    (r,) = broker.send_message("T", 0, [Message(topic="T", body=b"x", tags="A")])
+    offset = broker.store.get("T", 0, 0, max_count=1).messages[0].commitlog_offset
+    with pytest.raises(error):
+        broker.consumer_send_msg_back("cg", offset, **{field: value})
+    assert broker.store.max_offset(SCHEDULE_TOPIC, 2) == 0  # nothing held for a retry
+    broker.consumer_send_msg_back("cg", offset, origin_topic="T", origin_msg_id=r.msg_id)
+    (held,) = broker.store.get(SCHEDULE_TOPIC, 2, 0, max_count=1).messages
+    assert held.get_property("RETRY_TOPIC") == "T" and held.tags == "A"
