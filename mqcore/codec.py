@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
 from mqcore.message import (
     _HEADER,
     HEADER_SIZE,
+    PROPERTY_UNIQ_KEY,
     Message,
     MessageExt,
     parse_properties,
@@ -254,6 +255,10 @@ def message_trailer(m: Message, topic: str) -> tuple[bytes, int]:
         text += f"KEYS\x01{keys}\x02"
     if m.delay_level:
         text += f"DELAY\x01{m.delay_level}\x02"
+    if props and PROPERTY_UNIQ_KEY in props:
+        # A producer's unique id makes every trailer unique: caching it would only evict
+        # the trailers that do repeat.
+        return _trailer(topic, text), code
     return _TRAILER_CACHE.get((topic, text)) or _cached_trailer(topic, text), code
 
 
