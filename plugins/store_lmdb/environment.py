@@ -162,7 +162,7 @@ class Environment:
                 f"read_only=True to create it"
             )
         data = path / "data.mdb"
-        if not read_only and (held_data or (path / "lock.mdb").exists()):
+        if held_data or (path / "lock.mdb").exists():
             try:
                 size: int | None = data.stat().st_size
             except FileNotFoundError:
