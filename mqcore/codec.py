@@ -29,6 +29,7 @@ bytes), and :func:`pack` stamps offsets and times into one buffer for a whole ba
 
 from __future__ import annotations
 
+import operator
 import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -107,11 +108,22 @@ def _int32(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+# 31**k mod 2**32 for k = 0, 1, ...: the weights of the units of a string, last unit first.
+_POWERS_LEN = 256
+_POWERS = [pow(31, k, 1 << 32) for k in range(_POWERS_LEN)]
+
+
 def string_hash_code(text: str) -> int:
     """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
     h = 0
     if text.isascii():
-        for ch in text.encode():
+        data = text.encode()
+        n = len(data)
+        if n <= _POWERS_LEN:
+            # sum(c_i * 31**(n-1-i)) in C-level loops: the key index hashes every key and
+            # every producer's unique id, so a Python loop per character would show.
+            return _int32(sum(map(operator.mul, reversed(data), _POWERS)))
+        for ch in data:
             h = (31 * h + ch) & 0xFFFFFFFF
     else:
         data = text.encode("utf-16-be")

@@ -223,3 +223,13 @@ def test_scan_valid_stops_where_check_record_does(bodies, flip, cut) -> None:
     data = bytes(buf[: max(1, len(buf) - cut % len(buf))]) + codec.pack_blank(16)
     expected = _walk_with_check_record(data)
     assert codec.scan_valid(data, 0, len(data)) == expected
+
+
+@pytest.mark.parametrize("length", [1, 2, 31, 34, 255, 256, 257, 1000])
+def test_hash_code_of_long_ascii_matches_the_java_loop(length: int) -> None:
+    """The weighted-sum form used for ASCII equals Java's h = 31 * h + c, every length."""
+    text = "".join(chr(33 + (i * 7) % 90) for i in range(length))
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    assert codec.string_hash_code(text) == (h - (1 << 32) if h & 0x80000000 else h)

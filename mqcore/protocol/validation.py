@@ -148,6 +148,7 @@ BROKER_PROPERTIES = frozenset(
 _RETRY_TOPIC_PREFIX = "%RETRY%"
 # A message carrying one of these is held by the timer (RocketMQ 5's timer message).
 _TIMER_REQUESTS = frozenset({"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
+_SYSTEM_BUT_UNIQ_KEY = SYSTEM_PROPERTY_NAMES - {"UNIQ_KEY"}
 # Lone surrogates cannot be encoded as UTF-8; checked only for non-ASCII text.
 _BAD_TEXT = re.compile("[\x01\x02\ud800-\udfff]")
 
@@ -292,8 +293,8 @@ def check_sent_message(msg: Message, topic: str) -> None:
             check_text(f"property {name!r} value", value)
             if not name:
                 raise InvalidArgumentError("message property name must not be empty")
-    if props.keys().isdisjoint(SYSTEM_PROPERTY_NAMES):
-        return
+    if props.keys().isdisjoint(_SYSTEM_BUT_UNIQ_KEY):
+        return  # UNIQ_KEY alone (every producer's message carries it) is always accepted
     if msg.delay_level > 0 and not props.keys().isdisjoint(_TIMER_REQUESTS):
         # RocketMQ would silently drop the timer; a clear error is kinder.
         asked = ", ".join(sorted(props.keys() & _TIMER_REQUESTS))
