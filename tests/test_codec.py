@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from mqcore import Message, codec
 from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
+from mqcore.protocol.validation import SYSTEM_PROPERTY_NAMES
 
 STORE_HOST = codec.host_bytes("10.1.2.3:10911")
 
@@ -17,7 +18,7 @@ names = st.text(
     alphabet=st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)),
     min_size=1,
     max_size=12,
-).filter(lambda s: s not in ("TAGS", "KEYS", "DELAY"))
+).filter(lambda s: s not in SYSTEM_PROPERTY_NAMES)  # a Message refuses them
 values = st.text(
     alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
     max_size=20,
