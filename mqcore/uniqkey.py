@@ -73,6 +73,7 @@ class _Generator:
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self._start, self._next_start = _month_bounds(time.time_ns() // 1_000_000)
+        self._head: tuple[int, str] = (-1, "")
 
     def _roll(self, now_ms: int) -> None:
         with self._lock:
@@ -82,12 +83,15 @@ class _Generator:
     def create(self) -> str:
         """A new unique id."""
         now = time.time_ns() // 1_000_000
-        if now >= self._next_start:
-            self._roll(now)
-        diff = now - self._start
-        if -1_000_000 < diff < 0:  # the clock stepped back a little (NTP), as RocketMQ
-            diff = 0
-        return f"{self.prefix}{diff & 0xFFFFFFFF:08X}{next(self._counter) & 0xFFFF:04X}"
+        head = self._head  # (ms, prefix and time digits): ids made in one ms share them
+        if head[0] != now:
+            if now >= self._next_start:
+                self._roll(now)
+            diff = now - self._start
+            if -1_000_000 < diff < 0:  # the clock stepped back a little (NTP), as RocketMQ
+                diff = 0
+            head = self._head = (now, f"{self.prefix}{diff & 0xFFFFFFFF:08X}")
+        return f"{head[1]}{next(self._counter) & 0xFFFF:04X}"
 
 
 # Made on first use (resolving the host name is not for import time).

@@ -72,9 +72,29 @@ _INT_MAX = 0x7FFFFFFF
 _KEYS = itemgetter(1)  # the keys of a put_keys record
 
 
+# A producer's unique id (mqcore.uniqkey) is 32 hex digits whose first 20 are the same for
+# every message of a process. Java's hash of a + b is hash(a) * 31**len(b) + hash(b) (mod
+# 2**32), so the hash of ``topic#`` + those 20 digits is kept and only the 12 that vary are
+# hashed: every message's unique id is indexed, and hashing is most of an entry's cost.
+_UNIQ_HEAD = 20
+_UNIQ_TAIL_WEIGHT = pow(31, 12, 1 << 32)
+_head_hashes: dict[str, int] = {}
+
+
 def index_key_hash(topic: str, key: str) -> int:
     """RocketMQ's indexKeyHashMethod over ``topic#key``: a non-negative 31-bit int."""
-    h = string_hash_code(f"{topic}#{key}")
+    if len(key) == 32 and key.isascii():
+        head = f"{topic}#{key[:_UNIQ_HEAD]}"
+        start = _head_hashes.get(head)
+        if start is None:
+            if len(_head_hashes) >= 4096:
+                _head_hashes.clear()
+            start = _head_hashes[head] = string_hash_code(head) & 0xFFFFFFFF
+        tail = string_hash_code(key[_UNIQ_HEAD:]) & 0xFFFFFFFF
+        h = (start * _UNIQ_TAIL_WEIGHT + tail) & 0xFFFFFFFF
+        h = h - (1 << 32) if h & 0x80000000 else h
+    else:
+        h = string_hash_code(f"{topic}#{key}")
     return 0 if h == -(1 << 31) else abs(h)
 
 

@@ -172,3 +172,19 @@ def test_store_indexes_unique_ids_and_rebuilds_them(tmp_path: Path, store_name: 
     with kernel.open_store(store_name, tmp_path / "s") as store:
         for i, m in enumerate(msgs):
             assert [x.body for x in store.lookup("T", f"ID{i}")] == [m.body]
+
+
+def test_index_hash_of_unique_ids_is_rocketmqs() -> None:
+    """The mmap index hashes a unique id by parts (fixed head cached); the result is
+    RocketMQ's hash of ``topic#key``, for unique ids and any other 32-character key."""
+    from mqcore.codec import string_hash_code
+    from mqcore.plugins.store_mmap.indexfile import index_key_hash
+
+    def java(topic: str, key: str) -> int:
+        h = string_hash_code(f"{topic}#{key}")
+        return 0 if h == -(2**31) else abs(h)
+
+    keys = [create_uniq_id() for _ in range(200)] + ["x" * 32, "é" * 32, "k1", "y" * 40]
+    for topic in ("T", "%RETRY%g", "SCHEDULE_TOPIC_XXXX"):
+        for key in keys:
+            assert index_key_hash(topic, key) == java(topic, key)
