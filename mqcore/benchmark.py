@@ -124,6 +124,9 @@ class BenchResult:
             "pull_batch": c.pull_batch,
             # Whether the C loops of mqcore._speedups ran (see mqcore.batch).
             "speedups": batch.SPEEDUPS,
+            # The -o options the store ran with (check_crc_on_read=true...), so a figure says
+            # what it measured.
+            "store_options": dict(c.store_options),
         }
         for phase in self.phases.values():
             out[f"{phase.name}_msgs_per_s"] = round(phase.msgs_per_s, 1)

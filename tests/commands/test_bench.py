@@ -296,3 +296,12 @@ def test_threads_progress_counts_the_whole_phase() -> None:
         assert reports[-1] == (400, 400) == (result.phases[phase].messages, 400)
         assert all(total == 400 for _, total in reports)
         assert [d for d, _ in reports] == sorted(d for d, _ in reports)  # never goes back
+
+
+def test_json_names_the_store_options() -> None:
+    """A figure says what it measured: ``-o`` options are echoed (check_crc_on_read here)."""
+    result = _invoke(["--store", "mmap", "-n", "200", "--json", "-o", "check_crc_on_read=true"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["store_options"] == {"check_crc_on_read": True}
+    assert data["consume_msgs_per_s"] > 0
