@@ -45,9 +45,12 @@ from __future__ import annotations
 import bisect
 import itertools
 import mmap
+import operator
 import os
 import struct
+import sys
 import threading
+from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -108,6 +111,19 @@ def _valid_prefix(buf: bytes | memoryview | mmap.mmap) -> int:
     if pos >= 0:
         first_bad = pos
     return first_bad
+
+
+def _offsets(units: bytes) -> array[int]:
+    """The commit-log offsets of packed units, gathered with strided slices (no Python loop
+    per unit): a clean open checks every unit of a queue's last file."""
+    n = len(units) // UNIT_SIZE
+    gathered = bytearray(n * 8)
+    for k in range(8):
+        gathered[k::8] = units[k : n * UNIT_SIZE : UNIT_SIZE]
+    out = array("q", gathered)
+    if sys.byteorder == "little":
+        out.byteswap()
+    return out
 
 
 class ConsumeQueue:
@@ -291,9 +307,9 @@ class ConsumeQueue:
         mm = self._map(start)
         assert mm is not None
         skip = self._skip_blanks(start, start + valid) - start if index == 0 else 0
-        offsets = [u[0] for u in UNIT.iter_unpack(mm[skip * UNIT_SIZE : valid * UNIT_SIZE])]
-        if offsets != sorted(set(offsets)):  # C-speed check; the loop runs on damage only
-            for i in range(len(offsets) - 1):
+        offsets = _offsets(mm[skip * UNIT_SIZE : valid * UNIT_SIZE])
+        if not all(map(operator.lt, offsets, itertools.islice(offsets, 1, None))):
+            for i in range(len(offsets) - 1):  # damage only: say where
                 if offsets[i] >= offsets[i + 1]:
                     return start + skip + i
         tail = valid * UNIT_SIZE
