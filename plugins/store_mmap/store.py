@@ -68,7 +68,7 @@ from mqcore.store import (
 from mqcore.storekind import check_store_kind
 from mqcore.uniqkey import index_keys, record_index_keys, uniq_ids
 
-from . import queueends, recovery, retention
+from . import queueends, recovery, replica, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
 from .commitlog import CommitLog
 from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
@@ -149,6 +149,7 @@ class MmapStore:
         self._cleaner: retention.CleanService | None = None
         self._checkpoint: StoreCheckpoint | None = None
         self._last_store_ts = 0
+        self._replica_dispatched = -1  # slaves: commit-log offset dispatched up to
         self._error: BaseException | None = None
         if self.read_only:
             if not self.path.is_dir():
@@ -825,6 +826,29 @@ class MmapStore:
             return False
         msg = MessageExt(rec)
         return msg.queue_offset == queue_offset and msg.queue_id == key[1]
+
+    # --- replication (see mqcore.broker.ha) --------------------------------------------
+
+    def commitlog_max_offset(self) -> int:
+        """Offset one past the last commit-log byte appended."""
+        self._check_open()
+        return int(self._commitlog.max_offset)
+
+    def commitlog_min_offset(self) -> int:
+        """Offset of the first commit-log byte still stored."""
+        self._check_open()
+        return int(self._commitlog.min_offset)
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes | None:
+        """Master side: commit-log bytes from ``offset`` (see :func:`replica.read`)."""
+        self._check_open()
+        return replica.read(self, offset, max_bytes)
+
+    def append_commitlog(self, offset: int, data: bytes | memoryview) -> set[tuple[str, int]]:
+        """Slave side: append a master's commit-log bytes at ``offset`` and dispatch the
+        complete records; returns the ``(topic, queue_id)`` pairs with new messages."""
+        replica.append(self, offset, data)
+        return replica.dispatch(self)
 
     # --- retention --------------------------------------------------------------------
 
