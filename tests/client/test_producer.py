@@ -33,13 +33,15 @@ def test_send_result_fields(broker: Broker) -> None:
         r2 = p.send(Message(topic="T", body=b"b"), selector=lambda mqs, m, a: mqs[0])
     assert r1.send_status is SendStatus.SEND_OK and r1.message_queue.topic == "T"
     assert r1.message_queue.broker_name == "broker-a"
-    stored = broker.view_message_by_id(r1.msg_id)
+    # msg_id is the producer's unique id (UNIQ_KEY); the stored copy is found by its offset id.
+    stored = broker.view_message_by_id(r1.offset_msg_id)
     assert (stored.body, stored.tags, stored.keys, stored.properties) == (
         b"a",
         "A",
         "k",
-        {"x": "1"},
+        {"x": "1", "UNIQ_KEY": r1.msg_id},
     )
+    assert stored.msg_id == r1.msg_id
     assert stored.queue_offset == r1.queue_offset
     assert r2.message_queue.queue_id == 0
 
