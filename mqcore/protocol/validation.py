@@ -112,9 +112,11 @@ SYSTEM_PROPERTY_NAMES = frozenset(
 #: ``properties`` entry too (a second ``TAGS`` would show a tag the consume queue never indexed).
 FIELD_PROPERTIES = frozenset({"TAGS", "KEYS", "DELAY"})
 
-#: Written by the broker when it holds a delayed message (where to deliver it when due). A
-#: client's value is replaced when the message is held (as RocketMQ's commit log does) and
-#: refused otherwise, so no stored record carries a destination the broker did not choose.
+#: Written by the broker when it holds a delayed message (where to deliver it when due). On a
+#: message that asks for a delay level or a timer, a client's value is replaced when the
+#: broker holds it (as RocketMQ's commit log does; a RocketMQ consumer's own send-back copies
+#: them from the message it consumed); on any other it is refused. No held record carries a
+#: destination the broker did not choose.
 HOLD_PROPERTIES = frozenset({"REAL_TOPIC", "REAL_QID"})
 
 #: Written on a message sent back for retry. A RocketMQ consumer whose send-back request fails
