@@ -1502,6 +1502,10 @@ static PyObject *speedups_arrow_prepare(PyObject *self, PyObject *args)
         PyTuple_SET_ITEM(item, 8, Py_NewRef(zero));
         PyTuple_SET_ITEM(item, P_TAGS_CODE, code);
         PyTuple_SET_ITEM(item, 10, keys_str);
+        /* Bytes, ints, a str and None: the tuple cannot be part of a cycle, so the garbage
+         * collector need not track it (CPython untracks such tuples itself, later). Tracked,
+         * a batch of them makes the collector walk them again and again. */
+        PyObject_GC_UnTrack(item);
         PyList_SET_ITEM(out, i, item);
     }
     result = Py_NewRef(out);
