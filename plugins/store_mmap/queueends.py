@@ -30,7 +30,7 @@ def save(root: str | os.PathLike[str], queues: Iterable[Any]) -> None:
 
 def load(root: str | os.PathLike[str]) -> dict[tuple[str, int], int]:
     """The recorded ends, by (topic, queue id); empty when none were recorded."""
-    raw = read_json(Path(root) / ENDS_FILE, {})
+    raw: Any = read_json(Path(root) / ENDS_FILE, {})
     out: dict[tuple[str, int], int] = {}
     if not isinstance(raw, dict):
         return out
