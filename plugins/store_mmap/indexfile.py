@@ -72,26 +72,30 @@ _INT_MAX = 0x7FFFFFFF
 _KEYS = itemgetter(1)  # the keys of a put_keys record
 
 
-# A producer's unique id (mqcore.uniqkey) is 32 hex digits whose first 20 are the same for
-# every message of a process. Java's hash of a + b is hash(a) * 31**len(b) + hash(b) (mod
-# 2**32), so the hash of ``topic#`` + those 20 digits is kept and only the 12 that vary are
-# hashed: every message's unique id is indexed, and hashing is most of an entry's cost.
-_UNIQ_HEAD = 20
-_UNIQ_TAIL_WEIGHT = pow(31, 12, 1 << 32)
+# A producer's unique id (mqcore.uniqkey) is 32 hex digits: 20 the same for every message of
+# a process, 8 of time that change each millisecond, then a 4-digit counter. Java's hash of
+# a + b is hash(a) * 31**len(b) + hash(b) (mod 2**32), so the hash of ``topic#`` and the
+# first 28 digits is kept (ids made in one millisecond share it) and the counter's 4 digits
+# are hashed by pairs from a table: every message's unique id is indexed, and hashing was
+# most of an entry's cost.
+_UNIQ_HEAD = 28
+_UNIQ_TAIL_WEIGHT = pow(31, 4, 1 << 32)
+_HEX = "0123456789ABCDEF"
+_HEX_PAIRS = {a + b: ord(a) * 31 + ord(b) for a in _HEX for b in _HEX}
 _head_hashes: dict[str, int] = {}
 
 
 def index_key_hash(topic: str, key: str) -> int:
     """RocketMQ's indexKeyHashMethod over ``topic#key``: a non-negative 31-bit int."""
-    if len(key) == 32 and key.isascii():
+    pairs = _HEX_PAIRS
+    if len(key) == 32 and key[28:30] in pairs and key[30:] in pairs:
         head = f"{topic}#{key[:_UNIQ_HEAD]}"
         start = _head_hashes.get(head)
         if start is None:
             if len(_head_hashes) >= 4096:
                 _head_hashes.clear()
             start = _head_hashes[head] = string_hash_code(head) & 0xFFFFFFFF
-        tail = string_hash_code(key[_UNIQ_HEAD:]) & 0xFFFFFFFF
-        h = (start * _UNIQ_TAIL_WEIGHT + tail) & 0xFFFFFFFF
+        h = (start * _UNIQ_TAIL_WEIGHT + pairs[key[28:30]] * 961 + pairs[key[30:]]) & 0xFFFFFFFF
         h = h - (1 << 32) if h & 0x80000000 else h
     else:
         h = string_hash_code(f"{topic}#{key}")
