@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
-__all__ = ["KernelConfig"]
+__all__ = ["BROKER_ROLES", "KernelConfig"]
+
+#: RocketMQ's BrokerRole names.
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+def _physical_memory() -> int:
+    """The machine's physical memory in bytes (RocketMQ's TOTAL_PHYSICAL_MEMORY_SIZE)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # not POSIX: assume 8 GiB
+        return 8 * 1024**3
+
+
+def _role(value: str) -> str:
+    role = str(value).strip().upper()
+    if role not in BROKER_ROLES:
+        from mqcore.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"broker_role {value!r} is not one of {', '.join(BROKER_ROLES)}")
+    return role
 
 
 def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
@@ -66,6 +87,30 @@ class BrokerConfig:
         (``timerMaxDelaySec``, 3 days); a send beyond it is refused.
     :param timer_scheduler_options: extra options for the timer scheduler (e.g. ``clock``).
     :param store_options: extra options for the store plugin.
+    :param broker_role: ``ASYNC_MASTER`` (default), ``SYNC_MASTER`` or ``SLAVE``
+        (``brokerRole``); see ``docs/ha.md``. A slave needs a store that can replicate (mmap).
+    :param broker_id: 0 for a master, 1 and up for slaves (``brokerId``).
+    :param ha_listen_port: a master's port for its slaves (``haListenPort``); ``None``: no
+        replication port (``mqcore serve`` defaults it to its port + 1), 0: any free port.
+    :param ha_master_address: a slave's ``host:port`` of its master's replication port.
+    :param sync_flush_timeout_ms: how long a SYNC_MASTER waits for a slave to have a send's
+        bytes before answering FLUSH_SLAVE_TIMEOUT (``syncFlushTimeout``, 5 s).
+    :param ha_max_gap_bytes: a slave further behind than this counts as not available
+        (``haSlaveFallbehindMax``, 256 MiB).
+    :param ha_transfer_batch_size: bytes a master sends a slave at most per frame
+        (``haTransferBatchSize``, 32 KiB).
+    :param ha_send_heartbeat_interval_ms: a slave reports its offset at least this often
+        (``haSendHeartbeatInterval``, 5 s).
+    :param ha_housekeeping_interval_ms: a master drops a slave silent this long
+        (``haHousekeepingInterval``, 20 s).
+    :param slave_synchronize_interval_ms: how often a slave copies its master's topics,
+        consumer offsets and delay progress (RocketMQ's SlaveSynchronize, 10 s).
+    :param slave_read_enable: let a master suggest its slave to consumers that lag, and a
+        slave serve pulls (``slaveReadEnable``, off).
+    :param access_message_in_memory_max_ratio: percent of physical memory a consumer may lag
+        behind before it is sent to the slave (``accessMessageInMemoryMaxRatio``, 40).
+    :param total_physical_memory_bytes: the memory figure of that rule (default: the
+        machine's).
     """
 
     broker_name: str = "broker-a"
@@ -91,6 +136,18 @@ class BrokerConfig:
     timer_max_delay_sec: int = 3 * 24 * 3600
     timer_scheduler_options: dict[str, Any] = attrs.field(factory=dict)
     store_options: dict[str, Any] = attrs.field(factory=dict)
+    broker_role: str = attrs.field(default="ASYNC_MASTER", converter=_role)
+    ha_listen_port: int | None = None
+    ha_master_address: str | None = None
+    sync_flush_timeout_ms: int = 5_000
+    ha_max_gap_bytes: int = 256 * 1024 * 1024
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_send_heartbeat_interval_ms: int = 5_000
+    ha_housekeeping_interval_ms: int = 20_000
+    slave_synchronize_interval_ms: int = 10_000
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40
+    total_physical_memory_bytes: int = attrs.field(factory=_physical_memory)
 
     @property
     def store_host(self) -> str:

@@ -7,6 +7,8 @@ for unknown names) so that generic ``except`` clauses keep working.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BrokerClosedError",
     "BrokerError",
@@ -29,6 +31,7 @@ __all__ = [
     "RemotingError",
     "RemotingTimeoutError",
     "SendTimeoutError",
+    "SlaveNotAcknowledgedError",
     "StoreClosedError",
     "StoreCorruptedError",
     "StoreError",
@@ -190,6 +193,17 @@ class MessageFieldError(MessageIllegalError, InvalidArgumentError):
 
 class NoPermissionError(BrokerError):
     """The topic or broker does not permit the operation (NO_PERMISSION)."""
+
+
+class SlaveNotAcknowledgedError(BrokerError):
+    """A SYNC_MASTER stored the messages but cannot say a slave has them: no slave or one
+    too far behind (SLAVE_NOT_AVAILABLE, 11), or none caught up in time
+    (FLUSH_SLAVE_TIMEOUT, 12). ``results`` say where the messages are stored; a producer
+    turns this into a send result of that status rather than an error, as RocketMQ's."""
+
+    def __init__(self, message: str, *, code: int, results: Any) -> None:
+        super().__init__(message, code=code)
+        self.results = results
 
 
 class TimerMessageError(MessageIllegalError, InvalidArgumentError):

@@ -17,6 +17,13 @@ import attrs
 
 from mqcore.broker.clients import ConsumerData, ConsumerManager
 from mqcore.broker.codes import RequestCode, ResponseCode
+from mqcore.broker.ha import (
+    SLAVE_READ_BROKER_ID,
+    HAMaster,
+    HASlave,
+    read_from_slave,
+    start_replication,
+)
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
 from mqcore.broker.offsets import ConsumerOffsetManager
@@ -54,7 +61,7 @@ from mqcore.message import (
 )
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.pull import PullResponse
-from mqcore.protocol.route import TopicRoute
+from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
 from mqcore.protocol.validation import check_sent_message, check_text
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 
@@ -174,13 +181,19 @@ class Broker:
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
         self.locks = RebalanceLockManager(self.config.rebalance_lock_max_live_time_ms)
         self.waiters = PullWaiters()
-        self._routes: dict[str, tuple[TopicConfig, TopicRoute, str]] = {}
+        self._routes: dict[str, tuple[TopicConfig, TopicRoute, tuple[tuple[int, str], ...]]] = {}
         self._closed = False
         self._stop = threading.Event()
+        #: the replication side (see mqcore.broker.ha), or None
+        self.ha: HAMaster | HASlave | None = None
         try:
-            # Last: its thread delivers through everything set up above.
-            self.delay.start()
+            self.ha = start_replication(self)
+            if not self.is_slave:  # a slave's delayed messages are delivered by its master
+                # Last: its thread delivers through everything set up above.
+                self.delay.start()
         except BaseException:
+            if self.ha is not None:
+                self.ha.close()
             self.store.close()
             raise
         self._housekeeper = threading.Thread(
@@ -256,12 +269,20 @@ class Broker:
         self._housekeeper.join(timeout=10)
         try:
             try:
-                self.delay.close()
+                if self.ha is not None:
+                    self.ha.close()
+                if not self.is_slave:
+                    self.delay.close()
             finally:
                 self.offsets.persist()
         finally:
             self.store.close()
         log.info("broker_stopped", broker=self.config.broker_name)
+
+    @property
+    def is_slave(self) -> bool:
+        """True when this broker replicates a master (``broker_role`` SLAVE)."""
+        return self.config.broker_role == "SLAVE"
 
     def _check_open(self) -> None:
         if self._closed:
@@ -343,21 +364,34 @@ class Broker:
         if cfg is None:
             cfg = self.topics.require(topic)  # raises TOPIC_NOT_EXIST
         addr = address or self.config.store_host
+        members = self._members(addr)
         cached = self._routes.get(topic)
-        if cached is not None and cached[0] is cfg and cached[2] == addr:
+        if cached is not None and cached[0] is cfg and cached[2] == members:
             return cached[1]
-        route = TopicRoute.single(
+        route = TopicRoute(
             topic,
-            self.config.broker_name,
-            addr,
-            cfg.read_queue_nums,
-            cfg.write_queue_nums,
-            cfg.perm,
-            self.config.broker_cluster_name,
+            [BrokerData(self.config.broker_name, members, self.config.broker_cluster_name)],
+            [
+                QueueData(
+                    self.config.broker_name, cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm
+                )
+            ],
         )
         # Keyed by the config object: an update or delete makes a new one, so never stale.
-        self._routes[topic] = (cfg, route, addr)
+        self._routes[topic] = (cfg, route, members)
         return route
+
+    def _members(self, addr: str) -> tuple[tuple[int, str], ...]:
+        """This broker group's members by id: this broker at ``addr``, with its master or
+        its registered slaves (see :mod:`mqcore.broker.ha`)."""
+        found = {self.config.broker_id: addr}
+        ha = self.ha
+        if isinstance(ha, HAMaster):
+            found.update(ha.slaves())
+            found[self.config.broker_id] = addr
+        elif isinstance(ha, HASlave) and ha.master_address:
+            found.setdefault(0, ha.master_address)
+        return tuple(sorted(found.items()))
 
     # -- send --------------------------------------------------------------------------------
 
@@ -403,6 +437,12 @@ class Broker:
         RocketMQ client sends bodies over 4 KiB); they are stored exactly as sent.
         """
         self._check_open()
+        if self.is_slave:
+            raise BrokerError(
+                f"broker {self.config.broker_name} (id {self.config.broker_id}) is a SLAVE and "
+                "takes no writes; send to its master",
+                code=ResponseCode.SERVICE_NOT_AVAILABLE,
+            )
         validate_topic(topic)
         if topic in NOT_ALLOWED_SEND_TOPICS:
             raise MessageIllegalError(
@@ -424,7 +464,7 @@ class Broker:
                 code=ResponseCode.SYSTEM_ERROR,
             )
         self._check_messages(topic, messages)
-        return self._put(
+        results = self._put(
             topic,
             queue_id,
             messages,
@@ -433,6 +473,10 @@ class Broker:
             reconsume_times=reconsume_times,
             sys_flag=sys_flag,
         )
+        if isinstance(self.ha, HAMaster):
+            # A SYNC_MASTER raises SlaveNotAcknowledgedError (with the results) here.
+            self.ha.after_put(results)
+        return results
 
     def _put(
         self,
@@ -541,8 +585,17 @@ class Broker:
                 f"readQueueNums:[{cfg.read_queue_nums}] consumer:[{client_host}]",
                 code=ResponseCode.SYSTEM_ERROR,
             )
+        if self.is_slave and not self.config.slave_read_enable:
+            # As RocketMQ: a slave that may not serve reads sends the consumer to its master.
+            return PullResponse(
+                ResponseCode.PULL_RETRY_IMMEDIATELY,
+                queue_offset,
+                self.get_min_offset(topic, queue_id),
+                self.get_max_offset(topic, queue_id),
+            )
         flt = self._message_filter(sub_expression, expression_type)
-        if commit_offset is not None and commit_offset >= 0:
+        if commit_offset is not None and commit_offset >= 0 and not self.is_slave:
+            # A slave's offsets are its master's (synchronised): commits go to the master.
             self.offsets.commit_offset(client_host, consumer_group, topic, queue_id, commit_offset)
         resp = self._get(topic, queue_id, queue_offset, max_msg_nums, flt, raw)
         if resp.code is ResponseCode.PULL_NOT_FOUND and suspend_timeout_ms:
@@ -559,6 +612,8 @@ class Broker:
             )
             if arrived and not self._closed:
                 resp = self._get(topic, queue_id, queue_offset, max_msg_nums, flt, raw)
+        if resp.records and self.config.slave_read_enable and read_from_slave(self, resp):
+            resp = attrs.evolve(resp, suggest_which_broker_id=SLAVE_READ_BROKER_ID)
         return resp
 
     # -- offsets -----------------------------------------------------------------------------

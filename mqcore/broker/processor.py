@@ -25,6 +25,7 @@ from mqcore.errors import (
     MQError,
     NotRegisteredError,
     ProtocolError,
+    SlaveNotAcknowledgedError,
 )
 from mqcore.logs import get_logger
 from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
@@ -158,7 +159,8 @@ class BrokerProcessor:
             RequestCode.UNLOCK_BATCH_MQ,
         }
         flush = str(broker.config.store_options.get("flush_mode", "ASYNC_FLUSH"))
-        if "SYNC" not in flush.upper().replace("ASYNC", ""):
+        waits = "SYNC" in flush.upper().replace("ASYNC", "")
+        if not waits and broker.config.broker_role != "SYNC_MASTER":  # it waits for a slave
             inline |= {
                 RequestCode.SEND_MESSAGE,
                 RequestCode.SEND_MESSAGE_V2,
@@ -256,23 +258,29 @@ class BrokerProcessor:
         if queue_id < 0:  # RocketMQ: any writable queue
             route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
             queue_id = random.randrange(max(1, len(route.write_queues())))
-        results = self.broker.send_message(
-            h.topic,
-            queue_id,
-            messages,
-            producer_group=h.producer_group,
-            born_timestamp=h.born_timestamp,
-            born_host=_born_host(conn),
-            reconsume_times=h.reconsume_times or 0,
-            sys_flag=sys_flag,
-        )
+        code, remark = ResponseCode.SUCCESS, None
+        try:
+            results = self.broker.send_message(
+                h.topic,
+                queue_id,
+                messages,
+                producer_group=h.producer_group,
+                born_timestamp=h.born_timestamp,
+                born_host=_born_host(conn),
+                reconsume_times=h.reconsume_times or 0,
+                sys_flag=sys_flag,
+            )
+        except SlaveNotAcknowledgedError as exc:
+            # Stored, without a slave's confirmation: RocketMQ answers the stored message's
+            # header with SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT as the code.
+            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
         first = results[0]
         header = headers.SendMessageResponseHeader(
             msg_id=",".join(r.msg_id for r in results),
             queue_id=queue_id,
             queue_offset=first.queue_offset,
         )
-        return _ok(req, header)
+        return RemotingCommand.response(code, remark, header, None, to=req)
 
     # -- pull ------------------------------------------------------------------------------------
 

@@ -9,9 +9,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+import attrs
+
 from mqcore.client.async_sender import AsyncSender, PendingSend
 from mqcore.client.common import ClientBase
-from mqcore.errors import BrokerError, MessageIllegalError, MQClientError, SendTimeoutError
+from mqcore.errors import (
+    BrokerError,
+    MessageIllegalError,
+    MQClientError,
+    SendTimeoutError,
+    SlaveNotAcknowledgedError,
+)
 from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from mqcore.protocol.codes import ResponseCode
@@ -37,6 +45,13 @@ _RETRY_CODES = frozenset(
         ResponseCode.NO_PERMISSION,
     }
 )
+
+
+#: Response codes of a SYNC_MASTER that stored a send without a slave's confirmation.
+_SLAVE_STATUS = {
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+}
 
 
 def _uniq_id(msg: Message) -> str:
@@ -192,8 +207,9 @@ class Producer(ClientBase):
         begin: float,
         pick: Callable[[list[MessageQueue], MessageQueue | None], MessageQueue] | None,
         retries: int,
-    ) -> tuple[MessageQueue, list[PutResult]]:
-        """Store ``msgs`` (one topic) as one batch, with retries; the queue and the results.
+    ) -> tuple[MessageQueue, list[PutResult], SendStatus]:
+        """Store ``msgs`` (one topic) as one batch, with retries; the queue, the results and
+        the send status.
 
         ``pick(mqs, last)`` chooses the queue (a selector: then no retry), else round-robin.
         """
@@ -214,13 +230,17 @@ class Producer(ClientBase):
                 results = self.broker.send_message(
                     mq, msgs, producer_group=self.group, born_timestamp=born
                 )
+            except SlaveNotAcknowledgedError as exc:
+                # Stored on the master, not (yet) confirmed by a slave: a result, not an
+                # error (RocketMQ's FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE send status).
+                return mq, list(exc.results), _SLAVE_STATUS[ResponseCode(exc.code)]
             except BrokerError as exc:
                 if exc.code not in _RETRY_CODES:
                     raise
                 error = exc
                 log.warning("send_retry", topic=topic, queue_id=mq.queue_id, attempt=attempt + 1)
                 continue
-            return mq, results
+            return mq, results, SendStatus.SEND_OK
         assert error is not None
         raise MQClientError(
             f"send to {topic} failed after {attempts} attempts: {error}",
@@ -263,8 +283,10 @@ class Producer(ClientBase):
         )
         if traced:
             hooks.mqcore_send_before(producer_group=self.group, messages=msgs)
-        mq, results = self._store(msgs, timeout, begin, pick, retries)
+        mq, results, status = self._store(msgs, timeout, begin, pick, retries)
         out = results_of(mq, msgs, results)
+        if status is not SendStatus.SEND_OK:
+            out = [attrs.evolve(r, send_status=status) for r in out]
         if traced:
             hooks.mqcore_send_after(producer_group=self.group, messages=msgs, results=out)
         return out

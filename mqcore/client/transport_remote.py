@@ -28,6 +28,7 @@ from mqcore.errors import (
     MessageIllegalError,
     MQClientError,
     NoPermissionError,
+    SlaveNotAcknowledgedError,
     TopicNotExistError,
 )
 from mqcore.kernel import Kernel
@@ -337,7 +338,12 @@ class RemoteTransport:
             reconsume_times=0,
             batch=batch,
         )
-        resp = _check(self._call(addr, code, header, body))
+        resp = _check(
+            self._call(addr, code, header, body),
+            ResponseCode.SUCCESS,
+            ResponseCode.SLAVE_NOT_AVAILABLE,
+            ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        )
         h = resp.read_header(headers.SendMessageResponseHeader)
         ids = h.msg_id.split(",")
         out = []
@@ -347,6 +353,12 @@ class RemoteTransport:
             except Exception:
                 commitlog_offset = -1
             out.append(PutResult(msg_id, h.queue_offset + i, commitlog_offset, 0, 0))
+        if resp.code != ResponseCode.SUCCESS:  # stored by a SYNC_MASTER, no slave confirmed
+            raise SlaveNotAcknowledgedError(
+                resp.remark or f"stored without a slave's confirmation (code {resp.code})",
+                code=resp.code,
+                results=out,
+            )
         return out
 
     def pull_message(

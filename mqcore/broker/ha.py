@@ -1,0 +1,608 @@
+"""Master/slave replication of the commit log (RocketMQ's HAService and HAConnection).
+
+A master listens on its HA port. A slave connects and writes its commit-log max offset as
+8 big-endian bytes; the master answers with frames of its commit log from that offset on:
+``offset`` (8 bytes) + ``size`` (4 bytes) + ``size`` bytes of the log, a frame of size 0
+being a heartbeat. The slave appends the bytes unchanged at the same offsets, dispatches
+them into its own consume queues and index, and reports its new max offset after each frame
+and at least every ``ha_send_heartbeat_interval_ms``. The master keeps, per slave, the offset
+it acknowledged; a SYNC_MASTER send waits on it.
+
+Topics, consumer offsets and delay progress travel on a second connection to the same port
+(RocketMQ's SlaveSynchronize, which uses the remoting port): it starts with the 8 bytes
+:data:`SYNC_MAGIC` (an offset no log reaches), then both sides exchange JSON documents, each
+preceded by its length (4 bytes). The slave sends ``{"broker_id", "address"}`` every
+``slave_synchronize_interval_ms``; the master answers with its address, topics, offsets and
+delay progress, and lists the slave in its routes while that connection is open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mqcore.atomicfile import write_atomic
+from mqcore.broker.topics import TopicConfig
+from mqcore.codec import POS_PHYSICAL_OFFSET
+from mqcore.config import BrokerConfig
+from mqcore.errors import InvalidArgumentError, ProtocolError, SlaveNotAcknowledgedError
+from mqcore.logs import get_logger
+from mqcore.protocol.codes import ResponseCode
+from mqcore.protocol.pull import PullResponse
+from mqcore.store import PutResult
+
+if TYPE_CHECKING:
+    from mqcore.broker.broker import Broker
+
+__all__ = [
+    "SLAVE_READ_BROKER_ID",
+    "SYNC_MAGIC",
+    "HAMaster",
+    "HASlave",
+    "read_from_slave",
+    "split_address",
+    "start_replication",
+]
+
+log = get_logger(__name__)
+
+SYNC_MAGIC = b"MQCSYNC1"
+_OFFSET = struct.Struct(">q")
+_HEADER = struct.Struct(">qi")
+_LENGTH = struct.Struct(">i")
+_MAX_SYNC_DOC = 64 * 1024 * 1024
+_POLL_S = 0.5  # longest a thread blocks before it looks at its stop flag
+DELAY_OFFSET_FILE = "delayOffset.json"
+#: the member a lagging consumer is sent to (RocketMQ's whichBrokerWhenConsumeSlowly)
+SLAVE_READ_BROKER_ID = 1
+
+
+def read_from_slave(broker: Broker, resp: PullResponse) -> bool:
+    """Seed 001's rule: whether the reader of ``resp`` lags so far behind the end of the
+    commit log (more than ``access_message_in_memory_max_ratio`` percent of
+    ``total_physical_memory_bytes``) that its next pulls should go to the slave.
+
+    The lag is measured from the last record pulled, as RocketMQ's getMessage measures it
+    from the last consume-queue unit it read.
+    """
+    max_offset = getattr(broker.store, "commitlog_max_offset", None)
+    if max_offset is None:
+        return False
+    last = resp.records[-1]
+    pulled = _OFFSET.unpack_from(last, POS_PHYSICAL_OFFSET)[0]
+    cfg = broker.config
+    memory = cfg.total_physical_memory_bytes * cfg.access_message_in_memory_max_ratio / 100
+    return bool(max_offset() - pulled > memory)
+
+
+def split_address(address: str, what: str) -> tuple[str, int]:
+    """``host:port`` as a pair, or a clear error naming the setting."""
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidArgumentError(f"{what} {address!r} is not HOST:PORT (e.g. 127.0.0.1:10912)")
+    return host.strip("[]"), int(port)
+
+
+def _recv_exact(sock: socket.socket, n: int, stop: threading.Event) -> bytes | None:
+    """``n`` bytes from ``sock`` (None once the peer closed or ``stop`` is set)."""
+    buf = bytearray()
+    while len(buf) < n:
+        if stop.is_set():
+            return None
+        try:
+            chunk = sock.recv(n - len(buf))
+        except TimeoutError:
+            continue
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _send_doc(sock: socket.socket, doc: Any) -> None:
+    data = json.dumps(doc, separators=(",", ":")).encode()
+    sock.sendall(_LENGTH.pack(len(data)) + data)
+
+
+def _recv_doc(sock: socket.socket, stop: threading.Event) -> Any:
+    head = _recv_exact(sock, 4, stop)
+    if head is None:
+        return None
+    (size,) = _LENGTH.unpack(head)
+    if not 0 <= size <= _MAX_SYNC_DOC:
+        return None
+    body = _recv_exact(sock, size, stop)
+    return None if body is None else json.loads(body)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+# --- master ------------------------------------------------------------------------------
+
+
+class _SlaveConnection:
+    """One slave's replication connection on the master: a reader and a writer thread."""
+
+    def __init__(self, master: HAMaster, sock: socket.socket, first_offset: int) -> None:
+        self.master = master
+        self.sock = sock
+        host, port = sock.getpeername()[:2]
+        self.peer = f"{host}:{port}"
+        self.acked = first_offset  # the slave's max offset, as it last reported
+        self.last_report = time.monotonic()
+        self.next_offset = first_offset
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        self.reader = threading.Thread(target=self._read, name="mqcore-ha-read", daemon=True)
+        self.writer = threading.Thread(target=self._write, name="mqcore-ha-write", daemon=True)
+
+    def start(self) -> None:
+        self.reader.start()
+        self.writer.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.wake.set()
+        _close(self.sock)
+
+    def join(self) -> None:
+        for t in (self.reader, self.writer):
+            if t.is_alive() and t is not threading.current_thread():
+                t.join(timeout=5)
+
+    def _read(self) -> None:
+        """The slave's offset reports (8 bytes each)."""
+        while not self.stop.is_set():
+            data = _recv_exact(self.sock, 8, self.stop)
+            if data is None:
+                break
+            (offset,) = _OFFSET.unpack(data)
+            self.last_report = time.monotonic()
+            if offset > self.acked:
+                self.acked = offset
+                self.master._acked(offset)
+        self.master._drop(self)
+
+    def _write(self) -> None:
+        """Push the commit log from the slave's offset on; heartbeats while idle."""
+        store = self.master.store
+        cfg = self.master.config
+        batch = max(1, cfg.ha_transfer_batch_size)
+        beat = cfg.ha_send_heartbeat_interval_ms / 1000
+        last_sent = time.monotonic()
+        min_offset = store.commitlog_min_offset()
+        if self.next_offset < min_offset or self.next_offset > store.commitlog_max_offset():
+            log.error(
+                "ha_slave_offset_unusable",
+                slave=self.peer,
+                slave_offset=self.next_offset,
+                master_min=min_offset,
+                master_max=store.commitlog_max_offset(),
+            )
+            self.close()
+            return
+        try:
+            while not self.stop.is_set():
+                self.wake.clear()
+                data = store.read_commitlog(self.next_offset, batch)
+                if data:
+                    self.sock.sendall(_HEADER.pack(self.next_offset, len(data)) + data)
+                    self.next_offset += len(data)
+                    last_sent = time.monotonic()
+                    continue
+                if data is None:  # below the oldest segment now (retention)
+                    log.error("ha_offset_deleted", slave=self.peer, offset=self.next_offset)
+                    break
+                if time.monotonic() - last_sent >= beat:
+                    self.sock.sendall(_HEADER.pack(self.next_offset, 0))
+                    last_sent = time.monotonic()
+                if time.monotonic() - self.last_report > cfg.ha_housekeeping_interval_ms / 1000:
+                    log.warning("ha_slave_expired", slave=self.peer)
+                    break
+                self.wake.wait(min(beat, _POLL_S))
+        except OSError as exc:
+            if not self.stop.is_set():
+                log.info("ha_slave_connection_lost", slave=self.peer, error=str(exc))
+        self.close()
+
+
+class HAMaster:
+    """A master's replication port: accepts slaves, pushes the log, tracks what they have.
+
+    :param broker: the master broker (its store must offer ``read_commitlog``).
+    :param host: address to listen on.
+    :param port: port (0: any free one; :attr:`port` tells which).
+    """
+
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
+        self.broker = broker
+        self.store: Any = broker.store
+        self.config: BrokerConfig = broker.config
+        self._lock = threading.Condition()
+        self._connections: list[_SlaveConnection] = []
+        self._syncs: dict[socket.socket, tuple[int, str]] = {}
+        self._sync_threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self.acked_offset = 0  # the furthest offset any slave reported (push2SlaveMaxOffset)
+        self._server = socket.create_server((host, port), reuse_port=False)
+        self._server.settimeout(_POLL_S)
+        self.host, self.port = self._server.getsockname()[:2]
+        self._acceptor = threading.Thread(
+            target=self._accept, name=f"mqcore-ha-{broker.config.broker_name}", daemon=True
+        )
+        self._acceptor.start()
+        log.info("ha_master_listening", host=self.host, port=self.port)
+
+    # -- connections ---------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            sock.settimeout(_POLL_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            t = threading.Thread(target=self._handshake, args=(sock,), daemon=True)
+            t.start()
+            with self._lock:
+                self._sync_threads = [x for x in self._sync_threads if x.is_alive()] + [t]
+
+    def _handshake(self, sock: socket.socket) -> None:
+        first = _recv_exact(sock, 8, self._stop)
+        if first is None:
+            _close(sock)
+            return
+        if first == SYNC_MAGIC:
+            self._serve_sync(sock)
+            return
+        (offset,) = _OFFSET.unpack(first)
+        try:
+            conn = _SlaveConnection(self, sock, offset)
+        except OSError:
+            _close(sock)
+            return
+        with self._lock:
+            if self._stop.is_set():
+                _close(sock)
+                return
+            self._connections.append(conn)
+            if offset > self.acked_offset:
+                self.acked_offset = offset
+            self._lock.notify_all()
+        log.info("ha_slave_connected", slave=conn.peer, offset=offset)
+        conn.start()
+
+    def _drop(self, conn: _SlaveConnection) -> None:
+        conn.close()
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+                log.info("ha_slave_disconnected", slave=conn.peer, acked=conn.acked)
+            self._lock.notify_all()
+
+    def _serve_sync(self, sock: socket.socket) -> None:
+        """A slave's sync connection: answer each request with the master's metadata."""
+        try:
+            while not self._stop.is_set():
+                req = _recv_doc(sock, self._stop)
+                if not isinstance(req, dict):
+                    break
+                with self._lock:
+                    self._syncs[sock] = (int(req.get("broker_id", 1)), str(req.get("address")))
+                _send_doc(sock, self._metadata())
+        except (OSError, ValueError) as exc:
+            log.info("ha_sync_connection_lost", error=str(exc))
+        finally:
+            with self._lock:
+                self._syncs.pop(sock, None)
+            _close(sock)
+
+    def _metadata(self) -> dict[str, Any]:
+        broker = self.broker
+        delay_file = broker.data_dir / "config" / DELAY_OFFSET_FILE
+        try:
+            delay = delay_file.read_text(encoding="utf-8")
+        except OSError:
+            delay = None
+        return {
+            "address": broker.config.store_host,
+            "topics": [t.to_json() for t in broker.topics.all()],
+            "offsets": broker.offsets.offset_table(),
+            "delay_offset": delay,
+        }
+
+    # -- what the broker asks ------------------------------------------------------------
+
+    def slaves(self) -> dict[int, str]:
+        """Slaves registered over their sync connection: broker id -> remoting address."""
+        with self._lock:
+            return {bid: addr for bid, addr in self._syncs.values() if addr}
+
+    @property
+    def connection_count(self) -> int:
+        """Slaves connected for replication now."""
+        return len(self._connections)
+
+    def lag(self) -> int:
+        """Bytes the furthest slave is behind (the whole log when none is connected)."""
+        return max(0, int(self.store.commitlog_max_offset()) - self.acked_offset)
+
+    def notify(self) -> None:
+        """New data was appended: wake the writers."""
+        for conn in self._connections:
+            conn.wake.set()
+
+    def _acked(self, offset: int) -> None:
+        with self._lock:
+            if offset > self.acked_offset:
+                self.acked_offset = offset
+                self._lock.notify_all()
+
+    def slave_ok(self, end: int) -> bool:
+        """RocketMQ's isSlaveOK: a slave is connected and within ``ha_max_gap_bytes``."""
+        return bool(self._connections) and end - self.acked_offset < self.config.ha_max_gap_bytes
+
+    def wait_acked(self, end: int, timeout: float) -> bool:
+        """Whether a slave reported ``end`` (or beyond) within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self.acked_offset < end:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stop.is_set():
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def after_put(self, results: list[PutResult]) -> None:
+        """Wake the writers; as a SYNC_MASTER, wait for a slave to have the records."""
+        self.notify()
+        if self.config.broker_role != "SYNC_MASTER" or not results:
+            return
+        end = max(r.commitlog_offset + r.size for r in results)
+        if not self.slave_ok(end):
+            raise SlaveNotAcknowledgedError(
+                f"no slave of {self.config.broker_name} has the message: none is connected or "
+                f"the nearest is more than ha_max_gap_bytes={self.config.ha_max_gap_bytes} "
+                "behind; it is stored on the master only",
+                code=ResponseCode.SLAVE_NOT_AVAILABLE,
+                results=results,
+            )
+        if not self.wait_acked(end, self.config.sync_flush_timeout_ms / 1000):
+            raise SlaveNotAcknowledgedError(
+                f"no slave of {self.config.broker_name} confirmed the message within "
+                f"sync_flush_timeout_ms={self.config.sync_flush_timeout_ms}; it is stored on "
+                "the master and may reach the slave later",
+                code=ResponseCode.FLUSH_SLAVE_TIMEOUT,
+                results=results,
+            )
+
+    def close(self) -> None:
+        """Stop accepting, close every connection, join the threads."""
+        self._stop.set()
+        _close(self._server)
+        self._acceptor.join(timeout=5)
+        with self._lock:
+            conns = list(self._connections)
+            syncs = list(self._syncs)
+            threads = list(self._sync_threads)
+            self._lock.notify_all()
+        for conn in conns:
+            conn.close()
+        for sock in syncs:
+            _close(sock)
+        for conn in conns:
+            conn.join()
+        for t in threads:
+            t.join(timeout=5)
+
+
+# --- slave -------------------------------------------------------------------------------
+
+
+class HASlave:
+    """A slave's side: copies the master's log and, periodically, its metadata.
+
+    :param broker: the slave broker (its store must offer ``append_commitlog``).
+    :param master: ``host:port`` of the master's HA port.
+    :param dispatched: called with the ``(topic, queue_id)`` pairs that got messages.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        master: str,
+        dispatched: Callable[[set[tuple[str, int]]], None],
+    ) -> None:
+        self.broker = broker
+        self.store: Any = broker.store
+        self.config = broker.config
+        self.master = split_address(master, "ha_master_address")
+        self.master_address: str | None = None  # the master's remoting address, once synced
+        self._dispatched = dispatched
+        self._stop = threading.Event()
+        self._socks: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self.connected = threading.Event()
+        self.synced = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._replicate, name="mqcore-ha-slave", daemon=True),
+            threading.Thread(target=self._synchronize, name="mqcore-ha-sync", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _connect(self) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(self.master, timeout=3)
+        except OSError:
+            return None
+        sock.settimeout(_POLL_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            if self._stop.is_set():
+                _close(sock)
+                return None
+            self._socks.add(sock)
+        return sock
+
+    def _forget(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.discard(sock)
+        _close(sock)
+
+    def _replicate(self) -> None:
+        while not self._stop.is_set():
+            sock = self._connect()
+            if sock is None:
+                self._stop.wait(1.0)
+                continue
+            try:
+                self._transfer(sock)
+            except OSError as exc:
+                log.info("ha_master_connection_lost", error=str(exc))
+            except Exception:  # a bad frame or a store error: reconnect from our own offset
+                log.exception("ha_replication_failed")
+            finally:
+                self.connected.clear()
+                self._forget(sock)
+            self._stop.wait(1.0)
+
+    def _transfer(self, sock: socket.socket) -> None:
+        store = self.store
+        beat = self.config.ha_send_heartbeat_interval_ms / 1000
+        reported = store.commitlog_max_offset()
+        sock.sendall(_OFFSET.pack(reported))
+        last_report = time.monotonic()
+        self.connected.set()
+        log.info(
+            "ha_slave_connected_to_master",
+            master=f"{self.master[0]}:{self.master[1]}",
+            offset=reported,
+        )
+        while not self._stop.is_set():
+            head = _recv_exact(sock, _HEADER.size, self._stop)
+            if head is None:
+                return
+            offset, size = _HEADER.unpack(head)
+            if size < 0:
+                raise ProtocolError(f"the master sent a replication frame of size {size}")
+            if size:
+                body = _recv_exact(sock, size, self._stop)
+                if body is None:
+                    return
+                mine = store.commitlog_max_offset()
+                if offset != mine:
+                    log.error("ha_offset_mismatch", master_offset=offset, slave_offset=mine)
+                    return  # reconnect: the master starts again from our offset
+                touched = store.append_commitlog(offset, body)
+                if touched:
+                    self._dispatched(touched)
+            now_max = store.commitlog_max_offset()
+            if now_max != reported or time.monotonic() - last_report >= beat:
+                sock.sendall(_OFFSET.pack(now_max))
+                reported = now_max
+                last_report = time.monotonic()
+
+    def _synchronize(self) -> None:
+        every = self.config.slave_synchronize_interval_ms / 1000
+        while not self._stop.is_set():
+            sock = self._connect()
+            if sock is None:
+                self._stop.wait(1.0)
+                continue
+            try:
+                sock.sendall(SYNC_MAGIC)
+                while not self._stop.is_set():
+                    _send_doc(
+                        sock,
+                        {"broker_id": self.config.broker_id, "address": self.config.store_host},
+                    )
+                    doc = _recv_doc(sock, self._stop)
+                    if not isinstance(doc, dict):
+                        break
+                    self._apply(doc)
+                    self.synced.set()
+                    if self._stop.wait(every):
+                        break
+            except (OSError, ValueError) as exc:
+                log.info("ha_sync_failed", error=str(exc))
+            finally:
+                self._forget(sock)
+            self._stop.wait(1.0)
+
+    def _apply(self, doc: dict[str, Any]) -> None:
+        """Take the master's topics, consumer offsets and delay progress."""
+        broker = self.broker
+        self.master_address = doc.get("address") or None
+        topics = {t["topicName"]: TopicConfig.from_json(t) for t in doc.get("topics") or ()}
+        for name, cfg in topics.items():
+            if broker.topics.get(name) != cfg:
+                broker.topics.put(cfg)
+        for gone in [t.topic_name for t in broker.topics.all() if t.topic_name not in topics]:
+            broker.topics.delete(gone)
+        broker.offsets.replace_table(doc.get("offsets") or {})
+        delay = doc.get("delay_offset")
+        if delay:
+            path = broker.data_dir / "config" / DELAY_OFFSET_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, delay.encode())
+
+    def close(self) -> None:
+        """Disconnect and join the threads."""
+        self._stop.set()
+        with self._lock:
+            socks = list(self._socks)
+        for sock in socks:
+            _close(sock)
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+def start_replication(broker: Broker) -> HAMaster | HASlave | None:
+    """The replication side ``broker``'s role asks for (None: nothing to replicate)."""
+    cfg = broker.config
+    if cfg.broker_role == "SLAVE":
+        if not hasattr(broker.store, "append_commitlog"):
+            raise InvalidArgumentError(
+                f"store {broker.store_name!r} cannot be a slave: it has no commit log to "
+                "replicate into; run slaves on the mmap store"
+            )
+        if not cfg.ha_master_address:
+            raise InvalidArgumentError(
+                "a SLAVE needs ha_master_address (HOST:PORT of its master's HA port)"
+            )
+        waiters = broker.waiters
+
+        def wake(keys: set[tuple[str, int]]) -> None:
+            for key in keys:
+                waiters.notify(key)
+
+        return HASlave(broker, cfg.ha_master_address, wake)
+    if cfg.ha_listen_port is None:
+        if cfg.broker_role == "SYNC_MASTER":
+            raise InvalidArgumentError(
+                "a SYNC_MASTER needs ha_listen_port (its slaves' port; 0: any free port)"
+            )
+        return None
+    if not hasattr(broker.store, "read_commitlog"):
+        raise InvalidArgumentError(
+            f"store {broker.store_name!r} cannot replicate to slaves; use the mmap store "
+            "for a master with slaves"
+        )
+    return HAMaster(broker, cfg.broker_ip, cfg.ha_listen_port)
