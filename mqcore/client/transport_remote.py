@@ -40,7 +40,7 @@ from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import loads
 from mqcore.protocol.heartbeat import ConsumerData
 from mqcore.protocol.pull import PullResponse
-from mqcore.protocol.route import TopicRoute
+from mqcore.protocol.route import MASTER_ID, TopicRoute
 from mqcore.protocol.send import encode_batch, wire_properties
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
@@ -153,6 +153,10 @@ class RemoteTransport:
         self._pulls_cancelled = False
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._brokers: dict[str, str] = {}  # broker name -> master address
+        self._members: dict[str, dict[int, str]] = {}  # broker name -> id -> address
+        # The member each queue's next pull goes to, as the last pull's answer suggested
+        # (RocketMQ's PullAPIWrapper.pullFromWhichNodeTable).
+        self._pull_from: dict[MessageQueue, int] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -220,7 +224,18 @@ class RemoteTransport:
             for b in route.broker_datas:
                 if b.master_addr:
                     self._brokers[b.broker_name] = b.master_addr
+                self._members[b.broker_name] = dict(b.broker_addrs)
         return route
+
+    def _pull_addr(self, mq: MessageQueue) -> str:
+        """Where ``mq``'s next pull goes: the suggested member, else the master (RocketMQ's
+        findBrokerAddressInSubscribe, which falls back to any member it knows)."""
+        wanted = self._pull_from.get(mq, MASTER_ID)
+        if wanted != MASTER_ID:
+            addr = self._members.get(mq.broker_name, {}).get(wanted)
+            if addr is not None:
+                return addr
+        return self._broker_addr(mq.broker_name, mq.topic)
 
     def _broker_addr(self, broker_name: str, topic: str | None = None) -> str:
         addr = self._brokers.get(broker_name)
@@ -375,8 +390,12 @@ class RemoteTransport:
         client_id: str = "",
         timeout: float | None = None,
     ) -> PullResponse:
-        """Pull from ``mq``'s broker (the broker holds it up to ``suspend_timeout_ms``)."""
-        addr = self._broker_addr(mq.broker_name, mq.topic)
+        """Pull from ``mq``'s broker (the broker holds it up to ``suspend_timeout_ms``).
+
+        The pull goes to the member of the broker group the previous answer for ``mq``
+        suggested (``suggestWhichBrokerId``: a slave when the consumer lags far behind).
+        """
+        addr = self._pull_addr(mq)
         flags = headers.PullSysFlag.SUBSCRIPTION
         if commit_offset is not None and commit_offset >= 0:
             flags |= headers.PullSysFlag.COMMIT_OFFSET
@@ -413,6 +432,9 @@ class RemoteTransport:
             resp = future.result(wait + 1.0)
         except concurrent.futures.CancelledError:  # cancel_pulls(): nothing new, at once
             return PullResponse(ResponseCode.PULL_NOT_FOUND, queue_offset, 0, 0)
+        except Exception:
+            self._pull_from.pop(mq, None)  # a member that fails: back to the master
+            raise
         finally:
             with self._lock:
                 self._pulls.discard(future)
@@ -424,6 +446,10 @@ class RemoteTransport:
         ):
             _check(resp)
         h = resp.read_header(headers.PullMessageResponseHeader)
+        if h.suggest_which_broker_id == MASTER_ID:
+            self._pull_from.pop(mq, None)
+        else:
+            self._pull_from[mq] = int(h.suggest_which_broker_id)
         records = split_records(resp.body) if resp.code == ResponseCode.SUCCESS else []
         return PullResponse(
             ResponseCode(resp.code),

@@ -76,13 +76,39 @@ def parse_settings(config_file: Path | None, pairs: tuple[str, ...]) -> dict[str
     return settings
 
 
-def _split_listen(listen: str) -> tuple[str, int]:
+def _split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise InvalidArgumentError(
-            f"--listen takes HOST:PORT (e.g. 127.0.0.1:9876), got {listen!r}"
+            f"{option} takes HOST:PORT (e.g. 127.0.0.1:9876), got {listen!r}"
         )
     return host.strip("[]"), int(port)
+
+
+def _role_settings(
+    role: str | None,
+    broker_name: str | None,
+    broker_id: int | None,
+    master_ha: str | None,
+    ha_listen: str | None,
+) -> dict[str, Any]:
+    """The replication options as broker settings (they win over --set and --config)."""
+    out: dict[str, Any] = {}
+    if role is not None:
+        out["broker_role"] = role.upper()
+    if broker_name is not None:
+        out["broker_name"] = broker_name
+    if broker_id is not None:
+        out["broker_id"] = broker_id
+    if master_ha is not None:
+        _split_listen(master_ha, "--master-ha")
+        out["ha_master_address"] = master_ha
+    if ha_listen is not None:
+        port = ha_listen.rpartition(":")[2]
+        if not port.isdigit():
+            raise InvalidArgumentError(f"--ha-listen takes [HOST:]PORT, got {ha_listen!r}")
+        out["ha_listen_port"] = int(port)
+    return out
 
 
 class _Deferred:
@@ -139,11 +165,20 @@ class Server:
             public = client_ip() if bound_host in ("0.0.0.0", "::", "") else bound_host
             settings.setdefault("broker_ip", public)
             settings.setdefault("listen_port", bound_port)
+            role = str(settings.get("broker_role", "ASYNC_MASTER")).upper()
+            if role != "SLAVE" and store == "mmap":
+                # RocketMQ's haListenPort: the port + 1 (any free port when the port is).
+                settings.setdefault("ha_listen_port", bound_port + 1 if port else 0)
             self.broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
         except BaseException:
             self.remoting.close()
             raise
         self.address = f"{public}:{bound_port}"
+        from mqcore.broker.ha import HAMaster
+
+        ha = self.broker.ha
+        #: ``host:port`` of the replication port slaves connect to (None: no slaves)
+        self.ha_address = f"{public}:{ha.port}" if isinstance(ha, HAMaster) else None
         self.processor = BrokerProcessor(self.broker, self.address)
         self.remoting.inline_codes = self.processor.inline_codes
         deferred.target = self.processor
@@ -178,6 +213,19 @@ class Server:
     help="TOML file of broker settings (snake-case names, top level or under [broker]).",
 )
 @click.option(
+    "--role",
+    type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"], case_sensitive=False),
+    help="Replication role (broker_role); see docs/ha.md.",
+)
+@click.option("--broker-name", help="The broker group's name (broker_name).")
+@click.option("--broker-id", type=int, help="0 for a master, 1 and up for slaves (broker_id).")
+@click.option("--master-ha", metavar="HOST:PORT", help="A slave's master replication port.")
+@click.option(
+    "--ha-listen",
+    metavar="[HOST:]PORT",
+    help="A master's replication port (default: the --listen port + 1; 0: any free port).",
+)
+@click.option(
     "--set",
     "pairs",
     multiple=True,
@@ -185,7 +233,16 @@ class Server:
     help="A broker setting, e.g. --set auto_create_topic_enable=true (repeatable).",
 )
 def serve(
-    listen: str, data_dir: Path, store: str, config_file: Path | None, pairs: tuple[str, ...]
+    listen: str,
+    data_dir: Path,
+    store: str,
+    config_file: Path | None,
+    pairs: tuple[str, ...],
+    role: str | None = None,
+    broker_name: str | None = None,
+    broker_id: int | None = None,
+    master_ha: str | None = None,
+    ha_listen: str | None = None,
 ) -> None:
     """Run a broker and name server on one address (RocketMQ 4.x remoting protocol).
 
@@ -194,6 +251,7 @@ def serve(
     """
     try:
         settings = parse_settings(config_file, pairs)
+        settings.update(_role_settings(role, broker_name, broker_id, master_ha, ha_listen))
         server = Server(data_dir, listen, store, settings)
     except MQError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -205,6 +263,11 @@ def serve(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         click.echo(f"mqcore serve: listening on {server.address} (store {store} in {data_dir})")
+        cfg = server.broker.config
+        if server.ha_address is not None:
+            click.echo(f"mqcore serve: {cfg.broker_role} replication port {server.ha_address}")
+        elif cfg.broker_role == "SLAVE":
+            click.echo(f"mqcore serve: SLAVE of {cfg.ha_master_address}")
         sys.stdout.flush()
         while not stop.wait(1.0):
             pass
