@@ -210,3 +210,21 @@ def test_lmdb_refuses_the_slave_role(tmp_path):
 def test_unknown_role_is_refused():
     with pytest.raises(InvalidArgumentError, match="broker_role 'MASTER'"):
         Broker("unused", broker_role="MASTER")
+
+
+def test_delay_progress_syncs_and_only_the_master_delivers(tmp_path):
+    """Delay progress (delayOffset.json) reaches the slave; the slave delivers nothing
+    itself: its log stays the master's, byte for byte."""
+    with master_broker(tmp_path / "m") as master:
+        master.create_topic("T", queue_nums=1)
+        with slave_broker(tmp_path / "s", master) as slave:
+            held = Message(topic="T", body=b"later", delay_level=1)
+            master.send_message("T", 0, [held])
+            wait_until(lambda: master.get_max_offset("T", 0) == 1)
+            master.delay.scheduler.persist()
+            progress = (tmp_path / "m" / "config" / "delayOffset.json").read_bytes()
+            copy = tmp_path / "s" / "config" / "delayOffset.json"
+            wait_until(lambda: copy.is_file() and copy.read_bytes() == progress)
+            wait_until(lambda: caught_up(master, slave))
+            assert slave.get_max_offset("T", 0) == 1
+            assert whole_log(slave) == whole_log(master)

@@ -43,9 +43,10 @@ COMMON = (
 class Node:
     """One ``mqcore serve`` process (master or slave) on a free port."""
 
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, listen: str = "127.0.0.1:0") -> None:
         self.data_dir = data_dir
         self.args = args
+        self.listen = listen
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
         self.ha = ""
@@ -53,7 +54,7 @@ class Node:
     def start(self) -> Node:
         cmd = [
             sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
-            "--listen", "127.0.0.1:0", "--data-dir", str(self.data_dir), *COMMON, *self.args,
+            "--listen", self.listen, "--data-dir", str(self.data_dir), *COMMON, *self.args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
@@ -210,6 +211,48 @@ def test_sync_master_across_a_slave_sigkill(tmp_path):
             slave = Node(tmp_path / "s", *slave_args).start()
             wait_until(lambda: p.send(probe).send_status is SendStatus.SEND_OK)
     finally:
+        slave.signal(signal.SIGTERM)
+        master.signal(signal.SIGTERM)
+    same_logs(tmp_path / "m", tmp_path / "s")
+
+
+def test_master_sigkill_and_restart_loses_nothing_acknowledged(tmp_path):
+    """SIGKILL the SYNC_MASTER mid-run; restarted on the same ports, its slave reconnects
+    from its own offset and both logs end identical, holding every send."""
+    master = Node(tmp_path / "m", "--role", "SYNC_MASTER", "--ha-listen", "0").start()
+    slave = Node(
+        tmp_path / "s", "--role", "SLAVE", "--broker-id", "1", "--master-ha", master.ha
+    ).start()
+    client = RemotingClient()
+    sent = 0
+    try:
+        create_topic(master.address, "T", 2)
+        with Producer("pg", namesrv_addr=master.address) as p:
+            probe = Message(topic="T", body=b"probe")
+
+            def ok() -> bool:
+                nonlocal sent
+                status = p.send(probe).send_status
+                sent += 1
+                return status is SendStatus.SEND_OK
+
+            wait_until(ok)
+            for i in range(300):
+                assert p.send(Message(topic="T", body=b"a%d" % i)).send_status is SendStatus.SEND_OK
+                sent += 1
+        master.signal(signal.SIGKILL)
+        port = master.ha.rsplit(":", 1)[1]
+        master = Node(
+            tmp_path / "m", "--role", "SYNC_MASTER", "--ha-listen", port, listen=master.address
+        ).start()
+        with Producer("pg", namesrv_addr=master.address) as p:
+            wait_until(ok)
+            for i in range(200):
+                assert p.send(Message(topic="T", body=b"b%d" % i)).send_status is SendStatus.SEND_OK
+                sent += 1
+        assert sum(max_offset(client, slave.address, "T", q) for q in (0, 1)) == sent
+    finally:
+        client.close()
         slave.signal(signal.SIGTERM)
         master.signal(signal.SIGTERM)
     same_logs(tmp_path / "m", tmp_path / "s")
