@@ -516,6 +516,9 @@ class Broker:
 
     def _stored(self, topic: str, queue_id: int, results: list[PutResult]) -> None:
         self.waiters.notify((topic, queue_id))
+        ha = self.ha
+        if isinstance(ha, HAMaster):
+            ha.notify()  # every put, delayed deliveries and send-backs too, reaches the slaves
         hook = self.kernel.hook.mqcore_messages_stored
         if hook.get_hookimpls():
             hook(topic=topic, queue_id=queue_id, results=results)

@@ -85,6 +85,19 @@ def _split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _bindable(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be listened on now (port 0 always can)."""
+    if port == 0:
+        return True
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            return True
+    except OSError:
+        return False
+
+
 def _role_settings(
     role: str | None,
     broker_name: str | None,
@@ -166,9 +179,11 @@ class Server:
             settings.setdefault("broker_ip", public)
             settings.setdefault("listen_port", bound_port)
             role = str(settings.get("broker_role", "ASYNC_MASTER")).upper()
-            if role != "SLAVE" and store == "mmap":
-                # RocketMQ's haListenPort: the port + 1 (any free port when the port is).
-                settings.setdefault("ha_listen_port", bound_port + 1 if port else 0)
+            if role != "SLAVE" and store == "mmap" and "ha_listen_port" not in settings:
+                # RocketMQ's haListenPort: the port + 1 (any free port when the port is, or
+                # when the port + 1 is taken and no replication port was asked for).
+                wanted = bound_port + 1 if port else 0
+                settings["ha_listen_port"] = wanted if _bindable(bound_host, wanted) else 0
             self.broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
         except BaseException:
             self.remoting.close()
