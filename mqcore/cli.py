@@ -120,6 +120,10 @@ from mqcore.commands.serve import serve  # noqa: E402
 
 main.add_command(serve)
 
+from mqcore.commands.namesrv import namesrv  # noqa: E402
+
+main.add_command(namesrv)
+
 from mqcore.commands.timer import timer  # noqa: E402
 
 main.add_command(timer)

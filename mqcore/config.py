@@ -111,6 +111,10 @@ class BrokerConfig:
         behind before it is sent to the slave (``accessMessageInMemoryMaxRatio``, 40).
     :param total_physical_memory_bytes: the memory figure of that rule (default: the
         machine's).
+    :param namesrv_addr: name servers (``host:port``, ``;``-separated) a served broker
+        registers with (``namesrvAddr``); ``None``: it is its own name server.
+    :param register_name_server_period_ms: how often it registers (30 s; RocketMQ's
+        ``registerNameServerPeriod``), and at once when its topics change.
     """
 
     broker_name: str = "broker-a"
@@ -148,6 +152,8 @@ class BrokerConfig:
     slave_read_enable: bool = False
     access_message_in_memory_max_ratio: int = 40
     total_physical_memory_bytes: int = attrs.field(factory=_physical_memory)
+    namesrv_addr: str | None = None
+    register_name_server_period_ms: int = 30_000
 
     @property
     def store_host(self) -> str:

@@ -197,13 +197,22 @@ class Server:
         self.processor = BrokerProcessor(self.broker, self.address)
         self.remoting.inline_codes = self.processor.inline_codes
         deferred.target = self.processor
+        self.registrar: Any = None
+        if self.broker.config.namesrv_addr:
+            from mqcore.broker.registration import NamesrvRegistrar
+
+            self.registrar = NamesrvRegistrar(self.broker, self.address, self.ha_address)
 
     def close(self) -> None:
         """Close every connection, then the broker (offsets and delay progress persisted)."""
         try:
-            self.remoting.close()
+            if self.registrar is not None:
+                self.registrar.close()
         finally:
-            self.broker.close()
+            try:
+                self.remoting.close()
+            finally:
+                self.broker.close()
 
     def __enter__(self) -> Server:
         return self
@@ -241,6 +250,11 @@ class Server:
     help="A master's replication port (default: the --listen port + 1; 0: any free port).",
 )
 @click.option(
+    "--namesrv",
+    metavar="HOST:PORT[;HOST:PORT]",
+    help="Name servers to register with (namesrv_addr); without it, serve is its own.",
+)
+@click.option(
     "--set",
     "pairs",
     multiple=True,
@@ -258,6 +272,7 @@ def serve(
     broker_id: int | None = None,
     master_ha: str | None = None,
     ha_listen: str | None = None,
+    namesrv: str | None = None,
 ) -> None:
     """Run a broker and name server on one address (RocketMQ 4.x remoting protocol).
 
@@ -267,6 +282,8 @@ def serve(
     try:
         settings = parse_settings(config_file, pairs)
         settings.update(_role_settings(role, broker_name, broker_id, master_ha, ha_listen))
+        if namesrv is not None:
+            settings["namesrv_addr"] = namesrv
         server = Server(data_dir, listen, store, settings)
     except MQError as exc:
         raise click.ClickException(str(exc)) from exc

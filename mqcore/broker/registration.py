@@ -1,0 +1,119 @@
+"""A broker's registration with its name servers (RocketMQ's BrokerOuterAPI.registerBrokerAll).
+
+Every ``register_name_server_period_ms`` (30 s), and as soon as its topic table changes, the
+broker sends REGISTER_BROKER to each name server in ``namesrv_addr`` (``;``-separated): its
+group, id, address, replication address and topics. On close it unregisters.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from mqcore.broker.namesrv import (
+    REGISTER_BROKER,
+    UNREGISTER_BROKER,
+    RegisterBrokerRequestHeader,
+    UnregisterBrokerRequestHeader,
+)
+from mqcore.logs import get_logger
+from mqcore.remoting.client import RemotingClient
+from mqcore.remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from mqcore.broker.broker import Broker
+
+__all__ = ["NamesrvRegistrar"]
+
+log = get_logger(__name__)
+
+_CHECK_S = 0.5  # how often the topic table is compared with what was registered
+
+
+class NamesrvRegistrar:
+    """Keeps ``broker`` registered at ``address`` with its name servers; owns a thread.
+
+    :param broker: the broker.
+    :param address: ``host:port`` clients reach the broker at.
+    :param ha_address: its replication port (masters), or None.
+    """
+
+    def __init__(self, broker: Broker, address: str, ha_address: str | None = None) -> None:
+        cfg = broker.config
+        self.broker = broker
+        self.address = address
+        self.ha_address = ha_address
+        self.namesrvs = [a.strip() for a in (cfg.namesrv_addr or "").split(";") if a.strip()]
+        self.period = cfg.register_name_server_period_ms / 1000
+        self._client = RemotingClient()
+        self._stop = threading.Event()
+        self._counter = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"mqcore-register-{cfg.broker_name}", daemon=True
+        )
+        self._thread.start()
+
+    def _topics(self) -> dict[str, Any]:
+        return {t.topic_name: t.to_json() for t in self.broker.topics.all()}
+
+    def register_once(self) -> dict[str, Any]:
+        """Register with every name server now; returns the topics registered."""
+        cfg = self.broker.config
+        topics = self._topics()
+        self._counter += 1
+        body = json.dumps(
+            {
+                "topicConfigSerializeWrapper": {
+                    "topicConfigTable": topics,
+                    "dataVersion": {"timestamp": int(time.time() * 1000), "counter": self._counter},
+                },
+                "filterServerList": [],
+            }
+        ).encode()
+        header = RegisterBrokerRequestHeader(
+            broker_name=cfg.broker_name,
+            broker_addr=self.address,
+            cluster_name=cfg.broker_cluster_name,
+            ha_server_addr=self.ha_address,
+            broker_id=cfg.broker_id,
+        )
+        for addr in self.namesrvs:
+            try:
+                resp = self._client.invoke(
+                    addr, RemotingCommand.request(REGISTER_BROKER, header, body), 3.0
+                )
+                if resp.code != 0:
+                    log.warning("namesrv_register_refused", namesrv=addr, remark=resp.remark)
+            except Exception as exc:  # that name server is down: the next round retries
+                log.info("namesrv_register_failed", namesrv=addr, error=str(exc))
+        return topics
+
+    def _run(self) -> None:
+        registered: dict[str, Any] | None = None
+        due = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if registered is None or now >= due or self._topics() != registered:
+                registered = self.register_once()
+                due = now + self.period
+            self._stop.wait(_CHECK_S)
+
+    def close(self) -> None:
+        """Stop, unregister from every name server (best effort), close the connections."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        cfg = self.broker.config
+        header = UnregisterBrokerRequestHeader(
+            broker_name=cfg.broker_name,
+            broker_addr=self.address,
+            cluster_name=cfg.broker_cluster_name,
+            broker_id=cfg.broker_id,
+        )
+        for addr in self.namesrvs:
+            try:
+                self._client.invoke(addr, RemotingCommand.request(UNREGISTER_BROKER, header), 3.0)
+            except Exception as exc:  # gone already: it expires us anyway
+                log.info("namesrv_unregister_failed", namesrv=addr, error=str(exc))
+        self._client.close()

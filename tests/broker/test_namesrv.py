@@ -1,0 +1,149 @@
+"""The standalone name server: registration tables, and two broker groups behind one."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mqcore import (
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    Message,
+    Producer,
+    PushConsumer,
+)
+from mqcore.broker.namesrv import NameServer, RegisterBrokerRequestHeader
+from mqcore.client.admin import MQAdmin
+from mqcore.commands.namesrv import NamesrvServer
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _header(name: str, addr: str, broker_id: int = 0) -> RegisterBrokerRequestHeader:
+    return RegisterBrokerRequestHeader(
+        broker_name=name, broker_addr=addr, cluster_name="C", broker_id=broker_id
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_routes_list_every_group_with_its_members_and_expire():
+    clock = Clock()
+    ns = NameServer(clock=clock)
+    topics = {"T": {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}
+    ns.register(_header("broker-a", "h:1"), topics)
+    ns.register(_header("broker-a", "h:2", 1), {})
+    ns.register(_header("broker-b", "h:3"), {**topics, "U": {**topics["T"], "topicName": "U"}})
+    route = ns.route("T")
+    assert route is not None
+    assert [(b.broker_name, b.broker_addrs) for b in route.broker_datas] == [
+        ("broker-a", ((0, "h:1"), (1, "h:2"))),
+        ("broker-b", ((0, "h:3"),)),
+    ]
+    assert len(route.write_queues()) == 8
+    assert [b.broker_name for b in ns.route("U").broker_datas] == ["broker-b"]
+    assert ns.route("V") is None
+    clock.now += 100
+    ns.register(_header("broker-b", "h:3"), topics)  # U is gone from broker-b
+    assert ns.route("U") is None
+    clock.now += 30  # broker-a's members are 130 s old now: expired
+    assert [b.broker_name for b in ns.route("T").broker_datas] == ["broker-b"]
+
+
+def test_a_closed_connection_removes_its_broker():
+    ns = NameServer()
+    conn = object()
+    ns.register(_header("broker-a", "h:1"), {"T": {"readQueueNums": 1, "writeQueueNums": 1}}, conn)
+    assert ns.route("T") is not None
+    ns.connection_closed(conn)
+    assert ns.route("T") is None
+
+
+class Serve:
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        cmd = [
+            sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
+            "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+            "--set", "register_name_server_period_ms=1000", *args,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "listening on" in line, line
+        self.address = line.split("listening on ")[1].split()[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def test_two_broker_groups_behind_one_name_server(tmp_path):
+    """A producer spreads over both masters; a group of three consumes everything once."""
+    brokers: list[Serve] = []
+    consumers: list[PushConsumer] = []
+    with NamesrvServer("127.0.0.1:0") as ns:
+        try:
+            for name in ("broker-a", "broker-b"):
+                b = Serve(tmp_path / name, "--broker-name", name, "--namesrv", ns.address)
+                brokers.append(b)
+                with MQAdmin(b.address) as admin:
+                    admin.create_topic("T", 4)
+            deadline = time.monotonic() + 30
+            while True:
+                route = ns.tables.route("T")
+                if route is not None and len(route.broker_datas) == 2:
+                    break
+                assert time.monotonic() < deadline, "the brokers did not register"
+                time.sleep(0.1)
+            got: list[bytes] = []
+            lock = threading.Lock()
+
+            def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+                with lock:
+                    got.extend(bytes(m.body) for m in msgs)
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+            for i in range(3):
+                c = PushConsumer(
+                    "cg",
+                    namesrv_addr=ns.address,
+                    instance_name=f"c{i}",
+                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                )
+                c.subscribe("T", "*")
+                c.register_message_listener(listener)
+                c.start()
+                consumers.append(c)
+            with Producer("pg", namesrv_addr=ns.address) as p:
+                results = [p.send(Message(topic="T", body=b"m%04d" % i)) for i in range(400)]
+            per_group = {r.message_queue.broker_name for r in results}
+            assert per_group == {"broker-a", "broker-b"}
+            deadline = time.monotonic() + 90
+            while len(got) < 400 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # a duplicate, if any, would arrive now
+            with lock:
+                assert sorted(got) == [b"m%04d" % i for i in range(400)]
+            owned = [c.assigned_queues("T") for c in consumers]
+            assert sum(len(q) for q in owned) == 8
+            assert {mq.broker_name for q in owned for mq in q} == {"broker-a", "broker-b"}
+        finally:
+            for c in consumers:
+                c.shutdown()
+            for b in brokers:
+                b.stop()
