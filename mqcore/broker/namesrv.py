@@ -121,14 +121,16 @@ class NameServer:
             )
 
     def unregister(self, broker_addr: str, reason: str = "unregistered") -> None:
-        """Forget the broker at ``broker_addr`` (its group's topics go with its master)."""
+        """Forget the broker at ``broker_addr`` (its group's topics go with its last member)."""
         with self._lock:
             member = self._members.pop(broker_addr, None)
             if member is None:
                 return
-            if member.broker_id == 0:
+            name = member.broker_name
+            if not any(m.broker_name == name for m in self._members.values()):
+                # The whole group is gone; while a slave remains, its topics stay readable.
                 for table in self._queues.values():
-                    table.pop(member.broker_name, None)
+                    table.pop(name, None)
                 self._queues = {t: q for t, q in self._queues.items() if q}
         log.info("namesrv_broker_removed", addr=broker_addr, reason=reason)
 

@@ -17,6 +17,7 @@ from mqcore.errors import (
     BrokerError,
     MessageIllegalError,
     MQClientError,
+    RemotingConnectError,
     SendTimeoutError,
     SlaveNotAcknowledgedError,
 )
@@ -239,6 +240,18 @@ class Producer(ClientBase):
                     raise
                 error = exc
                 log.warning("send_retry", topic=topic, queue_id=mq.queue_id, attempt=attempt + 1)
+                continue
+            except RemotingConnectError as exc:
+                # The broker is unreachable (a dead master): nothing was stored, so try the
+                # next queue, on another broker group when there is one (as RocketMQ).
+                error = exc
+                log.warning(
+                    "send_retry_unreachable",
+                    topic=topic,
+                    broker=mq.broker_name,
+                    attempt=attempt + 1,
+                    error=str(exc),
+                )
                 continue
             return mq, results, SendStatus.SEND_OK
         assert error is not None

@@ -10,6 +10,7 @@ the client's channel.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import random
 import threading
 import time
@@ -28,6 +29,7 @@ from mqcore.errors import (
     MessageIllegalError,
     MQClientError,
     NoPermissionError,
+    RemotingConnectError,
     SlaveNotAcknowledgedError,
     TopicNotExistError,
 )
@@ -224,18 +226,26 @@ class RemoteTransport:
             for b in route.broker_datas:
                 if b.master_addr:
                     self._brokers[b.broker_name] = b.master_addr
+                else:  # its master is down: reads and offsets go to a slave meanwhile
+                    self._brokers.pop(b.broker_name, None)
                 self._members[b.broker_name] = dict(b.broker_addrs)
         return route
 
     def _pull_addr(self, mq: MessageQueue) -> str:
         """Where ``mq``'s next pull goes: the suggested member, else the master (RocketMQ's
         findBrokerAddressInSubscribe, which falls back to any member it knows)."""
+        if mq.topic not in self._routes:  # dropped after a failure: learn who serves it now
+            with contextlib.suppress(Exception):
+                self.get_route_info_by_topic(mq.topic)
         wanted = self._pull_from.get(mq, MASTER_ID)
-        if wanted != MASTER_ID:
-            addr = self._members.get(mq.broker_name, {}).get(wanted)
-            if addr is not None:
-                return addr
-        return self._broker_addr(mq.broker_name, mq.topic)
+        members = self._members.get(mq.broker_name)
+        if not members:
+            return self._broker_addr(mq.broker_name, mq.topic)
+        if wanted in members:
+            return members[wanted]
+        if MASTER_ID in members:
+            return members[MASTER_ID]
+        return members[min(members)]  # no master (it died): its slave still serves reads
 
     def _broker_addr(self, broker_name: str, topic: str | None = None) -> str:
         addr = self._brokers.get(broker_name)
@@ -243,6 +253,10 @@ class RemoteTransport:
             self._routes.pop(topic, None)
             self.get_route_info_by_topic(topic)
             addr = self._brokers.get(broker_name)
+        if addr is None and self._members.get(broker_name):
+            # No master now (RocketMQ's findBrokerAddressInAdmin): any member of the group.
+            members = self._members[broker_name]
+            addr = members[min(members)]
         if addr is None:
             raise MQClientError(f"The broker[{broker_name}] not exist")
         return addr
@@ -353,8 +367,13 @@ class RemoteTransport:
             reconsume_times=0,
             batch=batch,
         )
+        try:
+            sent = self._call(addr, code, header, body)
+        except RemotingConnectError:
+            self._routes.pop(mq.topic, None)  # the broker may be gone: fetch the route again
+            raise
         resp = _check(
-            self._call(addr, code, header, body),
+            sent,
             ResponseCode.SUCCESS,
             ResponseCode.SLAVE_NOT_AVAILABLE,
             ResponseCode.FLUSH_SLAVE_TIMEOUT,
@@ -433,7 +452,10 @@ class RemoteTransport:
         except concurrent.futures.CancelledError:  # cancel_pulls(): nothing new, at once
             return PullResponse(ResponseCode.PULL_NOT_FOUND, queue_offset, 0, 0)
         except Exception:
-            self._pull_from.pop(mq, None)  # a member that fails: back to the master
+            # A member that fails: back to the master, and ask for the route again (the
+            # member may be gone, and another one may serve the queue).
+            self._pull_from.pop(mq, None)
+            self._routes.pop(mq.topic, None)
             raise
         finally:
             with self._lock:

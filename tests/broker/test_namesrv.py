@@ -21,6 +21,10 @@ from mqcore import (
 from mqcore.broker.namesrv import NameServer, RegisterBrokerRequestHeader
 from mqcore.client.admin import MQAdmin
 from mqcore.commands.namesrv import NamesrvServer
+from mqcore.protocol import headers
+from mqcore.protocol.codes import RequestCode
+from mqcore.remoting.client import RemotingClient
+from mqcore.remoting.command import RemotingCommand
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -72,10 +76,10 @@ def test_a_closed_connection_removes_its_broker():
 
 
 class Serve:
-    def __init__(self, data_dir: Path, *args: str) -> None:
+    def __init__(self, data_dir: Path, *args: str, listen: str = "127.0.0.1:0") -> None:
         cmd = [
             sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
-            "--listen", "127.0.0.1:0", "--data-dir", str(data_dir),
+            "--listen", listen, "--data-dir", str(data_dir),
             "--set", "register_name_server_period_ms=1000", *args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -83,6 +87,14 @@ class Serve:
         line = self.proc.stdout.readline()
         assert "listening on" in line, line
         self.address = line.split("listening on ")[1].split()[0]
+        second = self.proc.stdout.readline()
+        self.ha = second.rsplit(" ", 1)[1].strip() if "replication port" in second else ""
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -147,3 +159,101 @@ def test_two_broker_groups_behind_one_name_server(tmp_path):
                 c.shutdown()
             for b in brokers:
                 b.stop()
+
+
+def _max(addr: str, topic: str, queue_id: int) -> int:
+    client = RemotingClient()
+    try:
+        h = headers.GetMaxOffsetRequestHeader(topic=topic, queue_id=queue_id)
+        resp = client.invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, h), 10)
+        return int(resp.read_header(headers.GetMaxOffsetResponseHeader).offset)
+    finally:
+        client.close()
+
+
+def _wait(check, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {check}"
+        time.sleep(0.1)
+
+
+def test_a_dead_master_its_slave_serves_reads_and_sends_go_to_the_other_group(tmp_path):
+    """SIGKILL broker-a's master: its messages are read from its slave, sends go to
+    broker-b; once it is restarted nothing acknowledged is missing."""
+    common = ("--set", "slave_read_enable=true", "--set", "slave_synchronize_interval_ms=200")
+    nodes: dict[str, Serve] = {}
+    consumer = None
+    with NamesrvServer("127.0.0.1:0") as ns:
+        try:
+            master_args = ("--broker-name", "broker-a", "--namesrv", ns.address, *common)
+            nodes["a0"] = Serve(tmp_path / "a0", *master_args, "--ha-listen", "0")
+            ha = nodes["a0"].ha
+            nodes["a1"] = Serve(
+                tmp_path / "a1", "--broker-name", "broker-a", "--namesrv", ns.address,
+                "--role", "SLAVE", "--broker-id", "1", "--master-ha", ha, *common,
+            )  # fmt: skip
+            nodes["b0"] = Serve(
+                tmp_path / "b0", "--broker-name", "broker-b", "--namesrv", ns.address
+            )
+            for key in ("a0", "b0"):
+                with MQAdmin(nodes[key].address) as admin:
+                    admin.create_topic("T", 2)
+
+            def registered() -> bool:
+                route = ns.tables.route("T")
+                return route is not None and [len(b.broker_addrs) for b in route.broker_datas] == [
+                    2,
+                    1,
+                ]
+
+            _wait(registered)
+            acked: list[bytes] = []
+            with Producer("pg", namesrv_addr=ns.address) as p:
+                for i in range(200):
+                    p.send(Message(topic="T", body=b"one-%03d" % i))
+                    acked.append(b"one-%03d" % i)
+
+            def on_slave() -> bool:
+                a0, a1 = nodes["a0"].address, nodes["a1"].address
+                return all(_max(a1, "T", q) == _max(a0, "T", q) for q in (0, 1))
+
+            _wait(on_slave)
+            a_address = nodes["a0"].address
+            nodes.pop("a0").kill()
+            got: list[bytes] = []
+            lock = threading.Lock()
+
+            def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+                with lock:
+                    got.extend(bytes(m.body) for m in msgs)
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+            consumer = PushConsumer(
+                "cg",
+                namesrv_addr=ns.address,
+                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            )
+            consumer.subscribe("T", "*")
+            consumer.register_message_listener(listener)
+            consumer.start()
+            # broker-a's share comes from its slave.
+            _wait(lambda: set(acked) <= set(got), 90)
+            with Producer("pg2", namesrv_addr=ns.address) as p:
+                for i in range(100):
+                    r = p.send(Message(topic="T", body=b"two-%03d" % i))
+                    assert r.message_queue.broker_name == "broker-b"
+                    acked.append(b"two-%03d" % i)
+            _wait(lambda: set(acked) <= set(got), 90)
+            nodes["a0"] = Serve(
+                tmp_path / "a0", *master_args, "--ha-listen", ha.rsplit(":", 1)[1], listen=a_address
+            )
+            _wait(registered)
+            # Its data survived, and its slave holds the same.
+            assert _max(nodes["a0"].address, "T", 0) + _max(nodes["a0"].address, "T", 1) > 0
+            _wait(on_slave)
+        finally:
+            if consumer is not None:
+                consumer.shutdown()
+            for node in nodes.values():
+                node.stop()
