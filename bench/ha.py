@@ -1,0 +1,124 @@
+"""Remote produce with replication: a single ``mqcore serve``, an ASYNC_MASTER with a slave,
+and a SYNC_MASTER with a slave, side by side in one run.
+
+Each server (and slave) runs as its own process on loopback, driven by mqcore's remote
+Producer in this process: ``send_batch`` of 32 messages, and ``send`` one message at a time.
+A SYNC_MASTER answers a send only once its slave reported the bytes, so its figures include
+one replication round trip per send::
+
+    python bench/ha.py --messages 100000 [--size 1024] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+BATCH = 32
+
+
+def _timed(fn: Callable[[], int]) -> float:
+    begin = time.perf_counter()
+    n = fn()
+    return n / (time.perf_counter() - begin)
+
+
+def _serve(data: str, *args: str) -> tuple[subprocess.Popen[str], str, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
+         "--listen", "127.0.0.1:0", "--data-dir", data, *args],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    addr = proc.stdout.readline().split("listening on ")[1].split()[0]
+    second = proc.stdout.readline()
+    ha = second.rsplit(" ", 1)[1].strip() if "replication port" in second else ""
+    return proc, addr, ha
+
+
+def bench(n: int, size: int, role: str | None) -> dict[str, float]:
+    """Produce figures against a master of ``role`` with one slave (None: no slave)."""
+    from mqcore import Message, Producer, SendStatus
+    from mqcore.client.admin import MQAdmin
+
+    root = tempfile.mkdtemp(prefix="mqcore-bench-ha-")
+    procs = []
+    try:
+        args = ("--role", role, "--ha-listen", "0") if role else ()
+        master, addr, ha = _serve(os.path.join(root, "m"), *args)
+        procs.append(master)
+        if role:
+            slave, _, _ = _serve(
+                os.path.join(root, "s"), "--role", "SLAVE", "--broker-id", "1", "--master-ha", ha
+            )
+            procs.append(slave)
+        with MQAdmin(addr) as admin:
+            admin.create_topic("B", 4)
+        body = os.urandom(size)
+        out: dict[str, float] = {}
+        with Producer("bench-pg", namesrv_addr=addr) as p:
+            deadline = time.monotonic() + 30
+            while p.send(Message(topic="B", body=body)).send_status is not SendStatus.SEND_OK:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the slave did not connect within 30 s")
+                time.sleep(0.1)
+
+            def batches() -> int:
+                msgs = [Message(topic="B", body=body) for _ in range(BATCH)]
+                for _ in range(n // BATCH):
+                    assert p.send_batch(msgs).send_status is SendStatus.SEND_OK
+                return (n // BATCH) * BATCH
+
+            def singles() -> int:
+                m = Message(topic="B", body=body)
+                k = max(1000, n // 10)
+                for _ in range(k):
+                    assert p.send(m).send_status is SendStatus.SEND_OK
+                return k
+
+            out["produce_batch32_msgs_per_s"] = _timed(batches)
+            out["produce_one_msgs_per_s"] = _timed(singles)
+        return out
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    results: dict[str, Any] = {
+        "machine": f"{os.cpu_count()} cores",
+        "messages": args.messages,
+        "size": args.size,
+        "single": bench(args.messages, args.size, None),
+        "async_master": bench(args.messages, args.size, "ASYNC_MASTER"),
+        "sync_master": bench(args.messages, args.size, "SYNC_MASTER"),
+    }
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    cols = ("single", "async_master", "sync_master")
+    print(f"{'figure':28}" + "".join(f"{c:>14}" for c in cols))
+    for k in results["single"]:
+        print(f"{k:28}" + "".join(f"{results[c][k]:14,.0f}" for c in cols))
+
+
+if __name__ == "__main__":
+    main()
