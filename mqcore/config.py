@@ -92,6 +92,8 @@ class BrokerConfig:
     :param broker_id: 0 for a master, 1 and up for slaves (``brokerId``).
     :param ha_listen_port: a master's port for its slaves (``haListenPort``); ``None``: no
         replication port (``mqcore serve`` defaults it to its port + 1), 0: any free port.
+    :param ha_listen_host: the address that port is bound to (default: ``broker_ip``;
+        ``mqcore serve`` binds it where ``--listen`` is bound, e.g. ``0.0.0.0``).
     :param ha_master_address: a slave's ``host:port`` of its master's replication port.
     :param sync_flush_timeout_ms: how long a SYNC_MASTER waits for a slave to have a send's
         bytes before answering FLUSH_SLAVE_TIMEOUT (``syncFlushTimeout``, 5 s).
@@ -142,6 +144,7 @@ class BrokerConfig:
     store_options: dict[str, Any] = attrs.field(factory=dict)
     broker_role: str = attrs.field(default="ASYNC_MASTER", converter=_role)
     ha_listen_port: int | None = None
+    ha_listen_host: str | None = None
     ha_master_address: str | None = None
     sync_flush_timeout_ms: int = 5_000
     ha_max_gap_bytes: int = 256 * 1024 * 1024

@@ -605,4 +605,4 @@ def start_replication(broker: Broker) -> HAMaster | HASlave | None:
             f"store {broker.store_name!r} cannot replicate to slaves; use the mmap store "
             "for a master with slaves"
         )
-    return HAMaster(broker, cfg.broker_ip, cfg.ha_listen_port)
+    return HAMaster(broker, cfg.ha_listen_host or cfg.broker_ip, cfg.ha_listen_port)

@@ -184,6 +184,7 @@ class Server:
                 # when the port + 1 is taken and no replication port was asked for).
                 wanted = bound_port + 1 if port else 0
                 settings["ha_listen_port"] = wanted if _bindable(bound_host, wanted) else 0
+            settings.setdefault("ha_listen_host", bound_host)
             self.broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
         except BaseException:
             self.remoting.close()
