@@ -15,21 +15,33 @@ from typing import Any
 
 from .workerenv import follow_driver_log_level
 
-try:
-    import pyarrow  # noqa: F401
-    import pyspark  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised without the extra installed
-    missing = (exc.name or "pyspark").split(".")[0]
-    raise ImportError(
-        f"mqcore.contrib.spark needs pyspark and pyarrow, and {missing} is missing: "
-        f"pip install 'mqcore[spark]' (from a clone of the repository: pip install '.[spark]'); "
-        f"Spark also needs Java 17 or later"
-    ) from exc
 
-from .options import ReadOptions, Slice
-from .sink import REPLAY_ID
-from .source import SCHEMA, MqcoreDataSource
-from .workerenv import LOG_LEVEL_ENV, PUSHDOWN_ENV, worker_env
+def _missing() -> list[str]:
+    """The Spark extra's packages that cannot be imported."""
+    import importlib
+
+    out = []
+    for name in ("pyspark", "pyarrow"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            out.append(name)
+    return out
+
+
+if _missing():  # pragma: no cover - exercised without the extra installed
+    _gone = _missing()
+    raise ImportError(
+        f"mqcore.contrib.spark needs pyspark and pyarrow, and {' and '.join(_gone)} "
+        f"{'is' if len(_gone) == 1 else 'are'} missing: pip install 'mqcore[spark]' (from a "
+        f"clone of the repository: pip install '.[spark]'); Spark also needs Java 17 or later",
+        name=_gone[0],
+    )
+
+from .options import ReadOptions, Slice  # noqa: E402 (after the check above)
+from .sink import REPLAY_ID  # noqa: E402
+from .source import SCHEMA, MqcoreDataSource  # noqa: E402
+from .workerenv import LOG_LEVEL_ENV, PUSHDOWN_ENV, worker_env  # noqa: E402
 
 __all__ = ["REPLAY_ID", "SCHEMA", "MqcoreDataSource", "ReadOptions", "Slice", "register"]
 
