@@ -31,7 +31,12 @@ from mqcore.atomicfile import write_atomic
 from mqcore.broker.topics import TopicConfig
 from mqcore.codec import POS_PHYSICAL_OFFSET
 from mqcore.config import BrokerConfig
-from mqcore.errors import InvalidArgumentError, ProtocolError, SlaveNotAcknowledgedError
+from mqcore.errors import (
+    InvalidArgumentError,
+    MQError,
+    ProtocolError,
+    SlaveNotAcknowledgedError,
+)
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.pull import PullResponse
@@ -216,6 +221,8 @@ class _SlaveConnection:
         except OSError as exc:
             if not self.stop.is_set():
                 log.info("ha_slave_connection_lost", slave=self.peer, error=str(exc))
+        except MQError as exc:  # the store closed or failed under us: the slave reconnects
+            log.warning("ha_transfer_failed", slave=self.peer, error=str(exc))
         self.close()
 
 
@@ -540,7 +547,7 @@ class HASlave:
                     self.synced.set()
                     if self._stop.wait(every):
                         break
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, MQError) as exc:
                 log.info("ha_sync_failed", error=str(exc))
             finally:
                 self._forget(sock)
