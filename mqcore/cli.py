@@ -124,6 +124,10 @@ from mqcore.commands.namesrv import namesrv  # noqa: E402
 
 main.add_command(namesrv)
 
+from mqcore.commands.cluster import cluster  # noqa: E402
+
+main.add_command(cluster)
+
 from mqcore.commands.timer import timer  # noqa: E402
 
 main.add_command(timer)

@@ -84,7 +84,13 @@ class NameServer:
         self._members: dict[str, _Member] = {}  # broker address -> member
         # topic -> broker name -> the queues its master registered
         self._queues: dict[str, dict[str, QueueData]] = {}
-        self.inline_codes = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC, REGISTER_BROKER})
+        self.inline_codes = frozenset(
+            {
+                RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                RequestCode.GET_BROKER_CLUSTER_INFO,
+                REGISTER_BROKER,
+            }
+        )
 
     # -- tables --------------------------------------------------------------------------
 
@@ -142,6 +148,23 @@ class NameServer:
         for addr in stale:
             self.unregister(addr, "expired")
 
+    def cluster_info(self) -> dict[str, Any]:
+        """RocketMQ's ``ClusterInfo``: every group with its members, and groups by cluster."""
+        self.scan_expired()
+        groups: dict[str, dict[str, Any]] = {}
+        clusters: dict[str, list[str]] = {}
+        with self._lock:
+            for addr, m in sorted(self._members.items()):
+                data = groups.setdefault(
+                    m.broker_name,
+                    {"cluster": m.cluster, "brokerName": m.broker_name, "brokerAddrs": {}},
+                )
+                data["brokerAddrs"][str(m.broker_id)] = addr
+                names = clusters.setdefault(m.cluster, [])
+                if m.broker_name not in names:
+                    names.append(m.broker_name)
+        return {"brokerAddrTable": groups, "clusterAddrTable": clusters}
+
     def route(self, topic: str) -> TopicRoute | None:
         """The topic's route: every group with queues for it, with all its members."""
         self.scan_expired()
@@ -164,7 +187,8 @@ class NameServer:
     # -- remoting processor --------------------------------------------------------------
 
     def process(self, req: RemotingCommand, connection: Any) -> RemotingCommand:
-        """Answer a request (REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC)."""
+        """Answer a request (REGISTER_BROKER, UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC,
+        GET_BROKER_CLUSTER_INFO)."""
         try:
             if req.code == REGISTER_BROKER:
                 h = req.read_header(RegisterBrokerRequestHeader)
@@ -176,6 +200,9 @@ class NameServer:
                 u = req.read_header(UnregisterBrokerRequestHeader)
                 self.unregister(u.broker_addr)
                 return RemotingCommand.response(ResponseCode.SUCCESS, None, to=req)
+            if req.code == RequestCode.GET_BROKER_CLUSTER_INFO:
+                body = json.dumps(self.cluster_info()).encode()
+                return RemotingCommand.response(ResponseCode.SUCCESS, None, None, body, to=req)
             if req.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
                 topic = str((req.ext_fields or {}).get("topic", ""))
                 route = self.route(topic)

@@ -526,4 +526,5 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-from mqcore.broker import processor_admin  # noqa: E402,F401  (registers the admin handlers)
+# Registers the admin and the replication handlers.
+from mqcore.broker import processor_admin, processor_ha  # noqa: E402,F401

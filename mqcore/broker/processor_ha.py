@@ -1,0 +1,46 @@
+"""Remoting handlers for replication and cluster status: GET_BROKER_RUNTIME_INFO (28) with
+the broker's role, commit-log offsets and replication state, as a RocketMQ ``KVTable``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mqcore.broker.ha import HAMaster, HASlave
+from mqcore.broker.processor import BrokerProcessor, Reply, _ok, _op
+from mqcore.protocol.codes import RequestCode
+from mqcore.remoting.command import RemotingCommand
+
+__all__ = ["runtime_info"]
+
+
+def runtime_info(processor: BrokerProcessor) -> dict[str, str]:
+    """The broker's runtime facts, every value a string (RocketMQ's KVTable)."""
+    broker = processor.broker
+    cfg = broker.config
+    store: Any = broker.store
+    table = {
+        "brokerName": cfg.broker_name,
+        "brokerId": str(cfg.broker_id),
+        "brokerRole": cfg.broker_role,
+        "brokerAddr": processor.address,
+    }
+    max_offset = getattr(store, "commitlog_max_offset", None)
+    if max_offset is not None:
+        table["commitLogMaxOffset"] = str(max_offset())
+        table["commitLogMinOffset"] = str(store.commitlog_min_offset())
+    ha = broker.ha
+    if isinstance(ha, HAMaster):
+        table["haConnectionCount"] = str(ha.connection_count)
+        table["slaveFallBehindMuch"] = str(ha.lag())
+        table["haSlaves"] = json.dumps({str(k): v for k, v in ha.slaves().items()})
+    elif isinstance(ha, HASlave):
+        table["haMasterAddress"] = f"{ha.master[0]}:{ha.master[1]}"
+        table["haConnected"] = str(ha.connected.is_set()).lower()
+    return table
+
+
+@_op(RequestCode.GET_BROKER_RUNTIME_INFO)
+def _runtime_info(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+    body = json.dumps({"table": runtime_info(self)}).encode()
+    return _ok(req, body=body)
