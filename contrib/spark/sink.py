@@ -32,7 +32,7 @@ from mqcore.protocol.validation import check_copied_properties
 
 from .layout import Location, resolve_write
 from .options import WRITE_OPTIONS
-from .writing import arrow_prepare, queue_rows
+from .writing import arrow_prepare, queue_rows, uniq_ids
 
 __all__ = ["REPLAY_ID", "WriteResult", "Writer", "held_error"]
 
@@ -124,7 +124,8 @@ class Writer(DataSourceArrowWriter):
                 if time.monotonic() >= deadline:
                     raise held_error(self.location, exc) from None
                 time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                # Short polls: the tasks of a write hand the lock over one after another.
+                delay = min(delay * 2, 0.05)
 
     def _messages(self, batch: pa.RecordBatch, first_row: int) -> dict[int, list[Message]]:
         cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
@@ -171,15 +172,24 @@ class Writer(DataSourceArrowWriter):
                     prepared = arrow_prepare(batch, self.topic, time.time_ns() // 1_000_000)
                 if prepared is not None:
                     groups: dict[int, list[Any]] = queue_rows(batch, row, self.queue_nums, prepared)
-                    put: Any = put_prepared
+                    uniqs = uniq_ids(batch)  # UNIQ_KEY values, which the store indexes
+                    ids = None if uniqs is None else queue_rows(batch, row, self.queue_nums, uniqs)
+                    for qid, items in sorted(groups.items()):
+                        for i in range(0, len(items), self.batch_size):
+                            chunk = items[i : i + self.batch_size]
+                            put_prepared(
+                                self.topic,
+                                qid,
+                                chunk,
+                                None if ids is None else ids[qid][i : i + self.batch_size],
+                            )
+                            written += len(chunk)
                 else:
-                    groups = self._messages(batch, row)  # type: ignore[assignment]
-                    put = store.put
-                for qid, items in sorted(groups.items()):
-                    for i in range(0, len(items), self.batch_size):
-                        chunk = items[i : i + self.batch_size]
-                        put(self.topic, qid, chunk)
-                        written += len(chunk)
+                    for qid, messages in sorted(self._messages(batch, row).items()):
+                        for i in range(0, len(messages), self.batch_size):
+                            chunk = messages[i : i + self.batch_size]
+                            store.put(self.topic, qid, chunk)
+                            written += len(chunk)
                 row += batch.num_rows
             store.flush()
         finally:

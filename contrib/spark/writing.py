@@ -12,13 +12,14 @@ checks every field as :class:`~mqcore.message.Message` does and says what is wro
 the C extension is off, the store lacks ``put_prepared``, a column has another Arrow type
 than the source's, or a row needs those checks: a property name the sink refuses (empty,
 or ``TAGS``, ``KEYS``, ``DELAY``: system names of copied records such as ``UNIQ_KEY`` are
-kept), a
-separator (``\\x01``, ``\\x02``) in a tag, key or property value, a null property value, a
-name twice in one row, or a property string over 32767 bytes.
+kept, and :func:`uniq_ids` hands the ``UNIQ_KEY`` values to the store, which indexes them),
+a separator (``\\x01``, ``\\x02``) in a tag, key or property value, a null property value,
+a name twice in one row, or a property string over 32767 bytes.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from operator import itemgetter
 from typing import Any
 
@@ -28,9 +29,10 @@ import pyarrow.compute as pc
 from mqcore import codec
 from mqcore.batch import _speedups
 from mqcore.errors import MQError
+from mqcore.message import PROPERTY_UNIQ_KEY
 from mqcore.protocol.validation import check_copied_properties
 
-__all__ = ["SPEEDUPS", "arrow_prepare", "queue_rows"]
+__all__ = ["SPEEDUPS", "arrow_prepare", "queue_rows", "uniq_ids"]
 
 #: True when batches can be prepared in C.
 SPEEDUPS = _speedups is not None and hasattr(_speedups, "arrow_prepare")
@@ -157,3 +159,25 @@ def queue_rows(
         idx = pc.indices_nonzero(pc.equal(r, queue)).to_pylist()
         grouped[queue] = [prepared[idx[0]]] if len(idx) == 1 else list(itemgetter(*idx)(prepared))
     return grouped
+
+
+def uniq_ids(batch: pa.RecordBatch) -> list[str | None] | None:
+    """Each row's ``UNIQ_KEY`` property (None where it has none), or None when no row has
+    one: what :func:`mqcore.uniqkey.uniq_ids` gives the store for the equivalent messages."""
+    if "properties" not in batch.schema.names:
+        return None
+    arr = batch.column("properties")
+    if arr.type != _PROPERTIES or not _plain(arr) or not _plain(arr.values):
+        return None
+    found = pc.equal(arr.values.field(0), PROPERTY_UNIQ_KEY)
+    if not pc.any(found).as_py():
+        return None
+    # The row of each entry found, from the map offsets (pyarrow's list_parent_indices
+    # aborts the process on a map array).
+    offsets = arr.offsets.to_pylist()
+    entries = pc.indices_nonzero(found).to_pylist()
+    values = arr.values.field(1).filter(found).to_pylist()
+    out: list[str | None] = [None] * batch.num_rows
+    for entry, value in zip(entries, values, strict=True):
+        out[bisect_right(offsets, entry) - 1] = value
+    return out

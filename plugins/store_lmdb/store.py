@@ -239,19 +239,27 @@ class LmdbStore:
 
     # -- writing ------------------------------------------------------------------------
 
-    def put_prepared(self, topic: str, queue_id: int, prepared: list[Any]) -> list[PutResult]:
+    def put_prepared(
+        self,
+        topic: str,
+        queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None = None,
+    ) -> list[PutResult]:
         """Append records prepared ahead, as :meth:`put` stores the messages they stand for.
 
         ``prepared`` holds the tuples :func:`mqcore.codec.prepare` returns for ``topic`` (or
         tuples built the same way, e.g. from Arrow columns by the Spark sink): a bulk writer
-        skips building a :class:`~mqcore.message.Message` per record. Not for
-        ``SCHEDULE_TOPIC_XXXX``, whose records need their messages' delay levels.
+        skips building a :class:`~mqcore.message.Message` per record. ``uniqs`` are the
+        records' ``UNIQ_KEY`` properties (None where one has none; None for none at all),
+        indexed as :meth:`put` indexes them. Not for ``SCHEDULE_TOPIC_XXXX``, whose records
+        need their messages' delay levels.
         """
         if topic == SCHEDULE_TOPIC:
             raise InvalidArgumentError(
                 f"LMDB store: put_prepared() cannot write {topic!r}; put() the messages"
             )
-        return self.put(topic, queue_id, (), _prepared=prepared)
+        return self.put(topic, queue_id, (), _prepared=prepared, _uniqs=uniqs)
 
     def put(
         self,
@@ -264,6 +272,7 @@ class LmdbStore:
         reconsume_times: int = 0,
         sys_flag: int = 0,
         _prepared: list[Any] | None = None,
+        _uniqs: list[str | None] | None = None,
     ) -> list[PutResult]:
         """Append a batch to one queue in one write transaction; honours the flush mode."""
         if self.read_only:
@@ -306,7 +315,13 @@ class LmdbStore:
                 born_host=born,
             )
             units, key_items, results = _batch_items(
-                prepared, prefix, start_cl, next_q, ts, self._id_prefix, uniq_ids(messages)
+                prepared,
+                prefix,
+                start_cl,
+                next_q,
+                ts,
+                self._id_prefix,
+                (_uniqs if _prepared else uniq_ids(messages)),
             )
             log_key = _OFFSET_PACK(start_cl)
             cq_key = prefix + _OFFSET_PACK(next_q + len(prepared) - 1)

@@ -273,19 +273,27 @@ class MmapStore:
 
     # --- writing ----------------------------------------------------------------------
 
-    def put_prepared(self, topic: str, queue_id: int, prepared: list[Any]) -> list[PutResult]:
+    def put_prepared(
+        self,
+        topic: str,
+        queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None = None,
+    ) -> list[PutResult]:
         """Append records prepared ahead, as :meth:`put` stores the messages they stand for.
 
         ``prepared`` holds the tuples :func:`mqcore.codec.prepare` returns for ``topic`` (or
         tuples built the same way, e.g. from Arrow columns by the Spark sink): a bulk writer
-        skips building a :class:`~mqcore.message.Message` per record. Not for
-        ``SCHEDULE_TOPIC_XXXX``, whose records need their messages' delay levels.
+        skips building a :class:`~mqcore.message.Message` per record. ``uniqs`` are the
+        records' ``UNIQ_KEY`` properties (None where one has none; None for none at all),
+        indexed as :meth:`put` indexes them. Not for ``SCHEDULE_TOPIC_XXXX``, whose records
+        need their messages' delay levels.
         """
         if topic == SCHEDULE_TOPIC:
             raise InvalidArgumentError(
                 f"mmap store: put_prepared() cannot write {topic!r}; put() the messages"
             )
-        return self.put(topic, queue_id, (), _prepared=prepared)
+        return self.put(topic, queue_id, (), _prepared=prepared, _uniqs=uniqs)
 
     def put(
         self,
@@ -298,6 +306,7 @@ class MmapStore:
         reconsume_times: int = 0,
         sys_flag: int = 0,
         _prepared: list[Any] | None = None,
+        _uniqs: list[str | None] | None = None,
     ) -> list[PutResult]:
         """Append ``messages`` to ``topic``/``queue_id`` (one write); see the module docstring.
 
@@ -325,7 +334,8 @@ class MmapStore:
         except CodecError as exc:
             raise InvalidArgumentError(str(exc)) from exc
         count = len(prepared)
-        uniqs = uniq_ids(messages)  # unique ids are indexed like keys (None: no properties)
+        # Unique ids are indexed like keys (None: no properties).
+        uniqs = _uniqs if _prepared else uniq_ids(messages)
         if count == 1:  # one message per put is common: skip the batch machinery
             sizes: list[int] = []
             total = biggest = prepared[0][0]

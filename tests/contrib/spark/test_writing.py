@@ -12,9 +12,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqcore import Message, codec
+from mqcore import Kernel, Message, codec
 from mqcore.contrib.spark import writing
-from mqcore.contrib.spark.writing import arrow_prepare, queue_rows
+from mqcore.contrib.spark.writing import arrow_prepare, queue_rows, uniq_ids
 from mqcore.errors import InvalidArgumentError
 from mqcore.message import system_message
 from mqcore.protocol.validation import check_copied_properties
@@ -86,8 +86,9 @@ def test_prepared_rows_equal_prepared_messages(data: list[tuple[Any, ...]]) -> N
 def test_rows_needing_message_checks_take_the_message_path(
     column: str, values: list[Any], kind: pa.DataType
 ) -> None:
-    """Separators, system or empty or repeated names, null values, an oversized property
-    string, another Arrow type: None, so the sink builds Messages (which say what is wrong)."""
+    """Separators, field or empty or repeated names, null values, an oversized property
+    string, another Arrow type: None, so the sink builds Messages (whose checks say what is
+    wrong)."""
     data = {"body": pa.array([b"b"], pa.binary()), column: pa.array(values, kind)}
     assert arrow_prepare(pa.RecordBatch.from_pydict(data), "Out", 1) is None
 
@@ -138,3 +139,17 @@ def test_field_names_are_refused_in_copied_properties(name: str) -> None:
     with pytest.raises(InvalidArgumentError, match="property separator"):
         check_copied_properties({"UNIQ_KEY": "a\x02TAGS\x01B"})
     check_copied_properties({"UNIQ_KEY": "u", "REAL_TOPIC": "T", "colour": "red"})
+
+
+@needs_c
+@pytest.mark.parametrize("store_name", Kernel(autoload=False).names("store"))
+def test_unique_ids_of_prepared_rows_are_indexed(store_name: str, tmp_path: Any) -> None:
+    """put_prepared indexes the rows' UNIQ_KEY values as put indexes the messages' ones."""
+    uniq = "7F00000100002A9F0000000000000001"
+    data = [(b"a", None, None, {"UNIQ_KEY": uniq}, None), (b"b", None, None, None, None)]
+    batch = _batch(data)
+    assert uniq_ids(batch) == [uniq, None]
+    with Kernel().open_store(store_name, tmp_path) as store:
+        store.put_prepared("Out", 0, arrow_prepare(batch, "Out", 1), uniq_ids(batch))
+        (found,) = store.lookup("Out", uniq)
+        assert found.body == b"a"
