@@ -17,15 +17,29 @@ from typing import Any
 
 from mqcore.atomicfile import read_json, write_json_atomic
 
-__all__ = ["ENDS_FILE", "load", "save"]
+__all__ = ["ENDS_FILE", "load", "load_log_end", "save"]
+
+#: The key under which the commit log's end is recorded beside the queues' ends (a "/"-less
+#: name no queue key can take).
+LOG_END_KEY = "commitlog"
 
 ENDS_FILE = "queue_ends.json"
 
 
-def save(root: str | os.PathLike[str], queues: Iterable[Any]) -> None:
-    """Record ``max_offset`` of every consume queue (written atomically)."""
-    ends = {f"{cq.topic}/{cq.queue_id}": cq.max_offset for cq in queues}
+def save(root: str | os.PathLike[str], queues: Iterable[Any], log_end: int | None = None) -> None:
+    """Record ``max_offset`` of every consume queue, and the commit log's end when given
+    (written atomically)."""
+    ends: dict[str, int] = {f"{cq.topic}/{cq.queue_id}": cq.max_offset for cq in queues}
+    if log_end is not None:
+        ends[LOG_END_KEY] = log_end
     write_json_atomic(Path(root) / ENDS_FILE, ends)
+
+
+def load_log_end(root: str | os.PathLike[str]) -> int:
+    """The commit log's end recorded at the last clean close; -1 when none was."""
+    raw: Any = read_json(Path(root) / ENDS_FILE, {})
+    end = raw.get(LOG_END_KEY) if isinstance(raw, dict) else None
+    return end if isinstance(end, int) else -1
 
 
 def load(root: str | os.PathLike[str]) -> dict[tuple[str, int], int]:

@@ -286,6 +286,19 @@ def _check_complete(
                 path=str(store._commitlog.directory / missing),
                 offset=last.file_end_offset,
             )
+    # A clean close records where the log ended: ending before that now means lost files
+    # (store times alone cannot tell when the newest records share one millisecond).
+    recorded_end = -1 if abnormal else queueends.load_log_end(store.path)
+    if recorded_end > last.file_end_offset:
+        missing = segment_name(last.file_end_offset)
+        raise StoreCorruptedError(
+            f"commit log {str(store._commitlog.directory)!r} ended at offset {recorded_end} "
+            f"at its last clean close but now ends with file {last.path.name}: the newest "
+            f"segment ({missing} or later) is missing; restore it from a replica or backup, "
+            "or move the store aside",
+            path=str(store._commitlog.directory / missing),
+            offset=last.file_end_offset,
+        )
     if flushed_ts and not _holds_newer(store, end, flushed_ts):
         missing = segment_name(last.file_end_offset)
         raise StoreCorruptedError(

@@ -898,7 +898,7 @@ class MmapStore:
             try:
                 self._flush_all()
                 # Before the marker goes: the next open trusts the queues only with it.
-                queueends.save(self.path, self._cqs.values())
+                queueends.save(self.path, self._cqs.values(), self._commitlog.max_offset)
                 remove_abort_marker(self.path)
             except BaseException as exc:  # still release everything, then report
                 error = exc
