@@ -55,7 +55,7 @@ def one_line_error(result: Result) -> str:
     return lines[0]
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
