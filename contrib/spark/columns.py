@@ -262,8 +262,8 @@ def py_record_columns(
         ]
         cols[_INDEX["msg_id"]] = _strings(ids)
     if want_props:
-        tags: list[bytes | None] = []
-        keys: list[bytes | None] = []
+        tag_col: list[bytes | None] = []
+        key_col: list[bytes | None] = []
         map_offsets = array("i", [0])
         names: list[bytes] = []
         values: list[bytes] = []
@@ -281,13 +281,13 @@ def py_record_columns(
                 elif pname != b"DELAY":
                     names.append(pname)
                     values.append(pvalue)
-            tags.append(tag)
-            keys.append(key)
+            tag_col.append(tag)
+            key_col.append(key)
             map_offsets.append(len(names))
         if "tags" in want:
-            cols[_INDEX["tags"]] = _strings(tags, nullable=True)
+            cols[_INDEX["tags"]] = _strings(tag_col, nullable=True)
         if "keys" in want:
-            cols[_INDEX["keys"]] = _strings(keys, nullable=True)
+            cols[_INDEX["keys"]] = _strings(key_col, nullable=True)
         if "properties" in want:
             name_off, name_data, _ = _strings(names)
             value_off, value_data, _ = _strings(values)

@@ -171,6 +171,7 @@ class Writer(DataSourceArrowWriter):
                 if put_prepared is not None:
                     prepared = arrow_prepare(batch, self.topic, time.time_ns() // 1_000_000)
                 if prepared is not None:
+                    assert put_prepared is not None  # prepared only for such a store
                     groups: dict[int, list[Any]] = queue_rows(batch, row, self.queue_nums, prepared)
                     uniqs = uniq_ids(batch)  # UNIQ_KEY values, which the store indexes
                     ids = None if uniqs is None else queue_rows(batch, row, self.queue_nums, uniqs)

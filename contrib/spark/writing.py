@@ -124,7 +124,7 @@ def arrow_prepare(batch: pa.RecordBatch, topic: str, born_timestamp: int) -> lis
         replay,
         _topic_head(topic),
         born_timestamp,
-        codec._crc32,
+        codec._crc32,  # type: ignore[attr-defined]  # the checksum prepare() uses
         (),
     )
 
