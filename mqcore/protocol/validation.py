@@ -151,6 +151,11 @@ _RETRY_TOPIC_PREFIX = "%RETRY%"
 # A message carrying one of these is held by the timer (RocketMQ 5's timer message).
 _TIMER_REQUESTS = frozenset({"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
 _SYSTEM_BUT_UNIQ_KEY = SYSTEM_PROPERTY_NAMES - {"UNIQ_KEY"}
+# The system names check_sent_message may refuse; the others (UNIQ_KEY, WAIT, a timer's
+# TIMER_DELIVER_MS...) pass, so a message without any of these needs no loop over its names.
+_REFUSABLE = SYSTEM_PROPERTY_NAMES & (
+    FIELD_PROPERTIES | BROKER_PROPERTIES | HOLD_PROPERTIES | RETRY_PROPERTIES
+)
 # Lone surrogates cannot be encoded as UTF-8; checked only for non-ASCII text.
 _BAD_TEXT = re.compile("[\x01\x02\ud800-\udfff]")
 
@@ -304,6 +309,8 @@ def check_sent_message(msg: Message, topic: str) -> None:
             f"a message to {topic!r} has both delay level {msg.delay_level} and a timer "
             f"({asked}); use one of them"
         )
+    if props.keys().isdisjoint(_REFUSABLE):
+        return  # e.g. a timer message: TIMER_DELIVER_MS (and UNIQ_KEY) pass the loop below
     for name in props.keys() & SYSTEM_PROPERTY_NAMES:
         if name in FIELD_PROPERTIES:
             why = "it is a message field: set tags, keys or delay_level instead"
