@@ -366,13 +366,195 @@ fail:
 /* Interned attribute names of mqcore.Message, created at import. */
 static PyObject *s_body, *s_properties, *s_tags, *s_keys, *s_topic, *s_delay_level, *s_flag;
 
+/* --- the trailer of a message with properties (codec.message_trailer) ------------------ */
+
+static int32_t java_hash(const unsigned char *s, Py_ssize_t n);
+
+#define MAX_TOPIC 127          /* codec.MAX_TOPIC_LENGTH */
+#define MAX_PROPERTY_TEXT 32767 /* codec.MAX_PROPERTIES_SIZE */
+#define FAST_PROPERTIES 16     /* more than this: the Python code encodes them */
+#define MAX_CODE_DIGITS 18     /* a deliver time of up to 18 digits fits a signed 64-bit code */
+
+/* UTF-8 of an exact str (borrowed, cached in the object), or NULL without an error set when
+ * it is not an exact str or cannot be encoded (a lone surrogate): the Python code then
+ * encodes it, and raises what it raises. */
+static const char *utf8_of(PyObject *obj, Py_ssize_t *len)
+{
+    if (!PyUnicode_CheckExact(obj))
+        return NULL;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, len);
+    if (s == NULL)
+        PyErr_Clear();
+    return s;
+}
+
+/* ``text`` as a timer deliver time (1..18 ASCII digits), or -1. */
+static long long deliver_digits(const char *text, Py_ssize_t n)
+{
+    if (n < 1 || n > MAX_CODE_DIGITS)
+        return -1;
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return -1;
+        v = v * 10 + (text[i] - '0');
+    }
+    return v;
+}
+
+/* codec.message_trailer's result for a message that has properties, tags, keys or a delay
+ * level, built in C: 1 with ``*trailer`` and ``*code`` set (new references), 0 when the
+ * Python code must build it (a field that is not an exact str, dict or int, text that does
+ * not encode as UTF-8, a topic or property string beyond the record format's limits, more
+ * than FAST_PROPERTIES properties: it raises or encodes as it always did), -1 on error.
+ *
+ * The property string is ``name\x01value\x02`` per property in the dict's order, then TAGS,
+ * KEYS and DELAY when set; the tags code is Java's hashCode of the tag (0 without one). In
+ * the topic ``code_topic``, a ``code_name`` property of 1..18 ASCII digits (the timer topic's
+ * TIMER_OUT_MS) is the tags code instead, as codec.timer_tags_code says. */
+static int fast_trailer(PyObject *m, PyObject *t, PyObject *code_topic, PyObject *code_name,
+                        PyObject **trailer, PyObject **code)
+{
+    PyObject *props = NULL, *tags = NULL, *keys = NULL, *delay = NULL;
+    PyObject *held[2 * FAST_PROPERTIES]; /* names and values, owned while they are read */
+    const char *text[2 * FAST_PROPERTIES];
+    Py_ssize_t lens[2 * FAST_PROPERTIES];
+    Py_ssize_t nheld = 0;
+    int result = 0;
+    Py_ssize_t topic_len, tags_len = 0, keys_len = 0, name_len = 0, code_topic_len = 0;
+    const char *topic_s = utf8_of(t, &topic_len);
+    const char *tags_s = NULL, *keys_s = NULL, *name_s = NULL, *code_topic_s = NULL;
+    char delay_s[24];
+    int delay_len = 0;
+    if (topic_s == NULL || topic_len < 1 || topic_len > MAX_TOPIC)
+        return 0;
+    if ((props = PyObject_GetAttr(m, s_properties)) == NULL ||
+        (tags = PyObject_GetAttr(m, s_tags)) == NULL ||
+        (keys = PyObject_GetAttr(m, s_keys)) == NULL ||
+        (delay = PyObject_GetAttr(m, s_delay_level)) == NULL) {
+        result = -1;
+        goto done;
+    }
+    if (!PyDict_CheckExact(props) || PyDict_GET_SIZE(props) > FAST_PROPERTIES ||
+        !PyLong_CheckExact(delay))
+        goto done;
+    if (tags != Py_None && (tags_s = utf8_of(tags, &tags_len)) == NULL)
+        goto done;
+    if (keys != Py_None && (keys_s = utf8_of(keys, &keys_len)) == NULL)
+        goto done;
+    int overflow;
+    long long level = PyLong_AsLongLongAndOverflow(delay, &overflow);
+    if (overflow || (level == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        goto done;
+    }
+    if (level != 0)
+        delay_len = snprintf(delay_s, sizeof delay_s, "%lld", level);
+    if (code_name != NULL && code_topic != NULL) {
+        code_topic_s = utf8_of(code_topic, &code_topic_len);
+        name_s = utf8_of(code_name, &name_len);
+        if (code_topic_s == NULL || name_s == NULL)
+            goto done;
+    }
+    /* Every name and value is held (a reference of our own) before any is read: nothing
+     * below runs Python code, but a held string cannot go away whatever happens. */
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (nheld + 2 > 2 * FAST_PROPERTIES)
+            goto done;
+        held[nheld++] = Py_NewRef(k);
+        held[nheld++] = Py_NewRef(v);
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < nheld; i++) {
+        if ((text[i] = utf8_of(held[i], &lens[i])) == NULL)
+            goto done;
+        total += lens[i] + 1; /* \x01 after a name, \x02 after a value */
+    }
+    if (tags_len)
+        total += 5 + tags_len + 1;
+    if (keys_len)
+        total += 5 + keys_len + 1;
+    if (delay_len)
+        total += 6 + delay_len + 1;
+    if (total > MAX_PROPERTY_TEXT)
+        goto done;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 1 + topic_len + 2 + total);
+    if (out == NULL) {
+        result = -1;
+        goto done;
+    }
+    char *p = PyBytes_AS_STRING(out);
+    *p++ = (char)topic_len;
+    memcpy(p, topic_s, (size_t)topic_len);
+    p += topic_len;
+    *p++ = (char)(total >> 8);
+    *p++ = (char)(total & 0xFF);
+    for (Py_ssize_t i = 0; i < nheld; i++) {
+        memcpy(p, text[i], (size_t)lens[i]);
+        p += lens[i];
+        *p++ = (i & 1) ? '\x02' : '\x01';
+    }
+    if (tags_len) {
+        memcpy(p, "TAGS\x01", 5);
+        memcpy(p + 5, tags_s, (size_t)tags_len);
+        p += 5 + tags_len;
+        *p++ = '\x02';
+    }
+    if (keys_len) {
+        memcpy(p, "KEYS\x01", 5);
+        memcpy(p + 5, keys_s, (size_t)keys_len);
+        p += 5 + keys_len;
+        *p++ = '\x02';
+    }
+    if (delay_len) {
+        memcpy(p, "DELAY\x01", 6);
+        memcpy(p + 6, delay_s, (size_t)delay_len);
+        p += 6 + delay_len;
+        *p++ = '\x02';
+    }
+    assert(p == PyBytes_AS_STRING(out) + PyBytes_GET_SIZE(out));
+    long long value = tags_len ? java_hash((const unsigned char *)tags_s, tags_len) : 0;
+    if (name_s != NULL && topic_len == code_topic_len &&
+        memcmp(topic_s, code_topic_s, (size_t)topic_len) == 0) {
+        for (Py_ssize_t i = 0; i < nheld; i += 2) {
+            if (lens[i] == name_len && memcmp(text[i], name_s, (size_t)name_len) == 0) {
+                long long at = deliver_digits(text[i + 1], lens[i + 1]);
+                if (at >= 0)
+                    value = at;
+                break;
+            }
+        }
+    }
+    *code = PyLong_FromLongLong(value);
+    if (*code == NULL) {
+        Py_DECREF(out);
+        result = -1;
+        goto done;
+    }
+    *trailer = out;
+    result = 1;
+done:
+    for (Py_ssize_t i = 0; i < nheld; i++)
+        Py_DECREF(held[i]);
+    Py_XDECREF(props);
+    Py_XDECREF(tags);
+    Py_XDECREF(keys);
+    Py_XDECREF(delay);
+    return result;
+}
+
 PyDoc_STRVAR(prepare_doc,
 "prepare(messages, born_timestamp, topic, reconsume_times, sys_flag, crc32, trailer,\n"
-"        plain_trailers) -> list\n\n"
+"        plain_trailers, code_topic=None, code_name=None) -> list\n\n"
 "codec.prepare's loop: one Prepared-layout tuple per message. ``crc32(body)`` is the\n"
 "checksum function; ``trailer(message, topic)`` returns ``(trailer bytes, tags code)``.\n"
 "For messages without properties, tags, keys or delay level, the trailer is looked up in\n"
-"the dict ``plain_trailers`` (topic -> bytes) first, which ``trailer`` fills.");
+"the dict ``plain_trailers`` (topic -> bytes) first, which ``trailer`` fills. Other\n"
+"messages' trailers are built in C where their fields allow (see fast_trailer), else by\n"
+"``trailer``; in the topic ``code_topic`` a property ``code_name`` of 1..18 digits is the\n"
+"tags code (codec.timer_tags_code).");
 
 /* Truthiness of attribute ``name`` of ``m`` (-1 on error). */
 static int attr_true(PyObject *m, PyObject *name)
@@ -388,9 +570,13 @@ static int attr_true(PyObject *m, PyObject *name)
 static PyObject *speedups_prepare(PyObject *self, PyObject *args)
 {
     PyObject *messages, *born, *topic, *recon, *sflag, *crc32, *trailer_fn, *plain_cache;
-    if (!PyArg_ParseTuple(args, "OOOOOOOO!:prepare", &messages, &born, &topic, &recon, &sflag,
-                          &crc32, &trailer_fn, &PyDict_Type, &plain_cache))
+    PyObject *code_topic = Py_None, *code_name = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO!|OO:prepare", &messages, &born, &topic, &recon, &sflag,
+                          &crc32, &trailer_fn, &PyDict_Type, &plain_cache, &code_topic,
+                          &code_name))
         return NULL;
+    if (code_topic == Py_None || code_name == Py_None)
+        code_topic = code_name = NULL;
     /* A snapshot: the loop calls back into Python, where another thread could change a
      * list the caller still holds. */
     PyObject *seq = PySequence_Tuple(messages); /* "... is not iterable" if it is not */
@@ -455,6 +641,10 @@ static PyObject *speedups_prepare(PyObject *self, PyObject *args)
                 Py_XSETREF(plain_topic, Py_NewRef(t));
                 Py_XSETREF(plain_trailer, Py_NewRef(trailer));
             }
+        }
+        if (trailer == NULL && !plain) {
+            if (fast_trailer(m, t, code_topic, code_name, &trailer, &code) < 0)
+                goto fail;
         }
         if (trailer == NULL) {
             PyObject *pair = PyObject_CallFunctionObjArgs(trailer_fn, m, t, NULL);

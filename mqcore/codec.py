@@ -48,11 +48,13 @@ except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fall
 from mqcore.message import (
     _HEADER,
     HEADER_SIZE,
+    PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_KEY,
     Message,
     MessageExt,
     parse_properties,
 )
+from mqcore.store import TIMER_TOPIC
 
 __all__ = [
     "BLANK_MAGIC_CODE",
@@ -70,9 +72,11 @@ __all__ = [
     "pack",
     "pack_blank",
     "prepare",
+    "record_tags_code",
     "scan_valid",
     "string_hash_code",
     "tags_hash_code",
+    "timer_tags_code",
 ]
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7 as a signed Java int
@@ -242,9 +246,37 @@ def _cached_tags_code(tags: str) -> int:
     return code
 
 
+def timer_tags_code(deliver: str | None, tags_code: int) -> int:
+    """The consume-queue tags code of a record in the timer topic (``rmq_sys_wheel_timer``):
+    its deliver time, ``TIMER_OUT_MS``, when that is 1 to 18 ASCII digits, else ``tags_code``
+    (the tag's hash code, as in any other topic).
+
+    As RocketMQ keeps the deliver time in the tags code for its schedule topic, so the timer
+    scheduler reads the consume queue alone. A real deliver time (ms since the epoch) is at
+    least 2**31 while a tag's hash code is a 32-bit int, so a reader tells them apart: a code
+    below 2**31 means "read the record" (a unit written before the deliver time was kept
+    there, or a record without a usable ``TIMER_OUT_MS``).
+    """
+    if deliver is not None and 0 < len(deliver) <= 18 and deliver.isascii() and deliver.isdigit():
+        return int(deliver)
+    return tags_code
+
+
+def record_tags_code(msg: MessageExt) -> int:
+    """The tags code a stored record's consume-queue unit holds, as its put wrote it (the
+    schedule topic's deliver times by delay level aside, which need the store's levels):
+    its tag's hash code, or in the timer topic its deliver time (:func:`timer_tags_code`).
+    For the paths that rebuild units from the commit log."""
+    code = tags_hash_code(msg.tags)
+    if msg.topic == TIMER_TOPIC:
+        return timer_tags_code(msg.get_property(PROPERTY_TIMER_OUT_MS), code)
+    return code
+
+
 def message_trailer(m: Message, topic: str) -> tuple[bytes, int]:
     """The topic-and-properties bytes that end ``m``'s record under ``topic``, and its tags
-    hash code (0 without a tag). Cached per (topic, property string)."""
+    hash code (0 without a tag; in the timer topic, see :func:`timer_tags_code`). Cached per
+    (topic, property string)."""
     props = m.properties
     tags = m.tags
     keys = m.keys
@@ -267,6 +299,8 @@ def message_trailer(m: Message, topic: str) -> tuple[bytes, int]:
         text += f"KEYS\x01{keys}\x02"
     if m.delay_level:
         text += f"DELAY\x01{m.delay_level}\x02"
+    if props and topic == TIMER_TOPIC:
+        code = timer_tags_code(props.get(PROPERTY_TIMER_OUT_MS), code)
     if props and PROPERTY_UNIQ_KEY in props:
         # A producer's unique id makes every trailer unique: caching it would only evict
         # the trailers that do repeat.
@@ -288,7 +322,8 @@ def prepare(
     names are not attributes of it).
 
     ``topic`` overrides each message's own topic (a store writes under the topic it is
-    asked to, e.g. the schedule topic for delayed messages).
+    asked to, e.g. the schedule topic for delayed messages). In the timer topic a message's
+    tags code is its deliver time (:func:`timer_tags_code`).
     """
     if _speedups is not None:
         return _speedups.prepare(  # type: ignore[no-any-return]
@@ -300,6 +335,8 @@ def prepare(
             _crc32,
             message_trailer,
             _PLAIN_TRAILERS,
+            TIMER_TOPIC,
+            PROPERTY_TIMER_OUT_MS,
         )
     return py_prepare(
         messages, born_timestamp, topic=topic, reconsume_times=reconsume_times, sys_flag=sys_flag

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqcore import Message, batch, codec
-from mqcore.store import PutResult
+from mqcore.message import system_message
+from mqcore.store import TIMER_TOPIC, PutResult
 
 speedups = pytest.importorskip("mqcore._speedups", reason="built without a C compiler")
 
@@ -59,6 +60,86 @@ def test_c_prepare_matches_python(msgs: list[Message], topic: str | None, recon:
     )
     assert got == codec.py_prepare(msgs, 17, **kw)
     assert got == codec.prepare(iter(msgs), 17, **kw)  # any iterable
+
+
+# Property names and values as a held timer's: TIMER_OUT_MS among user names and unicode.
+_NAMES = st.sampled_from(["a", "b", "Ünï", "TIMER_OUT_MS", "REAL_TOPIC", "UNIQ_KEY", ""])
+_VALUES = st.one_of(
+    st.text(TEXT, max_size=9),
+    st.from_regex(r"[0-9]{0,20}", fullmatch=True),
+    st.text(st.sampled_from("0123456789٣\U0001d7d8x"), max_size=19),  # non-ASCII digits too
+    st.text(max_size=3),  # separators and lone surrogates: the Python code's cases
+)
+_held = st.builds(
+    lambda topic, body, tags, keys, props, level, flag: _bypassing(
+        system_message(topic=topic, body=body, tags=tags, keys=keys, flag=flag), props, level
+    ),
+    st.sampled_from(["T", "rmq_sys_wheel_timer"]),
+    st.binary(max_size=300),
+    st.one_of(st.none(), st.just(""), st.text(TEXT, max_size=6)),
+    st.one_of(st.none(), st.just(""), st.text(TEXT, max_size=6)),
+    st.one_of(
+        st.dictionaries(_NAMES, _VALUES, max_size=6),
+        st.dictionaries(
+            st.text(TEXT, max_size=4), st.text(TEXT, max_size=4), min_size=17, max_size=20
+        ),
+        st.dictionaries(  # near and over the 32767-byte limit of a property string
+            st.sampled_from(["a", "b"]),
+            st.text(TEXT, min_size=1, max_size=3).map(lambda t: t * 5400),
+            max_size=2,
+        ),
+    ),
+    st.integers(0, 2**70) | st.integers(-5, 0),
+    st.integers(-(2**31), 2**31 - 1),
+)
+
+
+def _bypassing(m: Message, props: dict[str, str], level: int) -> Message:
+    # Values no Message takes (separators, surrogates, a negative or huge level) reach a
+    # store only past the checks, but prepare() must treat them as the Python code does.
+    object.__setattr__(m, "properties", dict(props))
+    object.__setattr__(m, "delay_level", level)
+    return m
+
+
+def _prepare_outcome(fn: object, msgs: list[Message], topic: str | None) -> object:
+    try:
+        return fn(msgs, 17, topic=topic)  # type: ignore[operator]
+    except Exception as exc:  # the outcome compared is the error itself
+        return type(exc), str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_held, max_size=8),
+    st.one_of(st.none(), st.just("rmq_sys_wheel_timer"), st.just("Ünï"), st.just("t" * 128)),
+)
+def test_c_trailers_match_python(msgs: list[Message], topic: str | None) -> None:
+    """The trailers built in C (messages with properties, tags, keys or a delay level) are
+    the Python bytes, the timer topic's tags code is the deliver time the same way, and
+    what the Python code refuses (surrogates, a topic or property string too long) it
+    still refuses, with the same error."""
+    want = _prepare_outcome(codec.py_prepare, msgs, topic)
+    assert _prepare_outcome(codec.prepare, msgs, topic) == want
+    if isinstance(want, list):
+        for m, p in zip(msgs, want, strict=True):
+            t = topic or m.topic
+            expected = codec.tags_hash_code(m.tags)
+            if m.properties and t == TIMER_TOPIC:
+                expected = codec.timer_tags_code(m.properties.get("TIMER_OUT_MS"), expected)
+            assert p[9] == expected
+
+
+def test_timer_tags_code() -> None:
+    """A deliver time of 1 to 18 ASCII digits is the timer topic's tags code."""
+    assert codec.timer_tags_code("1700000000123", 5) == 1700000000123
+    assert codec.timer_tags_code("9" * 18, 5) == 10**18 - 1
+    for text in (None, "", "9" * 19, "-1", "12a", "١٢", " 1"):
+        assert codec.timer_tags_code(text, 5) == 5
+    held = system_message(topic="T", body=b"x", tags="A",
+                          properties={"TIMER_OUT_MS": "1700000000123"})  # fmt: skip
+    assert codec.prepare([held], 1, topic=TIMER_TOPIC)[0][9] == 1700000000123
+    assert codec.prepare([held], 1, topic="T")[0][9] == codec.tags_hash_code("A")
 
 
 def test_c_prepare_propagates_errors() -> None:

@@ -28,8 +28,8 @@ from mqcore.codec import (
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     check_record,
+    record_tags_code,
     scan_valid,
-    tags_hash_code,
 )
 from mqcore.errors import CodecError, StoreCorruptedError
 from mqcore.logs import get_logger
@@ -412,8 +412,8 @@ def _redispatch(
         if msg.topic == SCHEDULE_TOPIC and msg.delay_level > 0:
             # As the put did: a held message's tags code is its deliver time.
             code = deliver_timestamp(store._delays, msg.delay_level, msg.store_timestamp)
-        else:
-            code = tags_hash_code(msg.tags)
+        else:  # in the timer topic, the deliver time
+            code = record_tags_code(msg)
         units += UNIT.pack(phys, msg.store_size, code)
         pending[key] = (qoff + 1, units)
         count += 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from mqcore.codec import BLANK_MAGIC_CODE, HEADER_SIZE, MESSAGE_MAGIC_CODE, tags_hash_code
+from mqcore.codec import BLANK_MAGIC_CODE, HEADER_SIZE, MESSAGE_MAGIC_CODE, record_tags_code
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError, StoreError
 from mqcore.message import MessageExt
 from mqcore.store import SCHEDULE_TOPIC, deliver_timestamp
@@ -151,8 +151,8 @@ def dispatch(store: MmapStore) -> set[tuple[str, int]]:
                 ts = msg.store_timestamp
                 if msg.topic == SCHEDULE_TOPIC and msg.delay_level > 0:
                     code = deliver_timestamp(store._delays, msg.delay_level, ts)
-                else:
-                    code = tags_hash_code(msg.tags)
+                else:  # in the timer topic, the deliver time
+                    code = record_tags_code(msg)
                 units += UNIT.pack(frm, size, code)
                 pending[key] = (qoff + 1, units)
                 keys = record_index_keys(msg)

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from mqcore import Message, codec, errors
-from mqcore.store import SCHEDULE_TOPIC, GetStatus
+from mqcore.message import system_message
+from mqcore.store import SCHEDULE_TOPIC, TIMER_TOPIC, GetStatus
 
 STORE_HOST = "10.1.2.3:10911"
 BORN_HOST = "192.168.7.9:52001"
@@ -279,6 +280,29 @@ def test_schedule_topic_units_hold_the_deliver_time(harness, reopen_mode, tags_c
     store.get("Plain", 0, 0, message_filter=seen)
     assert seen.codes == [codec.tags_hash_code("TagA")]
     assert plain[0].store_timestamp > 0
+
+
+def _held_timers(deliver: list[str]) -> list[Message]:
+    return [
+        system_message(
+            topic=TIMER_TOPIC,
+            body=b"t%d" % i,
+            tags="TagA",
+            properties={"TIMER_OUT_MS": d, "REAL_TOPIC": "T", "REAL_QID": "0"},
+        )
+        for i, d in enumerate(deliver)
+    ]
+
+
+def test_timer_topic_units_hold_the_deliver_time(harness, reopen_mode, tags_codes):
+    """In rmq_sys_wheel_timer a held timer's consume-queue tags code is its deliver time
+    (TIMER_OUT_MS), so the timer scheduler reads units, not records; a record without a
+    usable deliver time keeps its tag's hash code."""
+    store = harness.open()
+    store.put(TIMER_TOPIC, 0, _held_timers(["1800000000123", "1800000000007", "x1"]))
+    store = harness.readback(store)
+    assert len(store.get(TIMER_TOPIC, 0, 0, message_filter=tags_codes).messages) == 3
+    assert tags_codes.codes == [1800000000123, 1800000000007, codec.tags_hash_code("TagA")]
 
 
 def test_lookup_by_key(harness, reopen_mode):

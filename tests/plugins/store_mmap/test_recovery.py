@@ -273,6 +273,30 @@ def test_rebuilt_schedule_queue_keeps_deliver_times(kernel, tmp_path, tags_codes
     assert tags_codes.codes == [r.store_timestamp + 7000 for r in results]
 
 
+def test_rebuilt_timer_queue_keeps_deliver_times(kernel, tmp_path, tags_codes):
+    """Rebuilding rmq_sys_wheel_timer's consume queue from the log writes the deliver times
+    the put wrote as tags codes."""
+    from mqcore.message import system_message
+    from mqcore.store import TIMER_TOPIC
+
+    path = tmp_path / "s"
+    times = ["1800000000123", "1800000000007", "not a time"]
+    held = [
+        system_message(topic=TIMER_TOPIC, body=b"x", tags="A", properties={"TIMER_OUT_MS": t})
+        for t in times
+    ]
+    with kernel.open_store("mmap", path, **OPTIONS) as store:
+        store.put(TIMER_TOPIC, 0, held)
+        store.get(TIMER_TOPIC, 0, 0, message_filter=tags_codes)
+    put_codes = list(tags_codes.codes)
+    assert put_codes == [1800000000123, 1800000000007, codec.tags_hash_code("A")]
+    tags_codes.codes.clear()
+    shutil.rmtree(path / "consumequeue")
+    with kernel.open_store("mmap", path, **OPTIONS) as store:
+        assert len(store.get(TIMER_TOPIC, 0, 0, message_filter=tags_codes).messages) == 3
+    assert tags_codes.codes == put_codes
+
+
 def test_a_bad_delay_table_is_refused(kernel, tmp_path):
     from mqcore.errors import InvalidArgumentError
 

@@ -59,6 +59,25 @@ def test_slave_log_is_byte_identical_and_dispatched(tmp_path, chunk):
         assert slave.message_at(r.commitlog_offset).msg_id == r.msg_id
 
 
+def test_slave_timer_units_hold_the_deliver_time(tmp_path, tags_codes):
+    """A slave dispatches the timer topic's units as the master's put wrote them."""
+    from mqcore.message import system_message
+    from mqcore.store import TIMER_TOPIC
+
+    k = Kernel()
+    with (
+        k.open_store("mmap", tmp_path / "m") as master,
+        k.open_store("mmap", tmp_path / "s") as slave,
+    ):
+        master.put(TIMER_TOPIC, 0, [
+            system_message(topic=TIMER_TOPIC, body=b"x", properties={"TIMER_OUT_MS": t})
+            for t in ("1800000000123", "5")
+        ])  # fmt: skip
+        _copy(master, slave, 4096)
+        slave.get(TIMER_TOPIC, 0, 0, message_filter=tags_codes)
+        assert tags_codes.codes == [1800000000123, 5]
+
+
 def test_append_refuses_a_hole(tmp_path):
     k = Kernel()
     with (
