@@ -442,12 +442,14 @@ class RemoteTransport:
             )
         if self._closed:
             raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
-        future = self.client.invoke_async(
-            addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), wait
-        )
-        with self._lock:
-            self._pulls.add(future)
+        future: concurrent.futures.Future[RemotingCommand] | None = None
         try:
+            # A refused connection (a dead member) raises here, before there is a future.
+            future = self.client.invoke_async(
+                addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), wait
+            )
+            with self._lock:
+                self._pulls.add(future)
             resp = future.result(wait + 1.0)
         except concurrent.futures.CancelledError:  # cancel_pulls(): nothing new, at once
             return PullResponse(ResponseCode.PULL_NOT_FOUND, queue_offset, 0, 0)
@@ -458,8 +460,9 @@ class RemoteTransport:
             self._routes.pop(mq.topic, None)
             raise
         finally:
-            with self._lock:
-                self._pulls.discard(future)
+            if future is not None:
+                with self._lock:
+                    self._pulls.discard(future)
         if resp.code not in (
             ResponseCode.SUCCESS,
             ResponseCode.PULL_NOT_FOUND,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -12,19 +13,26 @@ from pathlib import Path
 import pytest
 
 from mqcore import (
+    Broker,
     ConsumeConcurrentlyStatus,
     ConsumeFromWhere,
     Message,
+    MessageQueue,
     Producer,
     PushConsumer,
 )
 from mqcore.broker.namesrv import NameServer, RegisterBrokerRequestHeader
+from mqcore.broker.processor import BrokerProcessor
 from mqcore.client.admin import MQAdmin
+from mqcore.client.transport_remote import RemoteTransport
 from mqcore.commands.namesrv import NamesrvServer
+from mqcore.errors import RemotingConnectError
+from mqcore.message import MessageExt
 from mqcore.protocol import headers
-from mqcore.protocol.codes import RequestCode
+from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
+from mqcore.remoting.server import RemotingServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -73,6 +81,39 @@ def test_a_closed_connection_removes_its_broker():
     assert ns.route("T") is not None
     ns.connection_closed(conn)
     assert ns.route("T") is None
+
+
+def test_a_pull_refused_by_a_dead_master_asks_the_name_server_again(tmp_path):
+    """A master that died after the client learnt its route refuses the next pull at once;
+    the pull after it asks the name server again and reads from the slave (instead of
+    trying the dead master until the cached route expires, 30 s later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    with Broker(tmp_path / "slave") as slave, NamesrvServer("127.0.0.1:0") as ns:
+        slave.create_topic("T", 1)
+        slave.send_message("T", 0, [Message(topic="T", body=b"kept")])
+        processor = BrokerProcessor(slave, "")
+        server = RemotingServer(processor, "127.0.0.1", 0)
+        host, port = server.start()
+        processor.address = f"{host}:{port}"
+        transport = RemoteTransport(ns.address)
+        try:
+            master_conn = object()
+            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+            ns.tables.register(_header("broker-a", dead), topics, master_conn)
+            ns.tables.register(_header("broker-a", processor.address, 1), {})
+            transport.get_route_info_by_topic("T")  # cached: the master is at ``dead``
+            ns.tables.connection_closed(master_conn)  # the master died
+            mq = MessageQueue("T", "broker-a", 0)
+            with pytest.raises(RemotingConnectError):
+                transport.pull_message(mq, "cg", 0, 32)
+            resp = transport.pull_message(mq, "cg", 0, 32)
+            assert resp.code == ResponseCode.SUCCESS
+            assert [bytes(MessageExt(bytes(r)).body) for r in resp.records] == [b"kept"]
+        finally:
+            transport.close()
+            server.close()
 
 
 class Serve:
