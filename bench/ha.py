@@ -7,6 +7,9 @@ A SYNC_MASTER answers a send only once its slave reported the bytes, so its figu
 one replication round trip per send::
 
     python bench/ha.py --messages 100000 [--size 1024] [--json]
+
+``bench/remote.py`` imports :func:`serve`, :func:`produce` and :func:`bench` to print the same
+figures beside its single-server and Redis ones.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ def _timed(fn: Callable[[], int]) -> float:
     return n / (time.perf_counter() - begin)
 
 
-def _serve(data: str, *args: str) -> tuple[subprocess.Popen[str], str, str]:
+def serve(data: str, *args: str) -> tuple[subprocess.Popen[str], str, str]:
+    """Start ``mqcore serve`` on a free loopback port with its store in ``data``; the process,
+    its address and its replication address ("" when it has none)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
          "--listen", "127.0.0.1:0", "--data-dir", data, *args],
@@ -45,6 +50,42 @@ def _serve(data: str, *args: str) -> tuple[subprocess.Popen[str], str, str]:
     return proc, addr, ha
 
 
+def stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM ``proc`` and wait for it."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def produce(p: Any, n: int, body: bytes) -> dict[str, float]:
+    """Produce figures through the started Producer ``p`` to topic ``B``: ``n`` messages in
+    batches of 32, then max(1000, n / 10) one at a time; every send must be SEND_OK."""
+    from mqcore import Message, SendStatus
+
+    def batches() -> int:
+        msgs = [Message(topic="B", body=body) for _ in range(BATCH)]
+        for _ in range(n // BATCH):
+            assert p.send_batch(msgs).send_status is SendStatus.SEND_OK
+        return (n // BATCH) * BATCH
+
+    def singles() -> int:
+        m = Message(topic="B", body=body)
+        k = max(1000, n // 10)
+        for _ in range(k):
+            assert p.send(m).send_status is SendStatus.SEND_OK
+        return k
+
+    return {
+        "produce_batch32_msgs_per_s": _timed(batches),
+        "produce_one_msgs_per_s": _timed(singles),
+    }
+
+
 def bench(n: int, size: int, role: str | None) -> dict[str, float]:
     """Produce figures against a master of ``role`` with one slave (None: no slave)."""
     from mqcore import Message, Producer, SendStatus
@@ -54,47 +95,45 @@ def bench(n: int, size: int, role: str | None) -> dict[str, float]:
     procs = []
     try:
         args = ("--role", role, "--ha-listen", "0") if role else ()
-        master, addr, ha = _serve(os.path.join(root, "m"), *args)
+        master, addr, ha = serve(os.path.join(root, "m"), *args)
         procs.append(master)
         if role:
-            slave, _, _ = _serve(
+            slave, _, _ = serve(
                 os.path.join(root, "s"), "--role", "SLAVE", "--broker-id", "1", "--master-ha", ha
             )
             procs.append(slave)
         with MQAdmin(addr) as admin:
             admin.create_topic("B", 4)
         body = os.urandom(size)
-        out: dict[str, float] = {}
         with Producer("bench-pg", namesrv_addr=addr) as p:
             deadline = time.monotonic() + 30
             while p.send(Message(topic="B", body=body)).send_status is not SendStatus.SEND_OK:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the slave did not connect within 30 s")
                 time.sleep(0.1)
-
-            def batches() -> int:
-                msgs = [Message(topic="B", body=body) for _ in range(BATCH)]
-                for _ in range(n // BATCH):
-                    assert p.send_batch(msgs).send_status is SendStatus.SEND_OK
-                return (n // BATCH) * BATCH
-
-            def singles() -> int:
-                m = Message(topic="B", body=body)
-                k = max(1000, n // 10)
-                for _ in range(k):
-                    assert p.send(m).send_status is SendStatus.SEND_OK
-                return k
-
-            out["produce_batch32_msgs_per_s"] = _timed(batches)
-            out["produce_one_msgs_per_s"] = _timed(singles)
-        return out
+            return produce(p, n, body)
     finally:
         for proc in reversed(procs):
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            stop(proc)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def table(single: dict[str, float], n: int, size: int) -> dict[str, dict[str, float]]:
+    """The single server's produce figures (given) beside an ASYNC_MASTER's and a
+    SYNC_MASTER's, each with one slave (measured now)."""
+    return {
+        "single": {k: single[k] for k in ("produce_batch32_msgs_per_s", "produce_one_msgs_per_s")},
+        "async_master": bench(n, size, "ASYNC_MASTER"),
+        "sync_master": bench(n, size, "SYNC_MASTER"),
+    }
+
+
+def print_table(columns: dict[str, dict[str, float]]) -> None:
+    """The figures as rows, one column per setup."""
+    cols = ("single", "async_master", "sync_master")
+    print(f"{'figure':28}" + "".join(f"{c:>14}" for c in cols))
+    for k in columns["single"]:
+        print(f"{k:28}" + "".join(f"{columns[c][k]:14,.0f}" for c in cols))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,17 +146,12 @@ def main(argv: list[str] | None = None) -> None:
         "machine": f"{os.cpu_count()} cores",
         "messages": args.messages,
         "size": args.size,
-        "single": bench(args.messages, args.size, None),
-        "async_master": bench(args.messages, args.size, "ASYNC_MASTER"),
-        "sync_master": bench(args.messages, args.size, "SYNC_MASTER"),
+        **table(bench(args.messages, args.size, None), args.messages, args.size),
     }
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    cols = ("single", "async_master", "sync_master")
-    print(f"{'figure':28}" + "".join(f"{c:>14}" for c in cols))
-    for k in results["single"]:
-        print(f"{k:28}" + "".join(f"{results[c][k]:14,.0f}" for c in cols))
+    print_table(results)
 
 
 if __name__ == "__main__":

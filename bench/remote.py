@@ -9,9 +9,14 @@ Both servers run as their own process on loopback, each driven by one Python cli
 
 Goals (issue 21): batch produce and consume at least 1.5x Redis's pipelined figures; one by
 one at least Redis's. Needs ``redis-server`` on the PATH (Debian: ``apt install
-redis-server``) and ``pip install redis`` (the ``bench`` dependency group)::
+redis-server``) and ``pip install redis`` (the ``bench`` dependency group); ``--no-redis``
+leaves Redis out.
 
-    python bench/remote.py --messages 100000 [--json]
+The same run then measures produce with replication (``bench/ha.py``'s code): an ASYNC_MASTER
+with one slave and a SYNC_MASTER with one slave, each its own process, printed beside the
+single server's figures (``--no-ha`` leaves them out; they need the mmap store)::
+
+    python bench/remote.py --messages 100000 [--no-redis] [--no-ha] [--json]
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +32,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ha  # bench/ha.py: serving, producing, the replication figures
 
 BATCH = 32
 
@@ -51,16 +58,9 @@ def bench_mqcore(n: int, size: int, store: str) -> dict[str, float]:
     from mqcore import Message, MessageQueue, Producer, PullConsumer, PullStatus
 
     data = tempfile.mkdtemp(prefix="mqcore-bench-")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
-         "--listen", "127.0.0.1:0", "--data-dir", data, "--store", store],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc, addr, _ = ha.serve(data, "--store", store)
     try:
-        assert proc.stdout is not None
-        addr = proc.stdout.readline().split("listening on ")[1].split()[0]
         body = os.urandom(size)
-        out: dict[str, float] = {}
         with Producer("bench-pg", namesrv_addr=addr) as p:
             from mqcore.client.transport_remote import RemoteTransport
             from mqcore.protocol import headers
@@ -74,22 +74,7 @@ def bench_mqcore(n: int, size: int, store: str) -> dict[str, float]:
                     perm=6, topic_filter_type="SINGLE_TAG"),
             )  # fmt: skip
             p.send(Message(topic="B", body=body))  # connect, route
-
-            def batches() -> int:
-                msgs = [Message(topic="B", body=body) for _ in range(BATCH)]
-                for _ in range(n // BATCH):
-                    p.send_batch(msgs)
-                return (n // BATCH) * BATCH
-
-            def singles() -> int:
-                m = Message(topic="B", body=body)
-                k = max(1000, n // 10)
-                for _ in range(k):
-                    p.send(m)
-                return k
-
-            out["produce_batch32_msgs_per_s"] = _timed(batches)
-            out["produce_one_msgs_per_s"] = _timed(singles)
+            out = ha.produce(p, n, body)
         with PullConsumer("bench-cg", namesrv_addr=addr) as c:
             mqs = sorted(c.fetch_subscribe_message_queues("B"))
 
@@ -111,8 +96,7 @@ def bench_mqcore(n: int, size: int, store: str) -> dict[str, float]:
             assert isinstance(mqs[0], MessageQueue)
         return out
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        ha.stop(proc)
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -184,23 +168,40 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--store", default="mmap")
+    ap.add_argument("--no-redis", action="store_true", help="leave Redis Streams out")
+    ap.add_argument(
+        "--no-ha", action="store_true", help="leave out the ASYNC_MASTER and SYNC_MASTER figures"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if not args.no_ha and args.store != "mmap":
+        raise SystemExit("replication needs the mmap store: pass --no-ha with --store lmdb")
     results: dict[str, Any] = {
         "machine": f"{os.cpu_count()} cores",
         "messages": args.messages,
         "size": args.size,
         "mqcore": bench_mqcore(args.messages, args.size, args.store),
-        "redis": bench_redis(args.messages, args.size),
     }
-    m, r = results["mqcore"], results["redis"]
-    results["ratios"] = {k: m[k] / r[k] for k in m}
+    m = results["mqcore"]
+    if not args.no_redis:
+        results["redis"] = r = bench_redis(args.messages, args.size)
+        results["ratios"] = {k: m[k] / r[k] for k in m}
+    if not args.no_ha:
+        results["replication"] = ha.table(m, args.messages, args.size)
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"{'figure':32} {'mqcore':>12} {'redis':>12} {'ratio':>7}")
-    for k in m:
-        print(f"{k:32} {m[k]:12,.0f} {r[k]:12,.0f} {m[k] / r[k]:7.2f}")
+    if args.no_redis:
+        print(f"{'figure':32} {'mqcore':>12}")
+        for k in m:
+            print(f"{k:32} {m[k]:12,.0f}")
+    else:
+        print(f"{'figure':32} {'mqcore':>12} {'redis':>12} {'ratio':>7}")
+        for k in m:
+            print(f"{k:32} {m[k]:12,.0f} {r[k]:12,.0f} {m[k] / r[k]:7.2f}")
+    if not args.no_ha:
+        print()
+        ha.print_table(results["replication"])
 
 
 if __name__ == "__main__":
