@@ -1,7 +1,8 @@
 """Build the optional C speedups; everything else is configured in pyproject.toml.
 
-``mqcore._speedups`` is ``optional``: where no C compiler is available the build goes on
-without it and mqcore runs its pure-Python codec (same bytes, slower puts).
+``mqcore._speedups`` (codec and batch loops) and ``mqcore._keyindex`` (the mmap store's key
+index entries) are ``optional``: where no C compiler is available the build goes on without
+them and mqcore runs its pure-Python code (same bytes, slower puts).
 """
 
 from setuptools import Extension, setup
@@ -12,6 +13,11 @@ setup(
             "mqcore._speedups",
             sources=["mqcore/_speedups.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "mqcore._keyindex",
+            sources=["mqcore/_keyindex.c"],
+            optional=True,
+        ),
     ]
 )

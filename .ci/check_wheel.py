@@ -19,9 +19,10 @@ for required in ("mqcore/py.typed", "mqcore/plugins/__init__.py", "mqcore/contri
         sys.exit(f"wheel {wheels[0].name} is missing {required}")
 # The C speedups are optional for an install, but the wheel this project ships must have them:
 # without a compiler the build quietly falls back to the (slower) pure-Python loops.
-if not any(n.startswith("mqcore/_speedups.") and n.endswith((".so", ".pyd")) for n in names):
-    sys.exit(
-        f"wheel {wheels[0].name} lacks the compiled mqcore._speedups extension; install a C "
-        f"compiler and the Python headers (e.g. gcc and python3-dev) and build again"
-    )
+for ext in ("_speedups", "_keyindex"):
+    if not any(n.startswith(f"mqcore/{ext}.") and n.endswith((".so", ".pyd")) for n in names):
+        sys.exit(
+            f"wheel {wheels[0].name} lacks the compiled mqcore.{ext} extension; install a C "
+            f"compiler and the Python headers (e.g. gcc and python3-dev) and build again"
+        )
 print(f"{wheels[0].name}: {len(names)} files, top level {sorted(tops)}")

@@ -39,14 +39,16 @@ API used by the store:
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import mmap
 import os
 import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from pathlib import Path
+from types import ModuleType
 
 import attrs
 
@@ -57,7 +59,16 @@ from mqcore.logs import get_logger
 from . import mappedfile
 from .filemaps import FileMaps
 
-__all__ = ["ENTRY", "ENTRY_SIZE", "HEADER", "HEADER_SIZE", "IndexService", "index_key_hash"]
+__all__ = [
+    "ENTRY",
+    "ENTRY_SIZE",
+    "HEADER",
+    "HEADER_SIZE",
+    "SPEEDUPS",
+    "IndexService",
+    "index_key_hash",
+    "py_put_entries",
+]
 
 log = get_logger(__name__)
 
@@ -100,6 +111,91 @@ def index_key_hash(topic: str, key: str) -> int:
     else:
         h = string_hash_code(f"{topic}#{key}")
     return 0 if h == -(1 << 31) else abs(h)
+
+
+def py_put_entries(
+    mm: mmap.mmap | bytearray,
+    records: list[tuple[str, Sequence[str], int, int]],
+    pos: int,
+    key_pos: int,
+    last_phy: int,
+    slots: int,
+    entries_at: int,
+    limit: int,
+    count: int,
+    begin_phy: int,
+    begin_ts: int,
+    end_phy: int,
+    end_ts: int,
+) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """Write the entries of ``records[pos:]`` into one index file's map, until it is full.
+
+    The reference for ``mqcore._keyindex.put_entries`` (the C loop used when it was built;
+    ``MQCORE_NO_SPEEDUPS=1`` selects this one). ``key_pos`` is -1 to start at record ``pos``
+    (skipped when at or below ``last_phy``, already indexed), or the key of record ``pos``
+    to resume at in a new file. ``count``, ``begin_*`` and ``end_*`` are the file's header
+    values. Returns ``(pos, key_pos, count, last_phy, new_slots, begin_phy, begin_ts,
+    end_phy, end_ts)``: ``pos`` is ``len(records)`` when all are indexed, else the file is
+    full and ``(pos, key_pos)`` is where to resume. The header itself is not written.
+    """
+    unpack_slot, pack_slot, pack_entry = _SLOT.unpack_from, _SLOT.pack_into, ENTRY.pack_into
+    new_slots = 0
+    n = len(records)
+    full = False
+    while pos < n and not full:
+        topic, keys, phy, store_ts = records[pos]
+        if key_pos < 0:
+            if phy <= last_phy:
+                pos += 1
+                continue
+            last_phy = phy
+            key_pos = 0
+        while key_pos < len(keys):
+            key = keys[key_pos]
+            if not key:
+                key_pos += 1
+                continue
+            if count >= limit:
+                full = True  # the caller starts a file and resumes here
+                break
+            if count == 1:
+                begin_phy, begin_ts = phy, store_ts
+            key_hash = index_key_hash(topic, key)
+            slot_pos = HEADER_SIZE + (key_hash % slots) * _SLOT_SIZE
+            prev = unpack_slot(mm, slot_pos)[0]
+            if prev <= 0 or prev >= count:
+                prev = 0
+                new_slots += 1
+            diff = (store_ts - begin_ts) // 1000 if begin_ts > 0 else 0
+            diff = min(max(diff, 0), _INT_MAX)
+            # The entry (with its link) is complete before the slot points at it.
+            pack_entry(mm, entries_at + count * ENTRY_SIZE, key_hash, phy, diff, prev)
+            pack_slot(mm, slot_pos, count)
+            count += 1
+            end_phy, end_ts = phy, store_ts
+            key_pos += 1
+        if not full:
+            key_pos = -1
+            pos += 1
+    key_pos = key_pos if full else -1
+    return pos, key_pos, count, last_phy, new_slots, begin_phy, begin_ts, end_phy, end_ts
+
+
+def _load_keyindex() -> ModuleType | None:
+    if os.environ.get("MQCORE_NO_SPEEDUPS"):
+        return None
+    try:
+        return importlib.import_module("mqcore._keyindex")
+    except ImportError:  # built without a C compiler: the Python loop serves
+        return None
+
+
+_keyindex = _load_keyindex()
+#: True when the key index's entries are written by the C loop of ``mqcore._keyindex``.
+SPEEDUPS = _keyindex is not None
+_put_entries: Callable[..., tuple[int, int, int, int, int, int, int, int, int]] = (
+    py_put_entries if _keyindex is None else _keyindex.put_entries
+)
 
 
 def _name_for(ms: int) -> str:
@@ -337,57 +433,48 @@ class IndexService:
         (and so what queries see) is updated once at the end of the batch.
         """
         self._check_writable()
-        last_phy = self.end_phy_offset
-        slots, entries_at, limit = self.max_hash_slots, self._entries_at, self.max_index_count
-        meta: _File | None = self._files[-1] if self._files else None
-        mm = self._map(meta) if meta is not None else None
-        count = meta.count if meta is not None else limit  # no file yet: start one at a key
-        batch = list(batch)
+        records = batch if type(batch) is list else list(batch)
+        files = self._files
+        meta: _File | None = files[-1] if files else None
+        # end_phy_offset, inlined: one-message puts call this once per message
+        last_phy = -1
+        if meta is not None:
+            last_phy = meta.end_phy if meta.count > 1 or len(files) > 1 else -1
         # Entries this batch may add (an upper bound); their blocks are reserved before
         # anything is written, so a full disk fails the batch cleanly.
-        pending = sum(map(len, map(_KEYS, batch)))
-        if meta is not None and pending:
-            self._reserve(meta, min(limit, count + pending))
+        pending = sum(map(len, map(_KEYS, records)))
+        if not pending:
+            return 0
+        limit = self.max_index_count
+        if meta is None:
+            if not any(key for keys in map(_KEYS, records) for key in keys):
+                return 0  # a file is created for a first key, not before
+            meta = self._new_file()
+        if meta.reserved < self._entries_at + min(limit, meta.count + pending) * ENTRY_SIZE:
+            self._reserve(meta, min(limit, meta.count + pending))
         added = 0
-        unpack_slot, pack_slot, pack_entry = _SLOT.unpack_from, _SLOT.pack_into, ENTRY.pack_into
-        for topic, keys, phy, store_ts in batch:
-            if phy <= last_phy:
-                continue
-            last_phy = phy
-            for key in keys:
-                if not key:
-                    continue
-                if meta is None or mm is None or count >= limit:
-                    if meta is not None and mm is not None:
-                        meta.count = count
-                        mm[:HEADER_SIZE] = meta.header()
-                        self._maps.mark_dirty(meta.path)
-                    meta = self._new_file()
-                    mm = self._map(meta)
-                    assert mm is not None
-                    count = meta.count
-                    self._reserve(meta, min(limit, count + pending - added))
-                if count == 1:
-                    meta.begin_phy, meta.begin_ts = phy, store_ts
-                key_hash = index_key_hash(topic, key)
-                slot_pos = HEADER_SIZE + (key_hash % slots) * _SLOT_SIZE
-                prev = unpack_slot(mm, slot_pos)[0]
-                if prev <= 0 or prev >= count:
-                    prev = 0
-                    meta.slot_count += 1
-                diff = (store_ts - meta.begin_ts) // 1000 if meta.begin_ts > 0 else 0
-                diff = min(max(diff, 0), _INT_MAX)
-                # The entry (with its link) is complete before the slot points at it.
-                pack_entry(mm, entries_at + count * ENTRY_SIZE, key_hash, phy, diff, prev)
-                pack_slot(mm, slot_pos, count)
-                count += 1
-                added += 1
-                meta.end_phy, meta.end_ts = phy, store_ts
-        if added and meta is not None and mm is not None:
-            meta.count = count  # publish
-            mm[:HEADER_SIZE] = meta.header()
-            self._maps.mark_dirty(meta.path)
-        return added
+        pos, key_pos = 0, -1
+        while True:
+            tail = self._maps.tail
+            mm = tail[1] if tail is not None and tail[0] is meta.path else self._map(meta)
+            assert mm is not None
+            start = meta.count
+            (pos, key_pos, count, last_phy, new_slots, *ends) = _put_entries(
+                mm, records, pos, key_pos, last_phy, self.max_hash_slots, self._entries_at,
+                limit, start, meta.begin_phy, meta.begin_ts, meta.end_phy, meta.end_ts,
+            )  # fmt: skip
+            if count > start:
+                meta.begin_phy, meta.begin_ts, meta.end_phy, meta.end_ts = ends
+                meta.slot_count += new_slots
+                meta.count = count  # publish
+                mm[:HEADER_SIZE] = meta.header()
+                self._maps.mark_dirty(meta.path)
+                added += count - start
+            if pos >= len(records):
+                return added
+            # The file is full: go on in a new one, where the stopped record resumes.
+            meta = self._new_file()
+            self._reserve(meta, min(limit, meta.count + pending - added))
 
     def _reserve(self, meta: _File, entries: int) -> None:
         """Give ``meta``'s file disk blocks for its first ``entries`` entries (and more)."""
