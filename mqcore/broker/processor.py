@@ -385,6 +385,17 @@ class BrokerProcessor:
         )
         return _ok(req)
 
+    @_op(RequestCode.CHECK_CLIENT_CONFIG)
+    def _check_client_config(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        # RocketMQ's Java push consumer sends this at start for every SQL92 (non-TAG)
+        # subscription and refuses to start on any answer but SUCCESS; an expression that
+        # does not compile is SUBSCRIPTION_PARSE_FAILED with the parser's message (process()).
+        body = bodies.CheckClientRequestBody.decode(req.body or b"{}")
+        sub = body.subscription_data
+        if sub is not None and sub.expression_type not in ("", "TAG"):
+            self.broker.kernel.filter(sub.expression_type, sub.sub_string)
+        return _ok(req)
+
     @_op(RequestCode.UNREGISTER_CLIENT)
     def _unregister(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         self.broker.unregister_client(h.client_id, h.consumer_group)

@@ -23,6 +23,7 @@ __all__ = [
     "CONSUME_FROM_WHERE",
     "CONSUME_TYPES",
     "MESSAGE_MODELS",
+    "CheckClientRequestBody",
     "ConsumerData",
     "GetConsumerListByGroupResponseBody",
     "HeartbeatData",
@@ -274,6 +275,35 @@ class HeartbeatData:
 
 
 # --- orderly consumption locks (LOCK_BATCH_MQ 41, UNLOCK_BATCH_MQ 42) ------------------------
+
+
+@attrs.frozen(kw_only=True)
+class CheckClientRequestBody:
+    """The body of CHECK_CLIENT_CONFIG (46): a subscription a consumer asks the broker to
+    compile before it starts (the Java client sends it for every non-TAG subscription)."""
+
+    client_id: str = ""
+    group: str = ""
+    subscription_data: SubscriptionData | None = None
+
+    def encode(self) -> bytes:
+        """The JSON body (``clientId``, ``group``, ``subscriptionData``)."""
+        obj: dict[str, Any] = {"clientId": self.client_id, "group": self.group}
+        if self.subscription_data is not None:
+            obj["subscriptionData"] = self.subscription_data.to_json()
+        return dumps(obj)
+
+    @classmethod
+    def decode(cls, body: bytes | bytearray | memoryview | str) -> CheckClientRequestBody:
+        """Read the body. :raises ProtocolError: not a check-client body."""
+        what = "CheckClientRequestBody"
+        obj = _parse(body, what)
+        sub = obj.get("subscriptionData")
+        return cls(
+            client_id=_str(obj, "clientId", what, ""),
+            group=_str(obj, "group", what, ""),
+            subscription_data=None if sub is None else SubscriptionData.from_json(sub),
+        )
 
 
 @attrs.frozen(kw_only=True)

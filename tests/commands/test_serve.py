@@ -148,3 +148,25 @@ def test_route_of_an_unknown_topic_is_17(tmp_path: Path) -> None:
             assert resp.code != ResponseCode.SUCCESS and "topic" in (resp.remark or "")
         finally:
             client.close()
+
+
+@pytest.mark.parametrize(
+    ("subscription", "code", "remark"),
+    [
+        ({"topic": "T", "subString": "a > 5 AND b = 'x'", "expressionType": "SQL92"}, 0, None),
+        ({"topic": "T", "subString": "TagA || TagB", "expressionType": "TAG"}, 0, None),
+        ({"topic": "T", "subString": "a >", "expressionType": "SQL92"}, 23, "a >"),
+        ({"topic": "T", "subString": "a = 1", "expressionType": "NO_SUCH_TYPE"}, 23, "NO_SUCH"),
+    ],
+)
+def test_check_client_config_compiles_the_subscription(
+    tmp_path: Path, subscription: dict[str, str], code: int, remark: str | None
+) -> None:
+    """CHECK_CLIENT_CONFIG (46), which the Java push consumer sends before a SQL92 start."""
+    body = json.dumps({"clientId": "c@1", "group": "g", "subscriptionData": subscription})
+    with Server(tmp_path, "127.0.0.1:0") as server, RemotingClient() as client:
+        cmd = RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, None, body.encode())
+        answer = client.invoke(server.address, cmd, 10)
+    assert answer.code == code
+    if remark is not None:
+        assert remark in (answer.remark or "")
