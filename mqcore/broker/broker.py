@@ -381,6 +381,20 @@ class Broker:
         self._routes[topic] = (cfg, route, members)
         return route
 
+    def cluster_info(self, address: str | None = None) -> dict[str, Any]:
+        """RocketMQ's ``ClusterInfo`` as a name server answers GET_BROKER_CLUSTER_INFO (106):
+        this broker's group, its members by id (this broker at ``address``), in its cluster.
+        ``mqcore serve`` is its own name server, and RocketMQ's admin tools ask it this first."""
+        self._check_open()
+        name, cluster = self.config.broker_name, self.config.broker_cluster_name
+        addrs = {str(i): a for i, a in self._members(address or self.config.store_host)}
+        return {
+            "brokerAddrTable": {
+                name: {"cluster": cluster, "brokerName": name, "brokerAddrs": addrs}
+            },
+            "clusterAddrTable": {cluster: [name]},
+        }
+
     def _members(self, addr: str) -> tuple[tuple[int, str], ...]:
         """This broker group's members by id: this broker at ``addr``, with its master or
         its registered slaves (see :mod:`mqcore.broker.ha`)."""

@@ -207,6 +207,10 @@ class BrokerProcessor:
         route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
         return _ok(req, body=route.encode())
 
+    @_op(RequestCode.GET_BROKER_CLUSTER_INFO)
+    def _cluster_info(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        return _ok(req, body=json.dumps(self.broker.cluster_info(self.address)).encode())
+
     # -- topics ----------------------------------------------------------------------------------
 
     @_op(RequestCode.UPDATE_AND_CREATE_TOPIC)

@@ -170,3 +170,21 @@ def test_check_client_config_compiles_the_subscription(
     assert answer.code == code
     if remark is not None:
         assert remark in (answer.remark or "")
+
+
+def test_cluster_info_names_the_server_as_its_own_name_server(tmp_path: Path) -> None:
+    """GET_BROKER_CLUSTER_INFO (106), which RocketMQ's admin tools ask a name server first."""
+    with Server(tmp_path, "127.0.0.1:0") as server, RemotingClient() as client:
+        cmd = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        answer = client.invoke(server.address, cmd, 10)
+        name = server.broker.config.broker_name
+    assert answer.code == ResponseCode.SUCCESS
+    info = json.loads(bytes(answer.body or b""))
+    assert info["clusterAddrTable"] == {"DefaultCluster": [name]}
+    assert info["brokerAddrTable"] == {
+        name: {
+            "cluster": "DefaultCluster",
+            "brokerName": name,
+            "brokerAddrs": {"0": server.address},
+        }
+    }
