@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 
 from mqcore import Kernel, Message
+from mqcore.message import PROPERTY_UNIQ_KEY
 
 
 def make_message(topic: str, queue_id: int, queue_offset: int) -> Message:
@@ -42,6 +43,11 @@ def make_message(topic: str, queue_id: int, queue_offset: int) -> Message:
         keys=f"k{queue_offset} q{queue_id}",
         properties={"i": str(queue_offset), "u": "h\u00e9\u2713"},
     )
+
+
+def uniq_id(topic: str, queue_id: int, queue_offset: int) -> str:
+    """A unique id (32 hex digits, as a producer's) for the message at these offsets."""
+    return hashlib.md5(f"{topic}/{queue_id}/{queue_offset}".encode()).hexdigest().upper()
 
 
 def body_hash(bodies: list[bytes]) -> str:
@@ -71,6 +77,9 @@ def _write(spec: dict[str, Any]) -> None:
             qid = rnd.randrange(queues)
             start = store.max_offset(topic, qid)
             msgs = [make_message(topic, qid, start + i) for i in range(rnd.randint(1, batch_max))]
+            if spec.get("uniq"):  # as a producer sends them: indexed like a key
+                for i, msg in enumerate(msgs):
+                    msg.properties[PROPERTY_UNIQ_KEY] = uniq_id(topic, qid, start + i)
             results = store.put(topic, qid, msgs)
             _emit(
                 {

@@ -3,9 +3,11 @@
 A helper process (``store_worker.py write``) puts batches and prints each acknowledged
 batch (queue offsets, commit-log offsets, message ids, a hash of the bodies) as one line.
 The test kills it with SIGKILL at a random moment, reopens the store (recovery), and checks
-that every acknowledged message is there byte for byte, that offsets are contiguous, and
-that whatever else is readable (batches stored but not yet acknowledged) is complete and
-exactly what the writer wrote. Runs accumulate on one directory, alternating flush modes.
+that every acknowledged message is there byte for byte and found by key and by unique id
+(the key index), that offsets are contiguous, and that whatever else is readable (batches
+stored but not yet acknowledged) is complete and exactly what the writer wrote. Runs
+accumulate on one directory, alternating flush modes. The writer gives each message a unique
+id (``UNIQ_KEY``) as a producer does.
 
 ``MQCORE_CRASH_RUNS`` sets the number of kills per store variant (default 5; the
 acceptance run uses 50). ``MQCORE_CRASH_SEED`` replays a sequence of kill moments.
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 
 from mqcore import codec
+from mqcore.message import PROPERTY_UNIQ_KEY
 from mqcore.store import GetStatus
 
 CRASH_RUNS = int(os.environ.get("MQCORE_CRASH_RUNS", "5"))
@@ -52,6 +55,7 @@ def _kill_at_random(harness: Any, rnd: random.Random, run: int) -> list[dict[str
             batches=-1,
             batch_max=8,
             seed=rnd.randrange(1 << 30),
+            uniq=True,
         )
     finally:
         harness.options = harness_options
@@ -74,6 +78,13 @@ def _kill_at_random(harness: Any, rnd: random.Random, run: int) -> list[dict[str
     return acked + _acked(rest)
 
 
+def _message(worker_module: Any, topic: str, queue_id: int, queue_offset: int) -> Any:
+    """What the writer stores at these offsets: its message with its unique id."""
+    msg = worker_module.make_message(topic, queue_id, queue_offset)
+    msg.properties[PROPERTY_UNIQ_KEY] = worker_module.uniq_id(topic, queue_id, queue_offset)
+    return msg
+
+
 def _verify(harness: Any, worker_module: Any, acked: list[dict[str, Any]]) -> None:
     store = harness.open()
     try:
@@ -84,15 +95,23 @@ def _verify(harness: Any, worker_module: Any, acked: list[dict[str, Any]]) -> No
             first = batch["qo"]
             assert [m.queue_offset for m in msgs] == list(range(first, first + batch["n"]))
             assert [m.commitlog_offset for m in msgs] == batch["co"]
-            assert [m.msg_id for m in msgs] == batch["ids"]
+            assert [m.offset_msg_id for m in msgs] == batch["ids"]
             assert worker_module.body_hash([m.body for m in msgs]) == batch["h"]
+            # The key index finds every acknowledged message by key and by unique id.
+            for msg in msgs:
+                uniq = worker_module.uniq_id(msg.topic, msg.queue_id, msg.queue_offset)
+                assert msg.msg_id == uniq
+                found = store.lookup(msg.topic, uniq)
+                assert [m.offset_msg_id for m in found] == [msg.offset_msg_id], (batch, uniq)
+                by_key = store.lookup(msg.topic, f"k{msg.queue_offset}", max_count=64)
+                assert msg.offset_msg_id in {m.offset_msg_id for m in by_key}, batch
         everything = []
         for topic in TOPICS:
             for qid in range(QUEUES):
                 for msg in harness.read_queue(store, topic, qid):
                     record = bytes(msg.record)
                     assert codec.check_record(record, 0) == (codec.RECORD, len(record))
-                    want = worker_module.make_message(topic, qid, msg.queue_offset)
+                    want = _message(worker_module, topic, qid, msg.queue_offset)
                     assert (msg.topic, msg.body, msg.tags, msg.keys, msg.properties) == (
                         want.topic,
                         want.body,
@@ -105,7 +124,7 @@ def _verify(harness: Any, worker_module: Any, acked: list[dict[str, Any]]) -> No
         # The recovered store keeps going where the log ends.
         last = max((m.commitlog_offset for m in everything), default=-1)
         start = store.max_offset("C1", 0)
-        (result,) = store.put("C1", 0, [worker_module.make_message("C1", 0, start)])
+        (result,) = store.put("C1", 0, [_message(worker_module, "C1", 0, start)])
         assert result.queue_offset == start
         assert result.commitlog_offset > last
     finally:
