@@ -291,8 +291,18 @@ class RemoteTransport:
         with self._lock:
             brokers = sorted(set(self._brokers.values()))
         if brokers:
+            # Every broker gets its heartbeat even when one fails (a dead master listed first
+            # must not keep the group off the others for a round, as in RocketMQ); the first
+            # failure is raised only when no broker took the heartbeat.
+            failed: list[Exception] = []
             for addr in brokers:
-                _check(self._call(addr, RequestCode.HEART_BEAT, None, body))
+                try:
+                    _check(self._call(addr, RequestCode.HEART_BEAT, None, body))
+                except Exception as exc:
+                    log.warning("heartbeat_failed", addr=addr, error=str(exc))
+                    failed.append(exc)
+            if len(failed) == len(brokers):
+                raise failed[0]
             return
         # No broker known yet (no route found): mqcore serve answers as broker on its name
         # server address, so register there; a plain RocketMQ name server refuses the code,

@@ -33,6 +33,7 @@ from mqcore.message import MessageExt
 from mqcore.protocol import headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import loads
+from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 from mqcore.protocol.route import TopicRoute
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
@@ -115,6 +116,33 @@ def test_a_pull_refused_by_a_dead_master_asks_the_name_server_again(tmp_path):
             resp = transport.pull_message(mq, "cg", 0, 32)
             assert resp.code == ResponseCode.SUCCESS
             assert [bytes(MessageExt(bytes(r)).body) for r in resp.records] == [b"kept"]
+        finally:
+            transport.close()
+            server.close()
+
+
+def test_a_heartbeat_reaches_every_live_broker_past_a_dead_one(tmp_path):
+    """A dead master in the cached route does not keep the heartbeat from the other groups;
+    only when no broker takes it does the heartbeat fail."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    with Broker(tmp_path / "b") as live, NamesrvServer("127.0.0.1:0") as ns:
+        processor = BrokerProcessor(live, "")
+        server = RemotingServer(processor, "127.0.0.1", 0)
+        host, port = server.start()
+        processor.address = f"{host}:{port}"
+        transport = RemoteTransport(ns.address)
+        try:
+            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+            ns.tables.register(_header("broker-a", dead), topics)
+            ns.tables.register(_header("broker-b", processor.address), topics)
+            data = ConsumerData(group_name="cg", subscriptions=[SubscriptionData(topic="T")])
+            transport.heartbeat("c@1", consumer_data=[data])
+            assert live.get_consumer_list_by_group("cg") == ["c@1"]
+            server.close()  # now no broker answers
+            with pytest.raises(RemotingConnectError):
+                transport.heartbeat("c@1", consumer_data=[data])
         finally:
             transport.close()
             server.close()
