@@ -247,6 +247,25 @@ class RemoteTransport:
             return members[MASTER_ID]
         return members[min(members)]  # no master (it died): its slave still serves reads
 
+    def _broker_call(
+        self, broker_name: str, topic: str, code: int, header: Any = None, body: Any = None
+    ) -> RemotingCommand:
+        """A request to ``broker_name``'s master (else a member). A refused connection (the
+        member died) asks the name server for the topic's route again at once, and the
+        request goes once more where that route points (offset commits and queries are
+        idempotent, so the second try is safe)."""
+        addr = self._broker_addr(broker_name, topic)
+        try:
+            return self._call(addr, code, header, body)
+        except RemotingConnectError:
+            self._routes.pop(topic, None)
+            with contextlib.suppress(Exception):
+                self.get_route_info_by_topic(topic)
+            retry = self._broker_addr(broker_name, topic)
+            if retry == addr:
+                raise
+            return self._call(retry, code, header, body)
+
     def _broker_addr(self, broker_name: str, topic: str | None = None) -> str:
         addr = self._brokers.get(broker_name)
         if addr is None and topic is not None:
@@ -592,8 +611,8 @@ class RemoteTransport:
         header = headers.QueryConsumerOffsetRequestHeader(
             consumer_group=consumer_group, topic=mq.topic, queue_id=mq.queue_id
         )
-        resp = self._call(
-            self._broker_addr(mq.broker_name, mq.topic), RequestCode.QUERY_CONSUMER_OFFSET, header
+        resp = self._broker_call(
+            mq.broker_name, mq.topic, RequestCode.QUERY_CONSUMER_OFFSET, header
         )
         if resp.code == ResponseCode.QUERY_NOT_FOUND:
             return -1
@@ -608,21 +627,11 @@ class RemoteTransport:
             commit_offset=offset,
         )
         _check(
-            self._call(
-                self._broker_addr(mq.broker_name, mq.topic),
-                RequestCode.UPDATE_CONSUMER_OFFSET,
-                header,
-            )
+            self._broker_call(mq.broker_name, mq.topic, RequestCode.UPDATE_CONSUMER_OFFSET, header)
         )
 
     def _offset_call(self, code: int, header: Any, response: Any, mq: MessageQueue) -> int:
-        resp = _check(
-            self._call(
-                self._broker_addr(mq.broker_name, mq.topic),
-                code,
-                None if header is None else header,
-            )
-        )
+        resp = _check(self._broker_call(mq.broker_name, mq.topic, code, header))
         return int(resp.read_header(response).offset)
 
     def get_min_offset(self, mq: MessageQueue) -> int:

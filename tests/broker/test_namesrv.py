@@ -121,6 +121,35 @@ def test_a_pull_refused_by_a_dead_master_asks_the_name_server_again(tmp_path):
             server.close()
 
 
+def test_offset_calls_to_a_dead_master_go_to_the_member_the_fresh_route_names(tmp_path):
+    """An offset commit or query refused by a dead master asks the name server again at
+    once and goes to the member still serving (its slave), instead of failing until the
+    cached route expires, 30 s later."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    with Broker(tmp_path / "slave") as slave, NamesrvServer("127.0.0.1:0") as ns:
+        slave.create_topic("T", 1)
+        processor = BrokerProcessor(slave, "")
+        server = RemotingServer(processor, "127.0.0.1", 0)
+        host, port = server.start()
+        processor.address = f"{host}:{port}"
+        transport = RemoteTransport(ns.address)
+        try:
+            master_conn = object()
+            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+            ns.tables.register(_header("broker-a", dead), topics, master_conn)
+            ns.tables.register(_header("broker-a", processor.address, 1), {})
+            transport.get_route_info_by_topic("T")  # cached: the master is at ``dead``
+            ns.tables.connection_closed(master_conn)  # the master died
+            mq = MessageQueue("T", "broker-a", 0)
+            transport.update_consumer_offset("cg", mq, 7)
+            assert transport.query_consumer_offset("cg", mq) == 7
+        finally:
+            transport.close()
+            server.close()
+
+
 def test_a_heartbeat_reaches_every_live_broker_past_a_dead_one(tmp_path):
     """A dead master in the cached route does not keep the heartbeat from the other groups;
     only when no broker takes it does the heartbeat fail."""
