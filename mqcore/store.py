@@ -33,6 +33,7 @@ __all__ = [
     "PutResult",
     "RawGetResult",
     "Store",
+    "UnitsResult",
     "deliver_timestamp",
     "parse_delay_levels",
     "position_status",
@@ -165,6 +166,24 @@ class RawGetResult:
 
     status: GetStatus
     records: list[memoryview]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@attrs.frozen
+class UnitsResult:
+    """A queue's consume-queue units from an offset (``get_units``, which a store may offer
+    besides the :class:`Store` operations; both bundled stores do).
+
+    ``units`` holds them back to back, 20 bytes each as RocketMQ lays them out: commit-log
+    offset (8), record size (4), tags code (8), big-endian; the first is the unit at the
+    offset asked for. ``status`` and ``next_offset`` follow :meth:`Store.get`'s rules for
+    an offset outside the queue.
+    """
+
+    status: GetStatus
+    units: bytes
     next_offset: int
     min_offset: int
     max_offset: int

@@ -113,6 +113,31 @@ def read_queue(
     return status, chunks, offset + scanned, low, high
 
 
+def read_units(
+    txn: Any, env: Any, prefix: bytes, offset: int, max_count: int
+) -> tuple[GetStatus, bytes, int, int, int]:
+    """Up to ``max_count`` consume-queue units of one queue from ``offset``, records not read:
+    (status, units, next offset, min, max)."""
+    cq = txn.cursor(db=env.cq)
+    low, high = _bounds(txn, env.meta, cq, prefix)
+    early = position_status(offset, low, high)
+    if early is not None:
+        return early[0], b"", early[1], low, high
+    cq.set_range(prefix + _OFFSET_PACK(offset))  # offset < high: an item of this queue
+    count = min(max_count, high - offset)
+    key, units = cq.item()
+    n = len(units) // _UNIT
+    skip = offset - (_OFFSET.unpack_from(key, len(prefix))[0] + 1 - n)
+    parts = [bytes(units[skip * _UNIT :])]
+    got = n - skip
+    # ``count`` never exceeds what the queue holds from ``offset``: the items are its own.
+    while got < count and cq.next():
+        units = cq.value()
+        parts.append(bytes(units))
+        got += len(units) // _UNIT
+    return GetStatus.FOUND, b"".join(parts)[: count * _UNIT], offset + count, low, high
+
+
 def _plain(
     txn: Any, log_db: Any, cq: Any, prefix: bytes, offset: int, count: int, max_bytes: int
 ) -> tuple[list[Chunk], int, int]:

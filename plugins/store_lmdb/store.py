@@ -56,6 +56,7 @@ from mqcore.store import (
     GetStatus,
     PutResult,
     RawGetResult,
+    UnitsResult,
     parse_delay_levels,
 )
 from mqcore.storekind import KIND_FILE_NAME, check_store_kind
@@ -471,6 +472,21 @@ class LmdbStore:
         )
         spans = [(data, None, 0) for data, _, _ in chunks]
         return RawSpans(status, spans, sum(len(c[1]) for c in chunks), nxt, low, high)
+
+    @_reads
+    def get_units(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> UnitsResult:
+        """Up to ``max_count`` consume-queue units from ``offset`` (see
+        :class:`~mqcore.store.UnitsResult`), without reading the records."""
+        if max_count < 1:
+            raise InvalidArgumentError(f"max_count ({max_count}) must be >= 1")
+        prefix = layout.queue_prefix(topic, queue_id)
+        with self._lock:
+            self._check_open()
+            txn = self._txn()
+            try:
+                return UnitsResult(*scan.read_units(txn, self._env, prefix, offset, max_count))
+            finally:
+                self._end_txn(txn)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest offset stored in the queue (0 for an empty queue)."""

@@ -62,6 +62,7 @@ from mqcore.store import (
     GetStatus,
     PutResult,
     RawGetResult,
+    UnitsResult,
     parse_delay_levels,
     position_status,
 )
@@ -660,6 +661,27 @@ class MmapStore:
         self._commitlog.note_io(phys + size - first)
         span = (mf.view, units, mf.file_from_offset)
         return RawSpans(GetStatus.FOUND, [span], n, offset + n, low, high)
+
+    def get_units(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> UnitsResult:
+        """Up to ``max_count`` consume-queue units from ``offset`` (see
+        :class:`~mqcore.store.UnitsResult`), without reading the records."""
+        self._check_open()
+        if max_count < 1:
+            raise InvalidArgumentError(f"max_count ({max_count}) must be >= 1")
+        cq, low, high = self._bounds(topic, queue_id)
+        if cq is None or high == 0:
+            return UnitsResult(GetStatus.NO_MESSAGE_IN_QUEUE, b"", 0, low, high)
+        early = position_status(offset, low, high)
+        if early is not None:
+            return UnitsResult(early[0], b"", early[1], low, high)
+        view = cq.read_units(offset, min(max_count, high - offset))
+        try:
+            units = bytes(view)  # a copy: a view would pin the consume-queue file's map
+        finally:
+            view.release()
+        if not units:
+            return UnitsResult(GetStatus.OFFSET_TOO_SMALL, b"", cq.min_offset, cq.min_offset, high)
+        return UnitsResult(GetStatus.FOUND, units, offset + len(units) // UNIT_SIZE, low, high)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest queue offset still stored (0 for an unknown queue)."""

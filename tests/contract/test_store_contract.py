@@ -305,6 +305,32 @@ def test_timer_topic_units_hold_the_deliver_time(harness, reopen_mode, tags_code
     assert tags_codes.codes == [1800000000123, 1800000000007, codec.tags_hash_code("TagA")]
 
 
+def test_get_units_reads_the_consume_queue_alone(harness, reopen_mode):
+    """``get_units``: the units of the records ``get_raw`` returns (commit-log offset, size,
+    tags code), across batches, and get's status rules outside the queue."""
+    from mqcore.batch import UNIT
+
+    store = harness.open()
+    store.put("U", 0, [Message(topic="U", body=b"a" * i, tags="TagA") for i in range(1, 4)])
+    store.put("U", 0, [Message(topic="U", body=b"b" * i) for i in range(1, 6)])
+    store.put("U", 1, [Message(topic="U", body=b"other")])
+    store = harness.readback(store)
+    records = [codec.decode(r) for r in store.get_raw("U", 0, 0, max_count=100).records]
+    want = [(m.commitlog_offset, m.store_size, codec.tags_hash_code(m.tags)) for m in records]
+    got = store.get_units("U", 0, 0, 100)
+    assert (got.status, got.next_offset, got.min_offset, got.max_offset) == (
+        GetStatus.FOUND, 8, 0, 8,
+    )  # fmt: skip
+    assert list(UNIT.iter_unpack(got.units)) == want
+    part = store.get_units("U", 0, 2, 4)  # from inside the first batch into the second
+    assert (list(UNIT.iter_unpack(part.units)), part.next_offset) == (want[2:6], 6)
+    assert store.get_units("U", 0, 8, 5).status is GetStatus.NO_NEW_MSG
+    assert store.get_units("U", 0, 9, 5).status is store.get("U", 0, 9).status
+    assert store.get_units("none", 0, 0, 5).status is GetStatus.NO_MESSAGE_IN_QUEUE
+    with pytest.raises(errors.InvalidArgumentError):
+        store.get_units("U", 0, 0, 0)
+
+
 def test_lookup_by_key(harness, reopen_mode):
     """Several keys per message, keys shared by messages, the same key in another topic."""
     store = harness.open()
