@@ -190,6 +190,14 @@ class TimerHost(DelayHost, Protocol):
         """One past the last offset of the timer topic."""
         ...
 
+    def read_timer_units(self, offset: int, max_count: int) -> Any:
+        """The timer topic's consume-queue units from ``offset`` (a
+        :class:`mqcore.store.UnitsResult`; each unit's tags code is the held message's
+        deliver time when it is at least 2**31, see :func:`mqcore.codec.timer_tags_code`),
+        or None when the store cannot read units alone: then use :meth:`read_timers`.
+        A scheduler written before this method may ignore it."""
+        ...
+
     def timer_message(self, queue_offset: int) -> Any:
         """The held message at ``queue_offset`` of the timer topic (a MessageExt), or None."""
         ...

@@ -34,6 +34,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ from mqcore.plugins.delay_timer_files import (
     TimerLog,
     TimerWheel,
 )
-from mqcore.store import GetStatus
+from mqcore.store import GetStatus, UnitsResult
 
 __all__ = ["TimerScheduler", "TimerStats", "mqcore_register_delay_schedulers", "read_stats"]
 
@@ -79,6 +80,9 @@ _SKIP_PER_PASS = 65_536
 # Record size, queue offset, commit-log offset and body length, from the record header.
 _RECORD = struct.Struct(">i16xqq48xi")
 _HEADER_SIZE = 88
+# A consume-queue unit: commit-log offset, record size, tags code (here the deliver time).
+_CQ_UNIT = struct.Struct(">qiq")
+_MIN_DELIVER_CODE = 1 << 31  # any tag's hash code is below; any real deliver time above
 _OUT_PREFIX = PROPERTY_TIMER_OUT_MS.encode() + b"\x01"
 _OUT_START = len(_OUT_PREFIX)
 _OUT_HEAD = _OUT_START + 13 + 1  # prefix, 13 digits, separator
@@ -106,6 +110,17 @@ def _deliver_ms_of(record: memoryview, body_len: int) -> int | None:
     end = props.find(b"\x02", start)
     text = props[start : end if end >= 0 else len(props)]
     return int(text) if text.isdigit() else None
+
+
+def _held_from_records(records: list[memoryview]) -> list[tuple[int, int, int, Any]]:
+    """``(record size, queue offset, commit-log offset, deliver time or None)`` of the held
+    messages ``records`` (for a store that cannot read units alone)."""
+    unpack = _RECORD.unpack_from
+    held = []
+    for record in records:
+        size, queue_offset, cl_offset, body_len = unpack(record, 0)
+        held.append((size, queue_offset, cl_offset, _deliver_ms_of(record, body_len)))
+    return held
 
 
 @attrs.frozen
@@ -348,12 +363,15 @@ class TimerScheduler:
         host, wheel, tlog = self._host, self._wheel, self._log
         assert wheel is not None and tlog is not None
         prec = self.precision_ms
+        read_units = getattr(host, "read_timer_units", None)
         done = 0
         while done < _ENQUEUE_PER_PASS:
             offset = self._cp.enqueue_offset
             if offset >= host.timer_max_offset():
                 return False
-            got = host.read_timers(offset, _ENQUEUE_BATCH)
+            got = read_units(offset, _ENQUEUE_BATCH) if read_units is not None else None
+            if got is None:  # a store that cannot read units alone: the records
+                got = host.read_timers(offset, _ENQUEUE_BATCH)
             if got.status is not GetStatus.FOUND:
                 if got.next_offset != offset and got.status in (
                     GetStatus.OFFSET_TOO_SMALL,
@@ -363,6 +381,10 @@ class TimerScheduler:
                     self._commit(enqueue_offset=got.next_offset)
                     continue
                 return False
+            if isinstance(got, UnitsResult):
+                held = self._held_from_units(offset, got.units)
+            else:
+                held = _held_from_records(got.records)
             read_ms = self._cp.read_ms
             horizon = read_ms + self.slots * prec
             nslots = self.slots
@@ -376,15 +398,8 @@ class TimerScheduler:
             before: dict[int, tuple[int, int, int, int]] = {}  # slots as committed
             blocked = False
             # Locals: this loop runs once per timer message.
-            unpack, deliver_of, pack, get_slot = (
-                _RECORD.unpack_from,
-                _deliver_ms_of,
-                UNIT.pack,
-                wheel.get,
-            )
-            for record in got.records:
-                size, queue_offset, cl_offset, body_len = unpack(record, 0)
-                deliver = deliver_of(record, body_len)
+            pack, get_slot = UNIT.pack, wheel.get
+            for size, queue_offset, cl_offset, deliver in held:
                 if deliver is None:
                     log.error("timer_message_without_deliver_time", queue_offset=queue_offset)
                     next_offset = queue_offset + 1
@@ -438,6 +453,28 @@ class TimerScheduler:
             if blocked:
                 return False
         return True
+
+    def _held_from_units(self, offset: int, units: bytes) -> list[tuple[int, int, int, Any]]:
+        """``(record size, queue offset, commit-log offset, deliver time or None)`` of the
+        held messages whose consume-queue units are ``units``, the first at ``offset``.
+
+        The tags code of a unit is the deliver time (the stores write ``TIMER_OUT_MS`` there);
+        a code below 2**31 cannot be one (that is January 1970): a unit written before the
+        stores kept it, or a record without a usable ``TIMER_OUT_MS``. Its record is read.
+        """
+        held = [
+            (size, queue_offset, phys, code)
+            for queue_offset, (phys, size, code) in zip(count(offset), _CQ_UNIT.iter_unpack(units))
+        ]
+        for i, (size, queue_offset, phys, code) in enumerate(held):
+            if code < _MIN_DELIVER_CODE:
+                held[i] = (size, queue_offset, phys, self._deliver_of_record(queue_offset))
+        return held
+
+    def _deliver_of_record(self, queue_offset: int) -> int | None:
+        msg = self._host.timer_message(queue_offset)
+        text = None if msg is None else msg.get_property(PROPERTY_TIMER_OUT_MS)
+        return int(text) if text and text.isascii() and text.isdigit() else None
 
     def _rollback(self, before: dict[int, tuple[int, int, int, int]]) -> None:
         """Undo a batch that failed before its commit (the next pass takes it in again)."""

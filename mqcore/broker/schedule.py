@@ -49,7 +49,14 @@ from mqcore.message import (
     system_message,
 )
 from mqcore.protocol.codes import ResponseCode
-from mqcore.store import TIMER_TOPIC, GetResult, GetStatus, PutResult, RawGetResult
+from mqcore.store import (
+    TIMER_TOPIC,
+    GetResult,
+    GetStatus,
+    PutResult,
+    RawGetResult,
+    UnitsResult,
+)
 
 __all__ = ["DelayService", "is_timer_message"]
 
@@ -241,9 +248,13 @@ class DelayService:
         held: dict[int, list[tuple[int, Message]]] = {}
         timers: list[tuple[int, Message]] = []
         now = self._clock()
+        qid_text = str(queue_id)
+        requests, out_ms = TIMER_REQUEST_PROPERTIES, PROPERTY_TIMER_OUT_MS
         for i, m in enumerate(messages):
-            if is_timer_message(m):
-                copy = self._hold_timer(m, topic, queue_id, now)
+            props = m.properties
+            # is_timer_message(m), inline: this loop runs once per message.
+            if props and out_ms not in props and not requests.isdisjoint(props):
+                copy = self._hold_timer(m, topic, qid_text, now)
                 if copy is None:
                     plain.append(i)  # its time has come: stored in its topic at once
                 else:
@@ -283,7 +294,7 @@ class DelayService:
             self._stored(TIMER_TOPIC, 0, got)
         return [r for r in results if r is not None]
 
-    def _hold_timer(self, m: Message, topic: str, queue_id: int, now: int) -> Message | None:
+    def _hold_timer(self, m: Message, topic: str, queue_id: str, now: int) -> Message | None:
         """The copy of timer message ``m`` to store in the timer topic, or None when it is
         due now (a past deliver time is delivered at once)."""
         if m.delay_level > 0:
@@ -312,9 +323,12 @@ class DelayService:
             )
         # TIMER_OUT_MS first: the scheduler reads it from the record without decoding it all.
         # The broker's own REAL_TOPIC/REAL_QID replace any a client sent.
-        props = {PROPERTY_TIMER_OUT_MS: str(deliver), **m.properties}
-        props[PROPERTY_REAL_TOPIC] = topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        props = {
+            PROPERTY_TIMER_OUT_MS: str(deliver),
+            **m.properties,
+            PROPERTY_REAL_TOPIC: topic,
+            PROPERTY_REAL_QUEUE_ID: queue_id,
+        }
         return _held_copy(m, TIMER_TOPIC, props)
 
     # -- DelayHost ---------------------------------------------------------------------
@@ -378,6 +392,16 @@ class DelayService:
     def read_timers(self, offset: int, max_count: int) -> RawGetResult:
         """Encoded held timer messages from ``offset``."""
         got: RawGetResult = self.store.get_raw(TIMER_TOPIC, 0, offset, max_count=max_count)
+        return got
+
+    def read_timer_units(self, offset: int, max_count: int) -> UnitsResult | None:
+        """The timer topic's consume-queue units from ``offset``, whose tags codes are the
+        held messages' deliver times (see :func:`mqcore.codec.timer_tags_code`), or None
+        when the store offers no ``get_units`` (then :meth:`read_timers` serves)."""
+        get_units = getattr(self.store, "get_units", None)
+        if get_units is None:
+            return None
+        got: UnitsResult = get_units(TIMER_TOPIC, 0, offset, max_count)
         return got
 
     def timer_max_offset(self) -> int:

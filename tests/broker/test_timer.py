@@ -127,6 +127,47 @@ def test_delay_helpers_count_from_arrival(tmp_path: Path, store_name: str) -> No
         assert sorted(_bodies(b)) == [b"m", b"s"]
 
 
+def test_the_wheel_reads_deliver_times_from_units_or_records(
+    tmp_path: Path, store_name: str
+) -> None:
+    """The wheel takes deliver times from the timer topic's consume-queue units; a unit
+    whose tags code is no deliver time (written before the stores kept it there) and a
+    store without ``get_units`` make it read the records instead: same deliveries."""
+    from mqcore import batch, codec
+
+    clock = FakeClock()
+    with _open(tmp_path, store_name, clock) as b:
+        t0 = clock.now
+        sched = b.timer_scheduler
+        with sched._lock:  # the wheel takes them in below, one way after the other
+            b.send_message("T", 0, [Message(topic="T", body=b"unit", deliver_time_ms=t0 + 1500)])
+            units = b.store.get_units(TIMER_TOPIC, 0, 0, 10)
+            assert batch.UNIT.unpack_from(units.units, 0)[2] == t0 + 1500
+            sched._enqueue(clock.now)
+            # A unit as written before: the tag's hash code, not the deliver time.
+            old = system_message(
+                topic=TIMER_TOPIC, body=b"old unit", tags="TagA",
+                properties={"TIMER_OUT_MS": str(t0 + 2500), "REAL_TOPIC": "T", "REAL_QID": "0"},
+            )  # fmt: skip
+            (prepared,) = codec.prepare([old], t0, topic=TIMER_TOPIC)
+            assert prepared[9] == t0 + 2500
+            prepared = (*prepared[:9], codec.tags_hash_code("TagA"), *prepared[10:])
+            b.store.put_prepared(TIMER_TOPIC, 0, [prepared])
+            sched._enqueue(clock.now)
+            b.delay.read_timer_units = lambda offset, count: None  # type: ignore[method-assign]
+            b.send_message("T", 0, [Message(topic="T", body=b"record", deliver_time_ms=t0 + 3500)])
+            sched._enqueue(clock.now)
+            assert b.timer_stats().in_wheel == 3
+        seen: dict[bytes, int] = {}
+        for now in range(t0, t0 + 5000, 100):
+            _step(b, clock, now)
+            for m in _pulled(b):
+                seen.setdefault(m.body, now)
+        assert list(seen) == [b"unit", b"old unit", b"record"]
+        for body, due in zip(seen, (1500, 2500, 3500), strict=True):
+            assert t0 + due <= seen[body] <= t0 + due + 1100
+
+
 def test_a_past_deliver_time_is_delivered_at_once(tmp_path: Path, store_name: str) -> None:
     clock = FakeClock()
     with _open(tmp_path, store_name, clock) as b:
