@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
@@ -88,93 +89,71 @@ def test_a_closed_connection_removes_its_broker():
     assert ns.route("T") is None
 
 
-def test_a_pull_refused_by_a_dead_master_asks_the_name_server_again(tmp_path):
-    """A master that died after the client learnt its route refuses the next pull at once;
-    the pull after it asks the name server again and reads from the slave (instead of
-    trying the dead master until the cached route expires, 30 s later)."""
+@contextlib.contextmanager
+def _dead_and_live(tmp_path, live_name, live_id):
+    """A name server naming broker-a's master at an address nothing listens on, and a live
+    broker served in-process as ``live_name`` member ``live_id``; yields (live broker,
+    name server, the live broker's server, a remote transport through the name server, the
+    connection the dead master registered with)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
-    with Broker(tmp_path / "slave") as slave, NamesrvServer("127.0.0.1:0") as ns:
-        slave.create_topic("T", 1)
-        slave.send_message("T", 0, [Message(topic="T", body=b"kept")])
-        processor = BrokerProcessor(slave, "")
-        server = RemotingServer(processor, "127.0.0.1", 0)
-        host, port = server.start()
-        processor.address = f"{host}:{port}"
-        transport = RemoteTransport(ns.address)
-        try:
-            master_conn = object()
-            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-            ns.tables.register(_header("broker-a", dead), topics, master_conn)
-            ns.tables.register(_header("broker-a", processor.address, 1), {})
-            transport.get_route_info_by_topic("T")  # cached: the master is at ``dead``
-            ns.tables.connection_closed(master_conn)  # the master died
-            mq = MessageQueue("T", "broker-a", 0)
-            with pytest.raises(RemotingConnectError):
-                transport.pull_message(mq, "cg", 0, 32)
-            resp = transport.pull_message(mq, "cg", 0, 32)
-            assert resp.code == ResponseCode.SUCCESS
-            assert [bytes(MessageExt(bytes(r)).body) for r in resp.records] == [b"kept"]
-        finally:
-            transport.close()
-            server.close()
-
-
-def test_offset_calls_to_a_dead_master_go_to_the_member_the_fresh_route_names(tmp_path):
-    """An offset commit or query refused by a dead master asks the name server again at
-    once and goes to the member still serving (its slave), instead of failing until the
-    cached route expires, 30 s later."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
-    with Broker(tmp_path / "slave") as slave, NamesrvServer("127.0.0.1:0") as ns:
-        slave.create_topic("T", 1)
-        processor = BrokerProcessor(slave, "")
-        server = RemotingServer(processor, "127.0.0.1", 0)
-        host, port = server.start()
-        processor.address = f"{host}:{port}"
-        transport = RemoteTransport(ns.address)
-        try:
-            master_conn = object()
-            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-            ns.tables.register(_header("broker-a", dead), topics, master_conn)
-            ns.tables.register(_header("broker-a", processor.address, 1), {})
-            transport.get_route_info_by_topic("T")  # cached: the master is at ``dead``
-            ns.tables.connection_closed(master_conn)  # the master died
-            mq = MessageQueue("T", "broker-a", 0)
-            transport.update_consumer_offset("cg", mq, 7)
-            assert transport.query_consumer_offset("cg", mq) == 7
-        finally:
-            transport.close()
-            server.close()
-
-
-def test_a_heartbeat_reaches_every_live_broker_past_a_dead_one(tmp_path):
-    """A dead master in the cached route does not keep the heartbeat from the other groups;
-    only when no broker takes it does the heartbeat fail."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
-    with Broker(tmp_path / "b") as live, NamesrvServer("127.0.0.1:0") as ns:
+    with Broker(tmp_path / "live") as live, NamesrvServer("127.0.0.1:0") as ns:
+        live.create_topic("T", 1)
         processor = BrokerProcessor(live, "")
         server = RemotingServer(processor, "127.0.0.1", 0)
         host, port = server.start()
         processor.address = f"{host}:{port}"
         transport = RemoteTransport(ns.address)
         try:
+            master_conn = object()
             topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-            ns.tables.register(_header("broker-a", dead), topics)
-            ns.tables.register(_header("broker-b", processor.address), topics)
-            data = ConsumerData(group_name="cg", subscriptions=[SubscriptionData(topic="T")])
-            transport.heartbeat("c@1", consumer_data=[data])
-            assert live.get_consumer_list_by_group("cg") == ["c@1"]
-            server.close()  # now no broker answers
-            with pytest.raises(RemotingConnectError):
-                transport.heartbeat("c@1", consumer_data=[data])
+            ns.tables.register(_header("broker-a", dead), topics, master_conn)
+            ns.tables.register(_header(live_name, processor.address, live_id), topics)
+            yield live, ns, server, transport, master_conn
         finally:
             transport.close()
             server.close()
+
+
+def test_a_pull_refused_by_a_dead_master_asks_the_name_server_again(tmp_path):
+    """A master that died after the client learnt its route refuses the next pull at once;
+    the pull after it asks the name server again and reads from the slave (instead of
+    trying the dead master until the cached route expires, 30 s later)."""
+    with _dead_and_live(tmp_path, "broker-a", 1) as (slave, ns, _, transport, master_conn):
+        slave.send_message("T", 0, [Message(topic="T", body=b"kept")])
+        transport.get_route_info_by_topic("T")  # cached: the master is at the dead address
+        ns.tables.connection_closed(master_conn)  # the master died
+        mq = MessageQueue("T", "broker-a", 0)
+        with pytest.raises(RemotingConnectError):
+            transport.pull_message(mq, "cg", 0, 32)
+        resp = transport.pull_message(mq, "cg", 0, 32)
+        assert resp.code == ResponseCode.SUCCESS
+        assert [bytes(MessageExt(bytes(r)).body) for r in resp.records] == [b"kept"]
+
+
+def test_offset_calls_to_a_dead_master_go_to_the_member_the_fresh_route_names(tmp_path):
+    """An offset commit or query refused by a dead master asks the name server again at
+    once and goes to the member still serving (its slave), instead of failing until the
+    cached route expires, 30 s later."""
+    with _dead_and_live(tmp_path, "broker-a", 1) as (_, ns, _, transport, master_conn):
+        transport.get_route_info_by_topic("T")  # cached: the master is at the dead address
+        ns.tables.connection_closed(master_conn)  # the master died
+        mq = MessageQueue("T", "broker-a", 0)
+        transport.update_consumer_offset("cg", mq, 7)
+        assert transport.query_consumer_offset("cg", mq) == 7
+
+
+def test_a_heartbeat_reaches_every_live_broker_past_a_dead_one(tmp_path):
+    """A dead master in the cached route does not keep the heartbeat from the other groups;
+    only when no broker takes it does the heartbeat fail."""
+    with _dead_and_live(tmp_path, "broker-b", 0) as (live, _, server, transport, _):
+        data = ConsumerData(group_name="cg", subscriptions=[SubscriptionData(topic="T")])
+        transport.heartbeat("c@1", consumer_data=[data])
+        assert live.get_consumer_list_by_group("cg") == ["c@1"]
+        server.close()  # now no broker answers
+        with pytest.raises(RemotingConnectError):
+            transport.heartbeat("c@1", consumer_data=[data])
 
 
 class Serve:
