@@ -212,12 +212,22 @@ def _clean(texts: Iterable[Any]) -> bool:
     return _BAD_TEXT.search(joined) is None
 
 
+def _clean_mapping(properties: Mapping[Any, Any]) -> bool:
+    """:func:`_clean` of every name and every value of ``properties``, in one scan (a
+    separator or lone surrogate is one code point: it shows in the joined text exactly when
+    it is in one of them)."""
+    try:
+        texts = [*properties, *properties.values()]
+    except TypeError:  # as _clean's join of an iterable that fails
+        return False
+    return _clean(texts)
+
+
 def check_user_properties(properties: Mapping[Any, Any]) -> None:
     """What an application may set as ``Message.properties``: ``str`` names and values, no
     separators, no empty or system name (:data:`SYSTEM_PROPERTY_NAMES`)."""
     if (
-        _clean(properties)
-        and _clean(properties.values())
+        _clean_mapping(properties)
         and "" not in properties
         and properties.keys().isdisjoint(SYSTEM_PROPERTY_NAMES)
     ):
@@ -240,7 +250,7 @@ def check_copied_properties(properties: Mapping[Any, Any]) -> None:
     :data:`FIELD_PROPERTIES` (tags, keys and the delay level are fields of their own). System
     names are kept: a replayed message keeps its ``UNIQ_KEY``, a delivered one its
     ``REAL_TOPIC``, as the records they copy hold them."""
-    if _clean(properties) and _clean(properties.values()) and "" not in properties:
+    if _clean_mapping(properties) and "" not in properties:
         bad = properties.keys() & FIELD_PROPERTIES
     else:
         for name, value in properties.items():
@@ -294,7 +304,7 @@ def check_sent_message(msg: Message, topic: str) -> None:
         return
     if props.__class__ is not dict and not isinstance(props, Mapping):
         raise InvalidArgumentError(f"message properties must be a dict, got {props!r}")
-    if not (_clean(props) and _clean(props.values())) or "" in props:
+    if not _clean_mapping(props) or "" in props:
         for name, value in props.items():
             check_text("property name", name)
             check_text(f"property {name!r} value", value)
