@@ -130,7 +130,9 @@ def string_hash_code(text: str) -> int:
         for ch in data:
             h = (31 * h + ch) & 0xFFFFFFFF
     else:
-        data = text.encode("utf-16-be")
+        # surrogatepass: a lone surrogate is one code unit, as in a Java string (messages
+        # refuse them, but the C loops hash any str and must agree with this reference).
+        data = text.encode("utf-16-be", "surrogatepass")
         for i in range(0, len(data), 2):
             h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return _int32(h)
