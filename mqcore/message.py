@@ -513,6 +513,17 @@ class MessageExt:
         return bytes(self._buf[start : start + size])
 
     @property
+    def body_size(self) -> int:
+        """``len(self.body)`` without the copy: read from the header (a body stored
+        compressed is inflated to be measured)."""
+        if self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & _COMPRESSED:
+            return len(self.body)
+        h = self._hdr
+        if h is None:
+            return int(_BODY_LEN.unpack_from(self._buf, self._pos + HEADER_SIZE - 4)[0])
+        return int(h[17])
+
+    @property
     def body_view(self) -> memoryview:
         """The body as a memoryview into the record, without a copy (of the inflated body
         when it was stored compressed)."""

@@ -158,6 +158,27 @@ def test_decode_view_does_not_copy_body() -> None:
     assert bytes(view) == b"Xbc"
 
 
+@pytest.mark.parametrize("decoded_first", [False, True])
+def test_body_size_is_the_length_of_the_body(decoded_first: bool) -> None:
+    """body_size reads the header's body length; a compressed body is measured inflated."""
+    plain = codec.decode(bytearray(_pack([Message(topic="T", body=b"abcde")])))
+    inflated = b"0123456789" * 50
+    packed = codec.pack(
+        codec.prepare([Message(topic="T", body=zlib.compress(inflated))], 1, sys_flag=1),
+        queue_id=0,
+        queue_offset=0,
+        commitlog_offset=0,
+        store_timestamp=5,
+        store_host=STORE_HOST,
+    )
+    compressed = codec.decode(bytearray(packed))
+    if decoded_first:  # the header already unpacked, as after reading another field
+        assert plain.queue_offset == 10 and compressed.queue_offset == 0
+    assert plain.body_size == 5 == len(plain.body)
+    assert compressed.body_size == len(inflated) == len(compressed.body)
+    assert len(compressed.stored_body) < len(inflated)
+
+
 def test_pack_takes_one_prepare_call() -> None:
     """pack() shares the born timestamp etc. across a batch; mixing prepare calls is refused."""
     host = codec.host_bytes("10.0.0.1:10911")

@@ -63,7 +63,7 @@ class ProcessQueue:
                     continue
                 self._msgs[off] = m
                 bisect.insort(self._offsets, off)
-                self.msg_size += len(m.body_view)
+                self.msg_size += m.body_size
                 self.queue_offset_max = max(self.queue_offset_max, off)
             self.last_pull_time = time.monotonic()
             dispatch = bool(self._offsets) and not self.consuming
@@ -102,7 +102,7 @@ class ProcessQueue:
                 if found is not None:
                     i = bisect.bisect_left(self._offsets, off)
                     del self._offsets[i]
-                    self.msg_size -= len(found.body_view)
+                    self.msg_size -= found.body_size
                 self._started.pop(off, None)
             self.last_consume_time = time.monotonic()
             if self._offsets:
@@ -131,7 +131,7 @@ class ProcessQueue:
                 return -1
             last = max(self._consuming)
             for m in self._consuming.values():
-                self.msg_size -= len(m.body_view)
+                self.msg_size -= m.body_size
             self._consuming.clear()
             self.last_consume_time = time.monotonic()
             return last + 1

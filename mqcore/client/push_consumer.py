@@ -587,10 +587,13 @@ class PushConsumer(ClientBase):
                     if pq.msg_count == 0:
                         self.offset_store.update_offset(mq, offset, True)
                     continue
-            for m in msgs:
-                retry_topic = m.get_property(PROPERTY_RETRY_TOPIC)
-                if retry_topic and m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                    m._show_under_topic(retry_topic)
+            if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                # Only a retry queue's messages carry their original topic (RocketMQ's
+                # resetRetryAndNamespace); others are not decoded here at all.
+                for m in msgs:
+                    retry_topic = m.get_property(PROPERTY_RETRY_TOPIC)
+                    if retry_topic:
+                        m._show_under_topic(retry_topic)
             dispatch = pq.put_messages(msgs)
             assert self._service is not None
             self._service.submit(msgs, pq, mq, dispatch)
