@@ -80,3 +80,21 @@ def test_one_scan_of_names_and_values_is_two_scans(props: dict[Any, Any]) -> Non
     assert validation._clean_mapping(props) == (
         validation._clean(props) and validation._clean(props.values())
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        _VALUES,
+        st.text(st.sampled_from(["0", "9", "A", "F", "z", "\u0663", "\x01", "-"])),
+    ),
+    st.integers(0, 3),
+)
+def test_a_unique_id_alone_is_checked_as_the_plain_rules_say(value: Any, delay_level: int) -> None:
+    """The fast path for a message whose one property is UNIQ_KEY (every producer's)."""
+    msg = Message(topic="T", body=b"x")
+    object.__setattr__(msg, "properties", {"UNIQ_KEY": value})
+    object.__setattr__(msg, "delay_level", delay_level)
+    assert _outcome(check_sent_message, msg, "T") == _outcome(
+        _reference_properties_check, {"UNIQ_KEY": value}, delay_level, "T"
+    )
