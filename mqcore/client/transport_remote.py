@@ -15,7 +15,7 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -250,21 +250,56 @@ class RemoteTransport:
     def _broker_call(
         self, broker_name: str, topic: str, code: int, header: Any = None, body: Any = None
     ) -> RemotingCommand:
-        """A request to ``broker_name``'s master (else a member). A refused connection (the
-        member died) asks the name server for the topic's route again at once, and the
-        request goes once more where that route points (offset commits and queries are
-        idempotent, so the second try is safe)."""
-        addr = self._broker_addr(broker_name, topic)
+        """A request to ``broker_name``'s master, else a member (see :meth:`_refreshing`)."""
+        resp = self._refreshing(self._broker_addr, broker_name, topic, code, header, body)
+        assert resp is not None  # _broker_addr raises rather than name no one
+        return resp
+
+    def _master_call(
+        self, broker_name: str, topic: str, code: int, header: Any = None, body: Any = None
+    ) -> RemotingCommand | None:
+        """A request to ``broker_name``'s master alone; None while the group has none."""
+        return self._refreshing(self._master_addr, broker_name, topic, code, header, body)
+
+    def _refreshing(
+        self,
+        where: Callable[[str, str], str | None],
+        broker_name: str,
+        topic: str,
+        code: int,
+        header: Any,
+        body: Any,
+    ) -> RemotingCommand | None:
+        """The request sent where ``where`` points (None: nowhere, no request). A refused
+        connection (the member died) asks the name server for the topic's route again at
+        once, and the request goes once more where that route points (offsets, locks and
+        their queries are idempotent, so the second try is safe)."""
+        addr = where(broker_name, topic)
+        if addr is None:
+            return None
         try:
             return self._call(addr, code, header, body)
         except RemotingConnectError:
             self._routes.pop(topic, None)
             with contextlib.suppress(Exception):
                 self.get_route_info_by_topic(topic)
-            retry = self._broker_addr(broker_name, topic)
+            retry = where(broker_name, topic)
+            if retry is None:
+                return None  # e.g. the master died: no lock anywhere until it is back
             if retry == addr:
                 raise
             return self._call(retry, code, header, body)
+
+    def _master_addr(self, broker_name: str, topic: str) -> str | None:
+        """The group's master (RocketMQ's findBrokerAddressInSubscribe with
+        onlyThisBroker): queue locks live on the master alone, so a group without one
+        grants none, and orderly consumption of its queues waits for it."""
+        addr = self._brokers.get(broker_name)
+        if addr is None and topic not in self._routes:
+            with contextlib.suppress(Exception):
+                self.get_route_info_by_topic(topic)
+            addr = self._brokers.get(broker_name)
+        return addr
 
     def _broker_addr(self, broker_name: str, topic: str | None = None) -> str:
         addr = self._brokers.get(broker_name)
@@ -674,11 +709,10 @@ class RemoteTransport:
             body = bodies.LockBatchRequestBody(
                 consumer_group=consumer_group, client_id=client_id, mq_set=group
             ).encode()
-            resp = _check(
-                self._call(
-                    self._broker_addr(name, group[0].topic), RequestCode.LOCK_BATCH_MQ, None, body
-                )
-            )
+            resp = self._master_call(name, group[0].topic, RequestCode.LOCK_BATCH_MQ, None, body)
+            if resp is None:
+                continue  # no master now: none of these queues is locked
+            _check(resp)
             locked |= set(bodies.LockBatchResponseBody.decode(resp.body or b"{}").lock_ok_mq_set)
         return locked
 
@@ -692,11 +726,9 @@ class RemoteTransport:
             body = bodies.UnlockBatchRequestBody(
                 consumer_group=consumer_group, client_id=client_id, mq_set=group
             ).encode()
-            _check(
-                self._call(
-                    self._broker_addr(name, group[0].topic), RequestCode.UNLOCK_BATCH_MQ, None, body
-                )
-            )
+            resp = self._master_call(name, group[0].topic, RequestCode.UNLOCK_BATCH_MQ, None, body)
+            if resp is not None:  # no master: its locks went with it
+                _check(resp)
 
 
 def _wire_consumer(data: ConsumerData) -> bodies.ConsumerData:

@@ -144,6 +144,20 @@ def test_offset_calls_to_a_dead_master_go_to_the_member_the_fresh_route_names(tm
         assert transport.query_consumer_offset("cg", mq) == 7
 
 
+def test_queue_locks_are_taken_on_the_master_alone(tmp_path):
+    """Orderly consumption's locks live on the master (RocketMQ locks nowhere else): with
+    the master dead, its slave grants none, so no two members can consume a queue at once
+    when the master comes back with its own lock table."""
+    with _dead_and_live(tmp_path, "broker-a", 1) as (slave, ns, _, transport, master_conn):
+        transport.get_route_info_by_topic("T")  # cached: the master is at the dead address
+        ns.tables.connection_closed(master_conn)  # the master died
+        mq = MessageQueue("T", "broker-a", 0)
+        assert transport.lock_batch_mq("cg", "c@1", [mq]) == set()  # refused, then no master
+        assert transport.lock_batch_mq("cg", "c@1", [mq]) == set()  # the fresh route: none
+        transport.unlock_batch_mq("cg", "c@1", [mq])  # nothing held, nothing to undo
+        assert slave.lock_batch_mq("cg", "c@2", [mq]) == {mq}  # the slave's table is untouched
+
+
 def test_a_heartbeat_reaches_every_live_broker_past_a_dead_one(tmp_path):
     """A dead master in the cached route does not keep the heartbeat from the other groups;
     only when no broker takes it does the heartbeat fail."""
