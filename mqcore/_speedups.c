@@ -1721,6 +1721,519 @@ done:
     return result;
 }
 
+/* --- the broker's checks of a sent batch (broker._check_messages) -------------------- */
+
+/* An exact str of ASCII text without a property separator (non-empty when ``nonempty``). */
+static int clean_ascii(PyObject *s, int nonempty)
+{
+    if (!PyUnicode_CheckExact(s))
+        return 0;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#endif
+    if (!PyUnicode_IS_ASCII(s))
+        return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (nonempty && n == 0)
+        return 0;
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(s);
+    return memchr(p, 1, (size_t)n) == NULL && memchr(p, 2, (size_t)n) == NULL;
+}
+
+/* 1 when message ``m`` certainly passes the broker's checks for ``topic`` (see
+ * validation.sent_fast_ok, its reference), 0 when the Python checks must decide; never
+ * raises (an error reading a field is cleared: the Python checks meet it again). */
+static int sent_one(PyObject *m, PyObject *topic, long long limit, PyObject *refusable)
+{
+    int ok = 0;
+    PyObject *t = NULL, *body = NULL, *tags = NULL, *keys = NULL, *level = NULL, *props = NULL;
+    if ((t = PyObject_GetAttr(m, s_topic)) == NULL)
+        goto done;
+    if (!PyUnicode_CheckExact(t) || PyUnicode_Compare(t, topic) != 0)
+        goto done;
+    if ((body = PyObject_GetAttr(m, s_body)) == NULL)
+        goto done;
+    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) == 0 ||
+        PyBytes_GET_SIZE(body) > limit)
+        goto done;
+    if ((tags = PyObject_GetAttr(m, s_tags)) == NULL)
+        goto done;
+    if (tags != Py_None && !clean_ascii(tags, 0))
+        goto done;
+    if ((keys = PyObject_GetAttr(m, s_keys)) == NULL)
+        goto done;
+    if (keys != Py_None && !clean_ascii(keys, 0))
+        goto done;
+    if ((level = PyObject_GetAttr(m, s_delay_level)) == NULL || !PyLong_CheckExact(level))
+        goto done;
+    int overflow;
+    long long lv = PyLong_AsLongLongAndOverflow(level, &overflow);
+    if (overflow || lv < 0)
+        goto done;
+    if ((props = PyObject_GetAttr(m, s_properties)) == NULL || !PyDict_CheckExact(props))
+        goto done;
+    if (PyDict_GET_SIZE(props) == 0) {
+        ok = 1;
+        goto done;
+    }
+    if (lv != 0)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        /* Nothing below runs Python code: the dict cannot change while it is read. */
+        if (!clean_ascii(k, 1) || !clean_ascii(v, 0))
+            goto done;
+        int refused = PySet_Contains(refusable, k);
+        if (refused != 0)
+            goto done;
+    }
+    ok = 1;
+done:
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    Py_XDECREF(t);
+    Py_XDECREF(body);
+    Py_XDECREF(tags);
+    Py_XDECREF(keys);
+    Py_XDECREF(level);
+    Py_XDECREF(props);
+    return ok;
+}
+
+PyDoc_STRVAR(sent_prefix_doc,
+"sent_prefix(messages, topic, limit, refusable) -> int\n\n"
+"How many leading messages of a sent batch certainly pass the broker's checks for\n"
+"``topic`` (body of 1..limit bytes, ASCII text without separators, no property name in\n"
+"the frozenset ``refusable``...): validation.sent_fast_ok is the reference. The broker\n"
+"checks the rest with the Python code, which raises what it always raised.");
+
+static PyObject *speedups_sent_prefix(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *topic, *refusable;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "OULO!:sent_prefix", &messages, &topic, &limit,
+                          &PyFrozenSet_Type, &refusable))
+        return NULL;
+    PyObject *seq = PySequence_Fast(messages, "sent_prefix: messages must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i = 0;
+    if (PyUnicode_CheckExact(topic)) {
+        for (; i < n; i++) {
+            if (!sent_one(PySequence_Fast_GET_ITEM(seq, i), topic, limit, refusable))
+                break;
+        }
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(i);
+}
+
+/* --- holding timer messages (broker.schedule.DelayService.put) ---------------------- */
+
+#define HOLD_PAIRS (FAST_PROPERTIES + 3) /* the message's, TIMER_OUT_MS, REAL_TOPIC/QID */
+
+static int same_text(const char *s, Py_ssize_t n, const char *lit)
+{
+    size_t len = strlen(lit);
+    return (size_t)n == len && memcmp(s, lit, len) == 0;
+}
+
+/* The prepared tuple of timer message ``m`` held in ``timer_topic`` for ``topic``/``qid``
+ * (new reference), Py_None when the Python code must hold it (new reference), NULL on
+ * error. schedule.py_hold_timers is the reference. */
+static PyObject *hold_one(PyObject *m, const char *topic_s, Py_ssize_t topic_len,
+                          const char *qid_s, Py_ssize_t qid_len, const char *tt_s,
+                          Py_ssize_t tt_len, long long now, long long max_delay,
+                          PyObject *born, PyObject *recon, PyObject *sflag, PyObject *zero,
+                          PyObject *crc32)
+{
+    PyObject *result = NULL, *props = NULL, *tags = NULL, *keys = NULL, *level = NULL;
+    PyObject *body = NULL, *flag = NULL;
+    PyObject *held[2 * FAST_PROPERTIES];
+    const char *text[2 * HOLD_PAIRS];
+    Py_ssize_t lens[2 * HOLD_PAIRS];
+    Py_ssize_t nheld = 0, ntext = 0;
+    Py_ssize_t tags_len = 0, keys_len = 0;
+    const char *tags_s = NULL, *keys_s = NULL;
+    char out_s[24];
+    int seen_topic = 0, seen_qid = 0;
+    long long deliver = -1;
+    if ((props = PyObject_GetAttr(m, s_properties)) == NULL ||
+        (tags = PyObject_GetAttr(m, s_tags)) == NULL ||
+        (keys = PyObject_GetAttr(m, s_keys)) == NULL ||
+        (level = PyObject_GetAttr(m, s_delay_level)) == NULL ||
+        (body = PyObject_GetAttr(m, s_body)) == NULL ||
+        (flag = PyObject_GetAttr(m, s_flag)) == NULL)
+        goto done;
+    result = Py_None; /* from here on, "goto done" with result Py_None declines */
+    if (!PyDict_CheckExact(props) || PyDict_GET_SIZE(props) > FAST_PROPERTIES ||
+        !PyLong_CheckExact(level) || !PyBytes_CheckExact(body))
+        goto done;
+    int overflow;
+    long long lv = PyLong_AsLongLongAndOverflow(level, &overflow);
+    if (lv != 0 || overflow) {
+        PyErr_Clear();
+        goto done;
+    }
+    if (tags != Py_None && (tags_s = utf8_of(tags, &tags_len)) == NULL)
+        goto done;
+    if (keys != Py_None && (keys_s = utf8_of(keys, &keys_len)) == NULL)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        held[nheld++] = Py_NewRef(k);
+        held[nheld++] = Py_NewRef(v);
+    }
+    text[0] = "TIMER_OUT_MS";
+    lens[0] = 12;
+    text[1] = out_s;
+    ntext = 2;
+    for (Py_ssize_t i = 0; i < nheld; i += 2) {
+        Py_ssize_t kl, vl;
+        const char *ks = utf8_of(held[i], &kl), *vs = utf8_of(held[i + 1], &vl);
+        if (ks == NULL || vs == NULL)
+            goto done;
+        if (same_text(ks, kl, "TIMER_DELIVER_MS")) {
+            if ((deliver = deliver_digits(vs, vl)) < 0)
+                goto done;
+        } else if (same_text(ks, kl, "TIMER_DELAY_MS") || same_text(ks, kl, "TIMER_DELAY_SEC") ||
+                   same_text(ks, kl, "TIMER_OUT_MS")) {
+            goto done;
+        } else if (same_text(ks, kl, "REAL_TOPIC")) {
+            vs = topic_s;
+            vl = topic_len;
+            seen_topic = 1;
+        } else if (same_text(ks, kl, "REAL_QID")) {
+            vs = qid_s;
+            vl = qid_len;
+            seen_qid = 1;
+        }
+        text[ntext] = ks;
+        lens[ntext++] = kl;
+        text[ntext] = vs;
+        lens[ntext++] = vl;
+    }
+    if (deliver <= now || deliver - now > max_delay)
+        goto done; /* not asked for, due already, or too far ahead: the Python code says */
+    lens[1] = snprintf(out_s, sizeof out_s, "%lld", deliver);
+    if (!seen_topic) {
+        text[ntext] = "REAL_TOPIC";
+        lens[ntext++] = 10;
+        text[ntext] = topic_s;
+        lens[ntext++] = topic_len;
+    }
+    if (!seen_qid) {
+        text[ntext] = "REAL_QID";
+        lens[ntext++] = 8;
+        text[ntext] = qid_s;
+        lens[ntext++] = qid_len;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < ntext; i++)
+        total += lens[i] + 1;
+    if (tags_len)
+        total += 5 + tags_len + 1;
+    if (keys_len)
+        total += 5 + keys_len + 1;
+    if (total > MAX_PROPERTY_TEXT)
+        goto done;
+    result = NULL;
+    PyObject *trailer = PyBytes_FromStringAndSize(NULL, 1 + tt_len + 2 + total);
+    if (trailer == NULL)
+        goto done;
+    char *p = PyBytes_AS_STRING(trailer);
+    *p++ = (char)tt_len;
+    memcpy(p, tt_s, (size_t)tt_len);
+    p += tt_len;
+    *p++ = (char)(total >> 8);
+    *p++ = (char)(total & 0xFF);
+    for (Py_ssize_t i = 0; i < ntext; i++) {
+        memcpy(p, text[i], (size_t)lens[i]);
+        p += lens[i];
+        *p++ = (i & 1) ? '\x02' : '\x01';
+    }
+    if (tags_len) {
+        memcpy(p, "TAGS\x01", 5);
+        memcpy(p + 5, tags_s, (size_t)tags_len);
+        p += 5 + tags_len;
+        *p++ = '\x02';
+    }
+    if (keys_len) {
+        memcpy(p, "KEYS\x01", 5);
+        memcpy(p + 5, keys_s, (size_t)keys_len);
+        p += 5 + keys_len;
+        *p++ = '\x02';
+    }
+    assert(p == PyBytes_AS_STRING(trailer) + PyBytes_GET_SIZE(trailer));
+    PyObject *crc_obj = PyObject_CallOneArg(crc32, body);
+    if (crc_obj == NULL) {
+        Py_DECREF(trailer);
+        goto done;
+    }
+    unsigned long crc = PyLong_AsUnsignedLongMask(crc_obj);
+    Py_DECREF(crc_obj);
+    if (crc == (unsigned long)-1 && PyErr_Occurred()) {
+        Py_DECREF(trailer);
+        goto done;
+    }
+    PyObject *item = PyTuple_New(P_FIELDS);
+    PyObject *size = PyLong_FromSsize_t(HEADER_SIZE + PyBytes_GET_SIZE(body) +
+                                        PyBytes_GET_SIZE(trailer));
+    PyObject *crc_masked = PyLong_FromUnsignedLong(crc & 0x7FFFFFFFUL);
+    PyObject *code = PyLong_FromLongLong(deliver);
+    if (item == NULL || size == NULL || crc_masked == NULL || code == NULL) {
+        Py_XDECREF(item);
+        Py_XDECREF(size);
+        Py_XDECREF(crc_masked);
+        Py_XDECREF(code);
+        Py_DECREF(trailer);
+        goto done;
+    }
+    PyTuple_SET_ITEM(item, P_SIZE, size);
+    PyTuple_SET_ITEM(item, P_BODY, Py_NewRef(body));
+    PyTuple_SET_ITEM(item, P_TRAILER, trailer);
+    PyTuple_SET_ITEM(item, P_CRC, crc_masked);
+    PyTuple_SET_ITEM(item, P_FLAG, Py_NewRef(flag));
+    PyTuple_SET_ITEM(item, 5, Py_NewRef(sflag));
+    PyTuple_SET_ITEM(item, 6, Py_NewRef(born));
+    PyTuple_SET_ITEM(item, 7, Py_NewRef(recon));
+    PyTuple_SET_ITEM(item, 8, Py_NewRef(zero));
+    PyTuple_SET_ITEM(item, P_TAGS_CODE, code);
+    PyTuple_SET_ITEM(item, 10, Py_NewRef(keys));
+    result = item;
+done:
+    if (result == Py_None) {
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        Py_INCREF(result);
+    }
+    for (Py_ssize_t i = 0; i < nheld; i++)
+        Py_DECREF(held[i]);
+    Py_XDECREF(props);
+    Py_XDECREF(tags);
+    Py_XDECREF(keys);
+    Py_XDECREF(level);
+    Py_XDECREF(body);
+    Py_XDECREF(flag);
+    return result;
+}
+
+PyDoc_STRVAR(hold_timers_doc,
+"hold_timers(messages, topic, qid, now, max_delay_ms, born_timestamp, reconsume_times,\n"
+"            sys_flag, crc32, timer_topic) -> list | None\n\n"
+"The prepared tuples (codec.Prepared's layout) of timer messages held in ``timer_topic``\n"
+"for ``topic`` and queue ``qid`` (a str): TIMER_OUT_MS first, the message's properties\n"
+"(a client's REAL_TOPIC/REAL_QID replaced in place), REAL_TOPIC and REAL_QID, TAGS and\n"
+"KEYS, the deliver time as tags code; or None when any message needs the Python code\n"
+"(schedule.py_hold_timers is the reference and says which).");
+
+static PyObject *speedups_hold_timers(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *topic, *qid, *born, *recon, *sflag, *crc32, *timer_topic;
+    long long now, max_delay;
+    if (!PyArg_ParseTuple(args, "OUULLOOOOU:hold_timers", &messages, &topic, &qid, &now,
+                          &max_delay, &born, &recon, &sflag, &crc32, &timer_topic))
+        return NULL;
+    Py_ssize_t topic_len, qid_len, tt_len;
+    const char *topic_s = utf8_of(topic, &topic_len);
+    const char *qid_s = utf8_of(qid, &qid_len);
+    const char *tt_s = utf8_of(timer_topic, &tt_len);
+    if (topic_s == NULL || qid_s == NULL || tt_s == NULL || tt_len < 1 || tt_len > MAX_TOPIC)
+        Py_RETURN_NONE;
+    PyObject *seq = PySequence_Tuple(messages);
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    PyObject *zero = PyLong_FromLong(0);
+    if (out == NULL || zero == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = hold_one(PyTuple_GET_ITEM(seq, i), topic_s, topic_len, qid_s, qid_len,
+                                  tt_s, tt_len, now, max_delay, born, recon, sflag, zero, crc32);
+        if (item == NULL)
+            goto fail;
+        if (item == Py_None) {
+            Py_DECREF(out);
+            Py_DECREF(zero);
+            Py_DECREF(seq);
+            return item;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    Py_DECREF(zero);
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(zero);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* --- the timer wheel's enqueue loop (plugins.delay_timer_wheel) ---------------------- */
+
+#define CQ_UNIT 20
+#define TIMER_UNIT 56
+#define SLOT_BYTES 32
+#define TIMER_UNIT_MAGIC 0x54494D52
+#define MIN_DELIVER_CODE (1LL << 31)
+
+static long long floor_div(long long a, long long b)
+{
+    long long q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static long long floor_mod(long long a, long long b) { return a - floor_div(a, b) * b; }
+
+PyDoc_STRVAR(link_timers_doc,
+"link_timers(units, start, offset, forced, read_ms, precision_ms, slots, horizon, now,\n"
+"            pos, seg_end, top_slot, wheel, changed, before, out)\n"
+"    -> (index, pos, top_slot, status)\n\n"
+"The timer wheel's enqueue loop over consume-queue ``units`` (the first at queue offset\n"
+"``offset``) from index ``start``: see delay_timer_wheel.py_link_timers, the reference.");
+
+static PyObject *slot_tuple(long long t, long long due, long long last, long long num)
+{
+    return Py_BuildValue("(LLLL)", t, due, last, num);
+}
+
+static PyObject *speedups_link_timers(PyObject *self, PyObject *args)
+{
+    Py_buffer units, wheel;
+    Py_ssize_t start;
+    long long offset, forced, read_ms, prec, nslots, horizon, now, pos, seg_end, top_slot;
+    PyObject *changed, *before, *out;
+    if (!PyArg_ParseTuple(args, "y*nLLLLLLLLLLy*O!O!O!:link_timers", &units, &start, &offset,
+                          &forced, &read_ms, &prec, &nslots, &horizon, &now, &pos, &seg_end,
+                          &top_slot, &wheel, &PyDict_Type, &changed, &PyDict_Type, &before,
+                          &PyByteArray_Type, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = units.len / CQ_UNIT, i = start;
+    Py_ssize_t have = PyByteArray_GET_SIZE(out);
+    int status = 0;
+    if (prec <= 0 || nslots <= 0 || start < 0) {
+        PyErr_SetString(PyExc_ValueError, "link_timers: precision and slots must be > 0");
+        goto done;
+    }
+    if (i < n && PyByteArray_Resize(out, have + (n - i) * TIMER_UNIT) < 0)
+        goto done;
+    unsigned char *w = (unsigned char *)PyByteArray_AS_STRING(out) + have;
+    const unsigned char *u = (const unsigned char *)units.buf;
+    for (; i < n; i++) {
+        const unsigned char *unit = u + i * CQ_UNIT;
+        long long phys = (long long)get_be64(unit);
+        long long size = (int32_t)get_be32(unit + 8);
+        long long deliver = (long long)get_be64(unit + 12);
+        if (i == start && forced >= 0) {
+            deliver = forced;
+        } else if (deliver < MIN_DELIVER_CODE) {
+            status = 3; /* no deliver time in the unit: read the record */
+            break;
+        }
+        long long slot_ms = deliver - floor_mod(deliver, prec);
+        if (slot_ms < read_ms) {
+            slot_ms = read_ms;
+        } else if (slot_ms >= horizon) {
+            status = 1; /* blocked: the cursor must catch up first */
+            break;
+        }
+        if (pos >= seg_end) {
+            status = 2; /* this unit opens the next log segment */
+            break;
+        }
+        long long index = floor_mod(floor_div(slot_ms, prec), nslots);
+        PyObject *key = PyLong_FromLongLong(index);
+        if (key == NULL)
+            goto done;
+        long long t, due, last, num;
+        PyObject *slot = PyDict_GetItemWithError(changed, key); /* borrowed */
+        if (slot == NULL) {
+            if (PyErr_Occurred() ||
+                (index + 1) * SLOT_BYTES > (long long)wheel.len) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_IndexError, "link_timers: slot %lld is past the wheel",
+                                 index);
+                Py_DECREF(key);
+                goto done;
+            }
+            const unsigned char *s = (const unsigned char *)wheel.buf + index * SLOT_BYTES;
+            t = (long long)get_be64(s);
+            due = (long long)get_be64(s + 8);
+            last = (long long)get_be64(s + 16);
+            num = (int32_t)get_be32(s + 24);
+            PyObject *was = slot_tuple(t, due, last, num);
+            if (was == NULL || PyDict_SetItem(before, key, was) < 0) {
+                Py_XDECREF(was);
+                Py_DECREF(key);
+                goto done;
+            }
+            Py_DECREF(was);
+        } else {
+            if (!PyTuple_Check(slot) || PyTuple_GET_SIZE(slot) != 4) {
+                PyErr_SetString(PyExc_TypeError, "link_timers: a changed slot is not a 4-tuple");
+                Py_DECREF(key);
+                goto done;
+            }
+            t = PyLong_AsLongLong(PyTuple_GET_ITEM(slot, 0));
+            due = PyLong_AsLongLong(PyTuple_GET_ITEM(slot, 1));
+            last = PyLong_AsLongLong(PyTuple_GET_ITEM(slot, 2));
+            num = PyLong_AsLongLong(PyTuple_GET_ITEM(slot, 3));
+            if (PyErr_Occurred()) {
+                Py_DECREF(key);
+                goto done;
+            }
+        }
+        if (t != slot_ms) { /* a new round of this slot */
+            due = 0;
+            last = -1;
+            num = 0;
+        }
+        put_be64(w, (uint64_t)last);
+        put_be64(w + 8, (uint64_t)deliver);
+        put_be64(w + 16, (uint64_t)slot_ms);
+        put_be64(w + 24, (uint64_t)(offset + i));
+        put_be64(w + 32, (uint64_t)phys);
+        put_be64(w + 40, (uint64_t)now);
+        put_be32(w + 48, (uint32_t)size);
+        put_be32(w + 52, (uint32_t)TIMER_UNIT_MAGIC);
+        w += TIMER_UNIT;
+        PyObject *now_slot = slot_tuple(slot_ms, deliver > due ? deliver : due, pos, num + 1);
+        if (now_slot == NULL || PyDict_SetItem(changed, key, now_slot) < 0) {
+            Py_XDECREF(now_slot);
+            Py_DECREF(key);
+            goto done;
+        }
+        Py_DECREF(now_slot);
+        Py_DECREF(key);
+        if (slot_ms > top_slot)
+            top_slot = slot_ms;
+        pos += TIMER_UNIT;
+    }
+    if (PyByteArray_Resize(out, (char *)w - PyByteArray_AS_STRING(out)) < 0)
+        goto done;
+    result = Py_BuildValue("(nLLi)", i, pos, top_slot, status);
+done:
+    if (result == NULL && PyByteArray_GET_SIZE(out) > have && PyErr_Occurred()) {
+        /* leave ``out`` as it was given */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (PyByteArray_Resize(out, have) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    PyBuffer_Release(&units);
+    PyBuffer_Release(&wheel);
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"prepare", speedups_prepare, METH_VARARGS, prepare_doc},
     {"pack", speedups_pack, METH_VARARGS, pack_doc},
@@ -1728,6 +2241,9 @@ static PyMethodDef speedups_methods[] = {
     {"put_results", speedups_put_results, METH_VARARGS, put_results_doc},
     {"record_columns", speedups_record_columns, METH_VARARGS, record_columns_doc},
     {"arrow_prepare", speedups_arrow_prepare, METH_VARARGS, arrow_prepare_doc},
+    {"sent_prefix", speedups_sent_prefix, METH_VARARGS, sent_prefix_doc},
+    {"hold_timers", speedups_hold_timers, METH_VARARGS, hold_timers_doc},
+    {"link_timers", speedups_link_timers, METH_VARARGS, link_timers_doc},
     {NULL, NULL, 0, NULL},
 };
 

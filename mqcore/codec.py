@@ -56,6 +56,9 @@ from mqcore.message import (
 )
 from mqcore.store import TIMER_TOPIC
 
+#: The CRC-32 of record bodies (ISA-L's when installed, else zlib's: the same checksum).
+body_crc32: Callable[[bytes], int] = _crc32
+
 __all__ = [
     "BLANK_MAGIC_CODE",
     "HEADER_SIZE",

@@ -190,6 +190,11 @@ class TimerWheel:
         finally:
             os.close(fd)
 
+    @property
+    def mapping(self) -> mmap.mmap:
+        """The mapped slots (``SLOT`` each), for the enqueue loop to read in one call."""
+        return self._map
+
     def get(self, index: int) -> tuple[int, int, int, int]:
         """``(slot time, latest deliver time, last pos, units)`` of slot ``index``."""
         t, due, last, num, _ = SLOT.unpack_from(self._map, index * SLOT_SIZE)

@@ -34,13 +34,13 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from itertools import count
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from mqcore.atomicfile import read_with_backup, write_json_atomic
+from mqcore.batch import _speedups
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import hookimpl
 from mqcore.logs import get_logger
@@ -52,6 +52,8 @@ from mqcore.message import (
     PROPERTY_TIMER_OUT_MS,
 )
 from mqcore.plugins.delay_timer_files import (
+    SLOT,
+    SLOT_SIZE,
     UNIT,
     UNIT_MAGIC,
     UNIT_SIZE,
@@ -62,7 +64,13 @@ from mqcore.plugins.delay_timer_files import (
 )
 from mqcore.store import GetStatus, UnitsResult
 
-__all__ = ["TimerScheduler", "TimerStats", "mqcore_register_delay_schedulers", "read_stats"]
+__all__ = [
+    "TimerScheduler",
+    "TimerStats",
+    "mqcore_register_delay_schedulers",
+    "py_link_timers",
+    "read_stats",
+]
 
 log = get_logger(__name__)
 
@@ -121,6 +129,116 @@ def _held_from_records(records: list[memoryview]) -> list[tuple[int, int, int, A
         size, queue_offset, cl_offset, body_len = unpack(record, 0)
         held.append((size, queue_offset, cl_offset, _deliver_ms_of(record, body_len)))
     return held
+
+
+# What py_link_timers stopped at.
+LINKED = 0  # every unit
+BLOCKED = 1  # a unit beyond the wheel's span: the cursor must catch up first
+NEW_SEGMENT = 2  # a unit that opens the next timer-log segment (the caller notes the old one)
+READ_RECORD = 3  # a unit without a deliver time in its tags code: the caller reads the record
+
+
+def py_link_timers(
+    units: bytes,
+    start: int,
+    offset: int,
+    forced: int,
+    read_ms: int,
+    precision_ms: int,
+    slots: int,
+    horizon: int,
+    now: int,
+    pos: int,
+    seg_end: int,
+    top_slot: int,
+    wheel: Any,
+    changed: dict[int, tuple[int, int, int, int]],
+    before: dict[int, tuple[int, int, int, int]],
+    out: bytearray,
+) -> tuple[int, int, int, int]:
+    """The enqueue loop of :class:`TimerScheduler`: link held messages into the wheel.
+
+    ``units`` are consume-queue units of the timer topic (the first at queue offset
+    ``offset``), their tags codes the deliver times; from index ``start`` (whose deliver
+    time is ``forced`` instead when that is >= 0, read from its record by the caller), each
+    gets a timer-log unit at ``pos`` (appended to ``out``) pointing back to the last unit
+    of its slot, and the slot (from ``changed``, else read from the mapped ``wheel`` and
+    kept in ``before``) is updated in ``changed``. A unit overdue goes into the slot at
+    ``read_ms``. Stops at the end, or at a unit that is ``BLOCKED``, opens a
+    ``NEW_SEGMENT`` (``pos >= seg_end``) or must ``READ_RECORD``: returns ``(index of
+    that unit, pos, top_slot, status)``, ``top_slot`` the latest slot time linked.
+
+    The reference for ``mqcore._speedups.link_timers`` (same arguments, same results, the
+    tests hold both to the same bytes).
+    """
+    if precision_ms <= 0 or slots <= 0 or start < 0:
+        raise ValueError("link_timers: precision and slots must be > 0")
+    unpack = _CQ_UNIT.unpack_from
+    pack = UNIT.pack
+    get_slot = SLOT.unpack_from
+    n = len(units) // _CQ_UNIT.size
+    i = start
+    status = LINKED
+    chunks: list[bytes] = []
+    while i < n:
+        cl_offset, size, deliver = unpack(units, i * _CQ_UNIT.size)
+        if i == start and forced >= 0:
+            deliver = forced
+        elif deliver < _MIN_DELIVER_CODE:
+            status = READ_RECORD
+            break
+        slot_ms = deliver - deliver % precision_ms
+        if slot_ms < read_ms:
+            slot_ms = read_ms  # overdue: into the slot being delivered
+        elif slot_ms >= horizon:
+            status = BLOCKED
+            break
+        if pos >= seg_end:
+            status = NEW_SEGMENT
+            break
+        index = (slot_ms // precision_ms) % slots
+        slot = changed.get(index)
+        if slot is None:
+            if (index + 1) * SLOT_SIZE > len(wheel):
+                raise IndexError(f"link_timers: slot {index} is past the wheel")
+            slot = before[index] = get_slot(wheel, index * SLOT_SIZE)[:4]
+        if slot[0] != slot_ms:  # a new round of this slot
+            slot = (slot_ms, 0, -1, 0)
+        chunks.append(pack(slot[2], deliver, slot_ms, offset + i, cl_offset, now, size, UNIT_MAGIC))
+        changed[index] = (slot_ms, deliver if deliver > slot[1] else slot[1], pos, slot[3] + 1)
+        if slot_ms > top_slot:
+            top_slot = slot_ms
+        pos += UNIT_SIZE
+        i += 1
+    out += b"".join(chunks)
+    return i, pos, top_slot, status
+
+
+_link_timers: Any = py_link_timers if _speedups is None else _speedups.link_timers
+
+
+def _units_of_records(
+    records: list[memoryview], offset: int
+) -> tuple[int, bytes, dict[int, int | None]]:
+    """For a store that cannot read units alone: the queue offset of ``records``' first
+    (``offset`` when there is none),
+    consume-queue units standing for them (cut at a gap in their queue offsets) whose tags
+    codes are their deliver times, and by index the deliver times too small to be told
+    from a tags code (or None when a record has none)."""
+    held = _held_from_records(records)
+    if not held:
+        return offset, b"", {}
+    first = held[0][1]
+    parts = []
+    odd: dict[int, int | None] = {}
+    for i, (size, queue_offset, cl_offset, deliver) in enumerate(held):
+        if queue_offset != first + i:
+            break
+        if deliver is None or deliver < _MIN_DELIVER_CODE:
+            odd[i] = deliver
+            deliver = 0
+        parts.append(_CQ_UNIT.pack(cl_offset, size, deliver))
+    return first, b"".join(parts), odd
 
 
 @attrs.frozen
@@ -382,94 +500,65 @@ class TimerScheduler:
                     continue
                 return False
             if isinstance(got, UnitsResult):
-                held = self._held_from_units(offset, got.units)
+                base, units, odd = offset, got.units, None
             else:
-                held = _held_from_records(got.records)
+                base, units, odd = _units_of_records(got.records, offset)
             read_ms = self._cp.read_ms
             horizon = read_ms + self.slots * prec
             nslots = self.slots
             slots: dict[int, tuple[int, int, int, int]] = {}
-            units: list[bytes] = []
+            before: dict[int, tuple[int, int, int, int]] = {}  # slots as committed
+            linked = bytearray()
             begin = pos = self._cp.log_end
-            next_offset = offset
             seg = tlog.segment_bytes
             seg_end = begin - begin % seg + seg  # end of the segment being filled
             top_slot = self._seg_max.get(seg_end - seg, -1)
-            before: dict[int, tuple[int, int, int, int]] = {}  # slots as committed
             blocked = False
-            # Locals: this loop runs once per timer message.
-            pack, get_slot = UNIT.pack, wheel.get
-            for size, queue_offset, cl_offset, deliver in held:
-                if deliver is None:
-                    log.error("timer_message_without_deliver_time", queue_offset=queue_offset)
-                    next_offset = queue_offset + 1
-                    continue
-                slot_ms = deliver - deliver % prec
-                if slot_ms < read_ms:
-                    slot_ms = read_ms  # overdue: into the slot being delivered
-                elif slot_ms >= horizon:
+            mapping = wheel.mapping
+            i, n = 0, len(units) // _CQ_UNIT.size
+            forced, forced_at = -1, -1
+            while i < n:
+                i, pos, top_slot, status = _link_timers(
+                    units, i, base, forced if i == forced_at else -1, read_ms, prec, nslots,
+                    horizon, now, pos, seg_end, top_slot, mapping, slots, before, linked,
+                )  # fmt: skip
+                if status == BLOCKED:
                     blocked = True  # the cursor must catch up before this one fits
                     break
-                index = (slot_ms // prec) % nslots
-                slot = slots.get(index)
-                if slot is None:
-                    slot = before[index] = get_slot(index)
-                if slot[0] != slot_ms:  # a new round of this slot
-                    slot = (slot_ms, 0, -1, 0)
-                units.append(
-                    pack(slot[2], deliver, slot_ms, queue_offset, cl_offset, now, size, UNIT_MAGIC)
-                )
-                slots[index] = (
-                    slot_ms,
-                    deliver if deliver > slot[1] else slot[1],
-                    pos,
-                    slot[3] + 1,
-                )
-                if pos >= seg_end:  # this unit opens the next segment
+                if status == NEW_SEGMENT:  # unit i opens the next segment
                     self._seg_max[seg_end - seg] = top_slot
                     seg_end += seg
                     top_slot = -1
-                if slot_ms > top_slot:
-                    top_slot = slot_ms
-                pos += UNIT_SIZE
-                next_offset = queue_offset + 1
-            if units:
+                elif status == READ_RECORD:
+                    deliver = self._deliver_of_record(base + i) if odd is None else odd.get(i)
+                    if deliver is None:
+                        log.error("timer_message_without_deliver_time", queue_offset=base + i)
+                        i += 1
+                    else:
+                        forced, forced_at = deliver, i
+            next_offset = base + i if i else offset
+            if linked:
                 self._seg_max[seg_end - seg] = top_slot
-            pending = self._cp.pending + len(units)
+            linked_count = len(linked) // UNIT_SIZE
+            pending = self._cp.pending + linked_count
             try:
-                if units:
+                if linked:
                     # Log first, then the slots, then the checkpoint: a crash in between
                     # leaves a tail that start() cuts and slots it can walk back.
-                    tlog.append(begin, b"".join(units))
+                    tlog.append(begin, bytes(linked))
+                    pack_slot = SLOT.pack_into
                     for index, (t, due, last, num) in slots.items():
-                        wheel.put(index, t, due, last, num)
+                        pack_slot(mapping, index * SLOT_SIZE, t, due, last, num, 0)
                     self._seg_dirty = True
-                if next_offset != offset or units:
+                if next_offset != offset or linked:
                     self._commit(enqueue_offset=next_offset, log_end=pos, pending=pending)
             except BaseException:
                 self._rollback(before)
                 raise
-            done += len(units)
+            done += linked_count
             if blocked:
                 return False
         return True
-
-    def _held_from_units(self, offset: int, units: bytes) -> list[tuple[int, int, int, Any]]:
-        """``(record size, queue offset, commit-log offset, deliver time or None)`` of the
-        held messages whose consume-queue units are ``units``, the first at ``offset``.
-
-        The tags code of a unit is the deliver time (the stores write ``TIMER_OUT_MS`` there);
-        a code below 2**31 cannot be one (that is January 1970): a unit written before the
-        stores kept it, or a record without a usable ``TIMER_OUT_MS``. Its record is read.
-        """
-        held = [
-            (size, queue_offset, phys, code)
-            for queue_offset, (phys, size, code) in zip(count(offset), _CQ_UNIT.iter_unpack(units))
-        ]
-        for i, (size, queue_offset, phys, code) in enumerate(held):
-            if code < _MIN_DELIVER_CODE:
-                held[i] = (size, queue_offset, phys, self._deliver_of_record(queue_offset))
-        return held
 
     def _deliver_of_record(self, queue_offset: int) -> int | None:
         msg = self._host.timer_message(queue_offset)

@@ -33,8 +33,10 @@ from typing import Any
 
 import attrs
 
+from mqcore import codec
+from mqcore.batch import _speedups
 from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, SCHEDULE_TOPIC, validate_topic
-from mqcore.errors import MessageIllegalError, TimerMessageError
+from mqcore.errors import CodecError, MessageIllegalError, TimerMessageError
 from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_REAL_QUEUE_ID,
@@ -57,8 +59,9 @@ from mqcore.store import (
     RawGetResult,
     UnitsResult,
 )
+from mqcore.uniqkey import uniq_ids
 
-__all__ = ["DelayService", "is_timer_message"]
+__all__ = ["DelayService", "is_timer_message", "py_hold_timers"]
 
 log = get_logger(__name__)
 
@@ -138,6 +141,100 @@ def _held_copy(m: Message, topic: str, properties: dict[str, str]) -> Message:
     for name in _OTHER_FIELDS:
         put(copy, name, getattr(m, name))
     return copy
+
+
+_HOLD_PROPERTIES = 16  # more properties than this: held by the Python code
+_DECLINED = (PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_OUT_MS)
+
+
+def _utf8_text(value: object) -> bool:
+    """An exact ``str`` that encodes as UTF-8 (no lone surrogate)."""
+    if value.__class__ is not str:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def py_hold_timers(
+    messages: Sequence[Message],
+    topic: str,
+    queue_id: str,
+    now: int,
+    max_delay_ms: int,
+    born_timestamp: int,
+    reconsume_times: int,
+    sys_flag: int,
+    crc32: Any = None,
+    timer_topic: str = TIMER_TOPIC,
+) -> list[Any] | None:
+    """The records the broker stores for a batch of timer messages held in the timer topic,
+    as :func:`mqcore.codec.prepare` tuples, or None when one of them is left to
+    :meth:`DelayService.put`'s general path (which then holds the whole batch).
+
+    The reference for ``mqcore._speedups.hold_timers``, which does the same in one C call
+    per batch and no :class:`Message` copy: the tests hold both to the same bytes, and these
+    to the general path's. Taken here: a ``dict`` of at most 16 ``str`` properties that
+    encode as UTF-8, with ``TIMER_DELIVER_MS`` of 1 to 18 ASCII digits (no
+    ``TIMER_DELAY_MS``, ``TIMER_DELAY_SEC`` or ``TIMER_OUT_MS``), ahead of ``now`` by at most
+    ``max_delay_ms``; no delay level; ``bytes`` body; ``str`` tags and keys. Left to the
+    general path: everything else (a timer already due, one too far ahead, a delay level
+    beside a timer...), which also raises what it always raised.
+    """
+    del crc32  # codec's CRC function, as the C call takes it
+    if not (_utf8_text(topic) and _utf8_text(queue_id)):
+        return None
+    held = []
+    for m in messages:
+        props = m.properties
+        level = m.delay_level
+        if (
+            props.__class__ is not dict
+            or len(props) > _HOLD_PROPERTIES
+            or level.__class__ is not int
+            or level != 0
+            or m.body.__class__ is not bytes
+        ):
+            return None
+        for text in (m.tags, m.keys):
+            if text is not None and not _utf8_text(text):
+                return None
+        deliver = -1
+        for name, value in props.items():
+            if not (_utf8_text(name) and _utf8_text(value)):
+                return None
+            if name == PROPERTY_TIMER_DELIVER_MS:
+                if not (0 < len(value) <= 18 and value.isascii() and value.isdigit()):
+                    return None
+                deliver = int(value)
+            elif name in _DECLINED:
+                return None
+        if deliver <= now or deliver - now > max_delay_ms:
+            return None
+        copy = {
+            PROPERTY_TIMER_OUT_MS: str(deliver),
+            **props,
+            PROPERTY_REAL_TOPIC: topic,
+            PROPERTY_REAL_QUEUE_ID: queue_id,
+        }
+        held.append(_held_copy(m, timer_topic, copy))
+    try:
+        return codec.py_prepare(
+            held,
+            born_timestamp,
+            topic=timer_topic,
+            reconsume_times=reconsume_times,
+            sys_flag=sys_flag,
+        )
+    except CodecError:  # a property string beyond the record format: the general path
+        return None
+
+
+_hold_timers: Callable[..., list[Any] | None] | None = (
+    None if _speedups is None else _speedups.hold_timers
+)
 
 
 class DelayService:
@@ -244,6 +341,11 @@ class DelayService:
         Messages without a delay are stored together in their queue; delayed ones together
         per schedule queue. Results are in the order of ``messages``.
         """
+        if self.timer is not None and _hold_timers is not None:
+            got = self._put_timers(topic, queue_id, messages, born_timestamp, born_host,
+                                   reconsume_times)  # fmt: skip
+            if got is not None:
+                return got
         plain: list[int] = []
         held: dict[int, list[tuple[int, Message]]] = {}
         timers: list[tuple[int, Message]] = []
@@ -293,6 +395,41 @@ class DelayService:
                 results[i] = r
             self._stored(TIMER_TOPIC, 0, got)
         return [r for r in results if r is not None]
+
+    def _put_timers(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        born_timestamp: int | None,
+        born_host: str | None,
+        reconsume_times: int,
+    ) -> list[PutResult] | None:
+        """A batch of timer messages held in one C call (see :func:`py_hold_timers`) and
+        stored with ``put_prepared``; None when the general path must hold it."""
+        put_prepared = getattr(self.store, "put_prepared", None)
+        if put_prepared is None or _hold_timers is None:
+            return None
+        assert self.timer is not None
+        prepared = _hold_timers(
+            messages,
+            topic,
+            str(queue_id),
+            self._clock(),
+            self.timer.max_delay_ms,
+            _wall_clock_ms() if born_timestamp is None else born_timestamp,
+            reconsume_times,
+            0,
+            codec.body_crc32,
+            TIMER_TOPIC,
+        )
+        if prepared is None:
+            return None
+        got: list[PutResult] = put_prepared(
+            TIMER_TOPIC, 0, prepared, uniq_ids(messages), born_host=born_host
+        )
+        self._stored(TIMER_TOPIC, 0, got)
+        return got
 
     def _hold_timer(self, m: Message, topic: str, queue_id: str, now: int) -> Message | None:
         """The copy of timer message ``m`` to store in the timer topic, or None when it is

@@ -246,6 +246,8 @@ class LmdbStore:
         queue_id: int,
         prepared: list[Any],
         uniqs: list[str | None] | None = None,
+        *,
+        born_host: str | None = None,
     ) -> list[PutResult]:
         """Append records prepared ahead, as :meth:`put` stores the messages they stand for.
 
@@ -253,14 +255,14 @@ class LmdbStore:
         tuples built the same way, e.g. from Arrow columns by the Spark sink): a bulk writer
         skips building a :class:`~mqcore.message.Message` per record. ``uniqs`` are the
         records' ``UNIQ_KEY`` properties (None where one has none; None for none at all),
-        indexed as :meth:`put` indexes them. Not for ``SCHEDULE_TOPIC_XXXX``, whose records
-        need their messages' delay levels.
+        indexed as :meth:`put` indexes them; ``born_host`` is :meth:`put`'s. Not for
+        ``SCHEDULE_TOPIC_XXXX``, whose records need their messages' delay levels.
         """
         if topic == SCHEDULE_TOPIC:
             raise InvalidArgumentError(
                 f"LMDB store: put_prepared() cannot write {topic!r}; put() the messages"
             )
-        return self.put(topic, queue_id, (), _prepared=prepared, _uniqs=uniqs)
+        return self.put(topic, queue_id, (), born_host=born_host, _prepared=prepared, _uniqs=uniqs)
 
     def put(
         self,
