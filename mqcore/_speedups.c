@@ -1844,12 +1844,13 @@ static int same_text(const char *s, Py_ssize_t n, const char *lit)
 
 /* The prepared tuple of timer message ``m`` held in ``timer_topic`` for ``topic``/``qid``
  * (new reference), Py_None when the Python code must hold it (new reference), NULL on
- * error. schedule.py_hold_timers is the reference. */
+ * error; ``*uniq`` its UNIQ_KEY (a new reference) when it has one and it is taken.
+ * schedule.py_hold_timers is the reference. */
 static PyObject *hold_one(PyObject *m, const char *topic_s, Py_ssize_t topic_len,
                           const char *qid_s, Py_ssize_t qid_len, const char *tt_s,
                           Py_ssize_t tt_len, long long now, long long max_delay,
                           PyObject *born, PyObject *recon, PyObject *sflag, PyObject *zero,
-                          PyObject *crc32)
+                          PyObject *crc32, PyObject **uniq)
 {
     PyObject *result = NULL, *props = NULL, *tags = NULL, *keys = NULL, *level = NULL;
     PyObject *body = NULL, *flag = NULL;
@@ -1898,7 +1899,9 @@ static PyObject *hold_one(PyObject *m, const char *topic_s, Py_ssize_t topic_len
         const char *ks = utf8_of(held[i], &kl), *vs = utf8_of(held[i + 1], &vl);
         if (ks == NULL || vs == NULL)
             goto done;
-        if (same_text(ks, kl, "TIMER_DELIVER_MS")) {
+        if (same_text(ks, kl, "UNIQ_KEY")) {
+            Py_XSETREF(*uniq, Py_NewRef(held[i + 1]));
+        } else if (same_text(ks, kl, "TIMER_DELIVER_MS")) {
             if ((deliver = deliver_digits(vs, vl)) < 0)
                 goto done;
         } else if (same_text(ks, kl, "TIMER_DELAY_MS") || same_text(ks, kl, "TIMER_DELAY_SEC") ||
@@ -2025,11 +2028,12 @@ done:
 
 PyDoc_STRVAR(hold_timers_doc,
 "hold_timers(messages, topic, qid, now, max_delay_ms, born_timestamp, reconsume_times,\n"
-"            sys_flag, crc32, timer_topic) -> list | None\n\n"
+"            sys_flag, crc32, timer_topic) -> (list, list | None) | None\n\n"
 "The prepared tuples (codec.Prepared's layout) of timer messages held in ``timer_topic``\n"
 "for ``topic`` and queue ``qid`` (a str): TIMER_OUT_MS first, the message's properties\n"
 "(a client's REAL_TOPIC/REAL_QID replaced in place), REAL_TOPIC and REAL_QID, TAGS and\n"
-"KEYS, the deliver time as tags code; or None when any message needs the Python code\n"
+"KEYS, the deliver time as tags code; with their UNIQ_KEY values (None where a message\n"
+"has none, None for none at all). None when any message needs the Python code\n"
 "(schedule.py_hold_timers is the reference and says which).");
 
 static PyObject *speedups_hold_timers(PyObject *self, PyObject *args)
@@ -2050,27 +2054,40 @@ static PyObject *speedups_hold_timers(PyObject *self, PyObject *args)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
+    PyObject *uniqs = PyList_New(n);
     PyObject *zero = PyLong_FromLong(0);
-    if (out == NULL || zero == NULL)
+    int any_uniq = 0;
+    if (out == NULL || uniqs == NULL || zero == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *uniq = NULL;
         PyObject *item = hold_one(PyTuple_GET_ITEM(seq, i), topic_s, topic_len, qid_s, qid_len,
-                                  tt_s, tt_len, now, max_delay, born, recon, sflag, zero, crc32);
-        if (item == NULL)
-            goto fail;
-        if (item == Py_None) {
+                                  tt_s, tt_len, now, max_delay, born, recon, sflag, zero, crc32,
+                                  &uniq);
+        if (item == NULL || item == Py_None) {
+            Py_XDECREF(uniq);
+            if (item == NULL)
+                goto fail;
             Py_DECREF(out);
+            Py_DECREF(uniqs);
             Py_DECREF(zero);
             Py_DECREF(seq);
             return item;
         }
         PyList_SET_ITEM(out, i, item);
+        if (uniq != NULL)
+            any_uniq = 1;
+        PyList_SET_ITEM(uniqs, i, uniq != NULL ? uniq : Py_NewRef(Py_None));
     }
     Py_DECREF(zero);
     Py_DECREF(seq);
-    return out;
+    PyObject *pair = Py_BuildValue("(NN)", out, any_uniq ? uniqs : Py_NewRef(Py_None));
+    if (!any_uniq)
+        Py_DECREF(uniqs);
+    return pair;
 fail:
     Py_XDECREF(out);
+    Py_XDECREF(uniqs);
     Py_XDECREF(zero);
     Py_DECREF(seq);
     return NULL;
@@ -2234,6 +2251,56 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(write_slots_doc,
+"write_slots(wheel, slots) -> None\n\n"
+"Write each ``index: (slot time, latest deliver time, last pos, units)`` of the dict\n"
+"``slots`` into the writable mapped ``wheel`` (32 bytes a slot, the reserved int 0):\n"
+"delay_timer_files.py_write_slots is the reference.");
+
+static PyObject *speedups_write_slots(PyObject *self, PyObject *args)
+{
+    Py_buffer wheel;
+    PyObject *slots;
+    if (!PyArg_ParseTuple(args, "w*O!:write_slots", &wheel, &PyDict_Type, &slots))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(slots, &pos, &key, &value)) {
+        long long index = PyLong_AsLongLong(key);
+        if (index == -1 && PyErr_Occurred())
+            goto done;
+        if (index < 0 || (index + 1) * SLOT_BYTES > (long long)wheel.len) {
+            PyErr_Format(PyExc_IndexError, "write_slots: slot %lld is not in the wheel", index);
+            goto done;
+        }
+        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 4) {
+            PyErr_SetString(PyExc_TypeError, "write_slots: a slot is not a 4-tuple");
+            goto done;
+        }
+        long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 0));
+        long long due = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 1));
+        long long last = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 2));
+        long long num = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 3));
+        if (PyErr_Occurred())
+            goto done;
+        if (num < INT32_MIN || num > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "write_slots: a slot's unit count is not an int32");
+            goto done;
+        }
+        unsigned char *p = (unsigned char *)wheel.buf + index * SLOT_BYTES;
+        put_be64(p, (uint64_t)t);
+        put_be64(p + 8, (uint64_t)due);
+        put_be64(p + 16, (uint64_t)last);
+        put_be32(p + 24, (uint32_t)num);
+        put_be32(p + 28, 0);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&wheel);
+    return result;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"prepare", speedups_prepare, METH_VARARGS, prepare_doc},
     {"pack", speedups_pack, METH_VARARGS, pack_doc},
@@ -2244,6 +2311,7 @@ static PyMethodDef speedups_methods[] = {
     {"sent_prefix", speedups_sent_prefix, METH_VARARGS, sent_prefix_doc},
     {"hold_timers", speedups_hold_timers, METH_VARARGS, hold_timers_doc},
     {"link_timers", speedups_link_timers, METH_VARARGS, link_timers_doc},
+    {"write_slots", speedups_write_slots, METH_VARARGS, write_slots_doc},
     {NULL, NULL, 0, NULL},
 };
 

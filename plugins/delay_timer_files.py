@@ -24,11 +24,12 @@ import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from mqcore.batch import _speedups
 from mqcore.errors import StoreCorruptedError
 
-__all__ = ["Checkpoint", "TimerCheckpoint", "TimerLog", "TimerWheel", "Unit"]
+__all__ = ["Checkpoint", "TimerCheckpoint", "TimerLog", "TimerWheel", "Unit", "py_write_slots"]
 
 UNIT = struct.Struct(">qqqqqqii")  # prev, deliver, slot, queue off, cl off, enqueued, size, magic
 UNIT_SIZE = UNIT.size  # 56
@@ -166,6 +167,22 @@ class TimerLog:
         self._fds.clear()
 
 
+def py_write_slots(wheel: Any, slots: dict[int, tuple[int, int, int, int]]) -> None:
+    """Write each ``index: (slot time, latest deliver time, last pos, units)`` of ``slots``
+    into the mapped ``wheel``: the reference for ``mqcore._speedups.write_slots``."""
+    size = len(wheel)
+    pack = SLOT.pack_into
+    for index, (t, due, last, num) in slots.items():
+        if index < 0 or (index + 1) * SLOT_SIZE > size:
+            raise IndexError(f"write_slots: slot {index} is not in the wheel")
+        if not -(2**31) <= num < 2**31:
+            raise OverflowError("write_slots: a slot's unit count is not an int32")
+        pack(wheel, index * SLOT_SIZE, t, due, last, num, 0)
+
+
+_write_slots: Any = py_write_slots if _speedups is None else _speedups.write_slots
+
+
 class TimerWheel:
     """A memory-mapped array of ``slots`` slots; slot ``i`` serves times ``t`` with
     ``t // precision_ms % slots == i``. ``read_only`` maps it for reading (another process
@@ -203,6 +220,11 @@ class TimerWheel:
     def put(self, index: int, slot_ms: int, due_ms: int, last_pos: int, num: int) -> None:
         """Overwrite slot ``index``."""
         SLOT.pack_into(self._map, index * SLOT_SIZE, slot_ms, due_ms, last_pos, num, 0)
+
+    def put_many(self, slots: dict[int, tuple[int, int, int, int]]) -> None:
+        """Overwrite each slot ``index: (slot time, latest deliver time, last pos, units)``
+        of ``slots`` (one C call when the extension is built)."""
+        _write_slots(self._map, slots)
 
     def iter_slots(self) -> Iterator[tuple[int, int, int, int, int]]:
         """``(index, slot time, latest deliver time, last pos, units)`` of every slot."""

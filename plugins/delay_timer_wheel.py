@@ -546,9 +546,7 @@ class TimerScheduler:
                     # Log first, then the slots, then the checkpoint: a crash in between
                     # leaves a tail that start() cuts and slots it can walk back.
                     tlog.append(begin, bytes(linked))
-                    pack_slot = SLOT.pack_into
-                    for index, (t, due, last, num) in slots.items():
-                        pack_slot(mapping, index * SLOT_SIZE, t, due, last, num, 0)
+                    wheel.put_many(slots)
                     self._seg_dirty = True
                 if next_offset != offset or linked:
                     self._commit(enqueue_offset=next_offset, log_end=pos, pending=pending)

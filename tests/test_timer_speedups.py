@@ -17,6 +17,7 @@ from mqcore import Message, codec
 from mqcore.broker.broker import Broker
 from mqcore.broker.schedule import DelayService, py_hold_timers
 from mqcore.errors import InvalidArgumentError
+from mqcore.plugins import delay_timer_files as files_mod
 from mqcore.plugins import delay_timer_wheel as wheel_mod
 from mqcore.plugins.delay_timer_files import SLOT, SLOT_SIZE, UNIT
 from mqcore.protocol.validation import (
@@ -208,8 +209,10 @@ def test_c_hold_timers_matches_python(
     args = (msgs, topic, qid, NOW, max_delay, 17, 2, 0, codec._crc32, TIMER_TOPIC)
     want = _hold_outcome(py_hold_timers, *args)
     assert _hold_outcome(speedups.hold_timers, *args) == want
-    if isinstance(want, list):
-        assert want == _general_hold(msgs, topic, qid, max_delay)
+    if isinstance(want, tuple) and isinstance(want[0], list):
+        assert want[0] == _general_hold(msgs, topic, qid, max_delay)
+        uniqs = [m.properties.get("UNIQ_KEY") for m in msgs]
+        assert want[1] == (uniqs if any(u is not None for u in uniqs) else None)
 
 
 def test_hold_timers_takes_what_producers_send() -> None:
@@ -219,8 +222,10 @@ def test_hold_timers_takes_what_producers_send() -> None:
     ]
     object.__setattr__(msgs[1], "properties", {"REAL_QID": "9", **msgs[1].properties})
     args = (msgs, "T", "1", NOW, 60_000, 17, 2, 0, codec._crc32, TIMER_TOPIC)
-    got = speedups.hold_timers(*args)
-    assert got == py_hold_timers(*args) == _general_hold(msgs, "T", "1", 60_000)
+    got, uniqs = speedups.hold_timers(*args)
+    assert (got, uniqs) == py_hold_timers(*args)
+    assert got == _general_hold(msgs, "T", "1", 60_000)
+    assert uniqs is None
     assert got[1][2].endswith(b"REAL_QID\x011\x02p\x01\xc3\xa9\x02TIMER_DELIVER_MS\x01%d\x02"
                               b"REAL_TOPIC\x01T\x02" % (NOW + 9))  # fmt: skip
     assert [p[9] for p in got] == [NOW + 5, NOW + 9]
@@ -309,6 +314,33 @@ def test_c_link_timers_matches_python(
     )
     want = _link_outcome(wheel_mod.py_link_timers, units, args, slots)
     assert _link_outcome(speedups.link_timers, units, args, slots) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.integers(-2, SLOTS),
+        st.tuples(
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(0, 2**40),
+            st.integers(-1, 2**40),
+            st.integers(-(2**31) - 1, 2**31),
+        ),
+        max_size=5,
+    )
+)
+def test_c_write_slots_matches_python(slots: dict[int, Any]) -> None:
+    """Same wheel bytes, and the same error at the same slot."""
+    outcomes = []
+    for fn in (speedups.write_slots, files_mod.py_write_slots):
+        wheel = _wheel([(1, 2, 3, 4)] * SLOTS)
+        try:
+            fn(wheel, slots)
+            err = None
+        except Exception as exc:
+            err = (type(exc), str(exc))
+        outcomes.append((err, bytes(wheel)))
+    assert outcomes[0] == outcomes[1]
 
 
 def test_link_timers_layout_and_errors() -> None:

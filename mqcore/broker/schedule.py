@@ -45,6 +45,7 @@ from mqcore.message import (
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_OUT_MS,
+    PROPERTY_UNIQ_KEY,
     TIMER_REQUEST_PROPERTIES,
     Message,
     MessageExt,
@@ -59,7 +60,6 @@ from mqcore.store import (
     RawGetResult,
     UnitsResult,
 )
-from mqcore.uniqkey import uniq_ids
 
 __all__ = ["DelayService", "is_timer_message", "py_hold_timers"]
 
@@ -169,10 +169,11 @@ def py_hold_timers(
     sys_flag: int,
     crc32: Any = None,
     timer_topic: str = TIMER_TOPIC,
-) -> list[Any] | None:
+) -> tuple[list[Any], list[str | None] | None] | None:
     """The records the broker stores for a batch of timer messages held in the timer topic,
-    as :func:`mqcore.codec.prepare` tuples, or None when one of them is left to
-    :meth:`DelayService.put`'s general path (which then holds the whole batch).
+    as :func:`mqcore.codec.prepare` tuples, with the messages' ``UNIQ_KEY`` values (as
+    :func:`mqcore.uniqkey.uniq_ids`, but None when none has one); or None when one of them
+    is left to :meth:`DelayService.put`'s general path (which then holds the whole batch).
 
     The reference for ``mqcore._speedups.hold_timers``, which does the same in one C call
     per batch and no :class:`Message` copy: the tests hold both to the same bytes, and these
@@ -221,7 +222,7 @@ def py_hold_timers(
         }
         held.append(_held_copy(m, timer_topic, copy))
     try:
-        return codec.py_prepare(
+        prepared = codec.py_prepare(
             held,
             born_timestamp,
             topic=timer_topic,
@@ -230,9 +231,11 @@ def py_hold_timers(
         )
     except CodecError:  # a property string beyond the record format: the general path
         return None
+    uniqs = [m.properties.get(PROPERTY_UNIQ_KEY) for m in messages]
+    return prepared, (uniqs if any(u is not None for u in uniqs) else None)
 
 
-_hold_timers: Callable[..., list[Any] | None] | None = (
+_hold_timers: Callable[..., tuple[list[Any], list[str | None] | None] | None] | None = (
     None if _speedups is None else _speedups.hold_timers
 )
 
@@ -411,7 +414,7 @@ class DelayService:
         if put_prepared is None or _hold_timers is None:
             return None
         assert self.timer is not None
-        prepared = _hold_timers(
+        held = _hold_timers(
             messages,
             topic,
             str(queue_id),
@@ -423,11 +426,10 @@ class DelayService:
             codec.body_crc32,
             TIMER_TOPIC,
         )
-        if prepared is None:
+        if held is None:
             return None
-        got: list[PutResult] = put_prepared(
-            TIMER_TOPIC, 0, prepared, uniq_ids(messages), born_host=born_host
-        )
+        prepared, uniqs = held
+        got: list[PutResult] = put_prepared(TIMER_TOPIC, 0, prepared, uniqs, born_host=born_host)
         self._stored(TIMER_TOPIC, 0, got)
         return got
 
