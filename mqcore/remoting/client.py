@@ -121,16 +121,21 @@ class _Connection:
 
     def _read_loop(self) -> None:
         reason = "closed by the server"
+        # One buffer for every read: recv(n) would allocate (and then shrink) n bytes per
+        # call, which for a large n costs more than the rest of a small round trip.
+        buffer = bytearray(_RECV_SIZE)
+        view = memoryview(buffer)
+        recv_into, feed = self.sock.recv_into, self._decoder.feed
         try:
             while not self.closed:
                 try:
-                    data = self.sock.recv(_RECV_SIZE)
+                    n = recv_into(buffer)
                 except OSError as exc:
                     reason = str(exc)
                     break
-                if not data:
+                if not n:
                     break
-                for frame in self._decoder.feed(data):
+                for frame in feed(view[:n]):
                     self._frame(frame)
         except ProtocolError as exc:
             reason = f"bad frame from the server: {exc}"

@@ -41,27 +41,27 @@ class FrameDecoder:
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Append ``data``; return every frame now complete, in order.
 
+        ``data`` is not kept: a caller may reuse its buffer once this returns.
+
         :raises ProtocolError: a length word is negative, below the minimum or over
             ``max_frame_size``; the stream cannot be resynchronised after that.
         """
+        if self._pos == len(self._buf):
+            # Nothing buffered (the common case): cut frames straight from ``data`` and keep
+            # only an incomplete tail, so each byte is copied once, not twice.
+            frames: list[bytes] = []
+            self._buf.clear()
+            self._pos = self._cut(data, 0, len(data), frames)
+            if self._pos < len(data):
+                self._buf += data[self._pos :]
+            self._pos = 0
+            return frames
         buf = self._buf
         buf += data
-        pos = self._pos
-        end = len(buf)
-        frames: list[bytes] = []
-        while end - pos >= 4:
-            (length,) = _LENGTH.unpack_from(buf, pos)
-            if length < _MIN_LENGTH or length + 4 > self.max_frame_size:
-                raise ProtocolError(
-                    f"frame length {length} is out of range (at least {_MIN_LENGTH}, at most "
-                    f"{self.max_frame_size - 4}); the stream is not RocketMQ remoting"
-                )
-            if end - pos - 4 < length:
-                break
-            frames.append(bytes(buf[pos + 4 : pos + 4 + length]))
-            pos += 4 + length
+        frames = []
+        pos = self._cut(buf, self._pos, len(buf), frames)
         # Drop consumed bytes in one go, not per frame (a batch of small frames stays linear).
-        if pos == end:
+        if pos == len(buf):
             buf.clear()
             pos = 0
         elif pos > 65536:
@@ -69,3 +69,22 @@ class FrameDecoder:
             pos = 0
         self._pos = pos
         return frames
+
+    def _cut(
+        self, buf: bytes | bytearray | memoryview, pos: int, end: int, frames: list[bytes]
+    ) -> int:
+        """Append the complete frames of ``buf[pos:end]`` to ``frames``; return where the
+        first incomplete one starts."""
+        limit = self.max_frame_size
+        while end - pos >= 4:
+            (length,) = _LENGTH.unpack_from(buf, pos)
+            if length < _MIN_LENGTH or length + 4 > limit:
+                raise ProtocolError(
+                    f"frame length {length} is out of range (at least {_MIN_LENGTH}, at most "
+                    f"{limit - 4}); the stream is not RocketMQ remoting"
+                )
+            if end - pos - 4 < length:
+                break
+            frames.append(bytes(buf[pos + 4 : pos + 4 + length]))
+            pos += 4 + length
+        return pos

@@ -50,6 +50,8 @@ __all__ = ["RemotingProcessor", "RemotingServer", "ServerConnection", "event_loo
 
 log = get_logger(__name__)
 
+_READ_BUFFER = 256 * 1024  # what one read of a connection takes at most
+
 ProcessResult = (
     RemotingCommand
     | None
@@ -97,7 +99,7 @@ def _not_supported(cmd: RemotingCommand) -> RemotingCommand:
     )
 
 
-class ServerConnection(asyncio.Protocol):
+class ServerConnection(asyncio.BufferedProtocol):
     """One client connection. Its public methods may be called from any thread.
 
     ``client_id`` is None until the processor binds one (:meth:`bind_client_id`, on
@@ -125,7 +127,7 @@ class ServerConnection(asyncio.Protocol):
     def __repr__(self) -> str:
         return f"<ServerConnection {self.remote_address} client_id={self.client_id!r}>"
 
-    # --- asyncio.Protocol --------------------------------------------------------------------
+    # --- asyncio.BufferedProtocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but have its methods.
@@ -139,7 +141,16 @@ class ServerConnection(asyncio.Protocol):
             self.remote_address = f"{peer[0]}:{peer[1]}"
         self._server._connections.add(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Every connection reads into the server's one buffer: the loop calls get_buffer, the
+        # read and buffer_updated in a row, and the decoder copies what it keeps. (A
+        # ``recv`` of a fresh buffer per read costs more than serving a small request.)
+        return self._server._read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._server._read_view[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self.last_active = time.monotonic()
         try:
             frames = self._decoder.feed(data)
@@ -410,6 +421,7 @@ class RemotingServer:
         self._closing = False
         self._error: BaseException | None = None
         self._in_flight = 0
+        self._read_view = memoryview(bytearray(_READ_BUFFER))
         self.address: tuple[str, int] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------

@@ -253,3 +253,58 @@ def test_values_outside_the_binary_layout_are_a_protocol_error() -> None:
         cmd.encode()
     cmd.serialize_type = SerializeType.JSON  # JSON has no such bound
     assert RemotingCommand.decode(cmd.encode()[4:]).code == 70000
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=300), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(min_value=1, max_value=700), min_size=1, max_size=40),
+)
+def test_frame_decoder_copes_with_a_reused_read_buffer(sizes: list[int], cuts: list[int]) -> None:
+    """Readers hand the decoder a view of one buffer they overwrite on the next read: frames
+    and the kept tail must not depend on what the buffer holds afterwards."""
+    stream = b"".join(
+        RemotingCommand(i + 1, body=bytes([i]) * n).encode() for i, n in enumerate(sizes)
+    )
+    dec, out, buffer, pos, i = FrameDecoder(), [], bytearray(1024), 0, 0
+    while pos < len(stream):
+        piece = stream[pos : pos + cuts[i % len(cuts)]]
+        buffer[: len(piece)] = piece
+        out += dec.feed(memoryview(buffer)[: len(piece)])
+        buffer[:] = b"\xff" * len(buffer)  # the next read overwrites it
+        pos, i = pos + len(piece), i + 1
+    assert [RemotingCommand.decode(f) for f in out] == [
+        RemotingCommand.decode(f) for f in FrameDecoder().feed(stream)
+    ]
+    assert len(out) == len(sizes) and dec.buffered == 0
+
+
+@given(
+    remark=st.none() | st.text(),
+    ext=st.none()
+    | st.dictionaries(
+        st.text(max_size=10),
+        st.text(max_size=10) | st.integers() | st.booleans() | st.floats(allow_nan=False),
+    ),
+)
+def test_json_header_is_what_json_dumps_gives(
+    remark: str | None, ext: dict[str, object] | None
+) -> None:
+    """The JSON header is written by hand (string extFields in one C call): it must be the
+    document json.dumps writes, values as strings, booleans as true/false."""
+    cmd = RemotingCommand(12, opaque=5, remark=remark, ext_fields=ext)
+    doc: dict[str, object] = {
+        "code": 12,
+        "language": "PYTHON",
+        "version": cmd.version,
+        "opaque": 5,
+        "flag": 0,
+    }
+    if remark is not None:
+        doc["remark"] = remark
+    if ext is not None:
+        doc["extFields"] = {
+            k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in ext.items()
+        }
+    doc["serializeTypeCurrentRPC"] = "JSON"
+    expected = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    assert cmd.encode_header() == expected
