@@ -159,17 +159,26 @@ class CommandHeader:
         :raises ProtocolError: a required field is absent, or a value has the wrong type or
             is out of the Java type's range.
         """
-        ext = ext or {}
+        read = _CODECS.get(cls)
+        if read is None:
+            read = _build_codecs(cls)[0]
+        return read(ext or {})  # type: ignore[no-any-return]
+
+    def to_ext_fields(self) -> dict[str, str]:
+        """The header as extFields: every field that is not None, as a string."""
+        write = _WRITERS.get(type(self)) or _build_codecs(type(self))[1]
+        return write(self)
+
+    @classmethod
+    def _read_slowly(cls: type[H], ext: Mapping[str, Any]) -> H:
+        """The reference reading of :meth:`from_ext_fields`, field by field (the generated
+        reader must agree with it; see tests/protocol)."""
         values: dict[str, Any] = {}
         for spec in cls._specs():
             raw = ext.get(spec.wire)
             if raw is None or (raw == "" and spec.kind is not Kind.STRING):
                 if spec.required:
-                    raise ProtocolError(
-                        f"{cls.__name__}: required field {spec.wire!r} is missing; "
-                        f"the command must carry it in extFields",
-                        field=spec.wire,
-                    )
+                    raise _missing(cls.__name__, spec.wire)
                 continue
             value = spec.read(raw)
             if value is None:
@@ -177,15 +186,76 @@ class CommandHeader:
             values[spec.attr] = value
         return cls(**values)
 
-    def to_ext_fields(self) -> dict[str, str]:
-        """The header as extFields: every field that is not None, as a string."""
-        out: dict[str, str] = {}
-        for spec in self._specs():
-            value = getattr(self, spec.attr)
-            if value is None:
-                continue
-            if spec.kind is Kind.BOOLEAN:
-                out[spec.wire] = "true" if value else "false"
-            else:
-                out[spec.wire] = value if spec.kind is Kind.STRING else str(int(value))
-        return out
+
+def _missing(header: str, name: str) -> ProtocolError:
+    return ProtocolError(
+        f"{header}: required field {name!r} is missing; the command must carry it in extFields",
+        field=name,
+    )
+
+
+# Per header class, a reader and a writer generated from its fields: headers are read and
+# written once per request and answer, and a loop over field specs costs several times the
+# straight-line code (see _build_codecs).
+_CODECS: dict[type, Callable[[Mapping[str, Any]], Any]] = {}
+_WRITERS: dict[type, Callable[[Any], dict[str, str]]] = {}
+
+_RANGES = {Kind.INT: (INT32_MIN, INT32_MAX), Kind.LONG: (INT64_MIN, INT64_MAX)}
+
+
+def _build_codecs(
+    cls: type[CommandHeader],
+) -> tuple[Callable[[Mapping[str, Any]], Any], Callable[[Any], dict[str, str]]]:
+    """Generate ``cls``'s extFields reader and writer: the same checks, values and errors as
+    :meth:`CommandHeader._read_slowly` and the field loop, written out field by field."""
+    specs = cls._specs()
+    env: dict[str, Any] = {
+        "cls": cls,
+        "_bad": _bad,
+        "_missing": _missing,
+        "Kind": Kind,
+        "name": cls.__name__,
+    }
+    read = ["def read(ext):", "    get = ext.get", "    kw = {}"]
+    write = ["def write(self):", "    out = {}"]
+    for i, spec in enumerate(specs):
+        env[f"r{i}"] = spec.read
+        wire, kind = repr(spec.wire), f"Kind.{spec.kind.name}"
+        read.append(f"    raw = get({wire})")
+        if spec.kind is Kind.STRING:
+            read.append("    if raw is None:")
+        else:
+            read.append("    if raw is None or raw == '':")
+        read.append(f"        {'raise _missing(name, ' + wire + ')' if spec.required else 'pass'}")
+        if spec.kind is Kind.STRING:
+            read.append("    elif raw.__class__ is str:")
+            read.append(f"        kw[{spec.attr!r}] = raw")
+        elif spec.kind in _RANGES:
+            low, high = _RANGES[spec.kind]
+            # int() of a str strips whitespace itself, as the reference's int(v.strip(), 10)
+            read.append("    elif raw.__class__ is str or raw.__class__ is int:")
+            read.append("        try:")
+            read.append("            v = int(raw)")
+            read.append("        except ValueError:")
+            read.append(f"            raise _bad(name, {wire}, {kind}, raw) from None")
+            read.append(f"        if not {low} <= v <= {high}:")
+            read.append(f"            raise _bad(name, {wire}, {kind}, raw)")
+            read.append(f"        kw[{spec.attr!r}] = v")
+        read.append("    else:")
+        read.append(f"        v = r{i}(raw)")
+        read.append("        if v is None:")
+        read.append(f"            raise _bad(name, {wire}, {kind}, raw)")
+        read.append(f"        kw[{spec.attr!r}] = v")
+        write.append(f"    v = self.{spec.attr}")
+        write.append("    if v is not None:")
+        if spec.kind is Kind.BOOLEAN:
+            write.append(f"        out[{wire}] = 'true' if v else 'false'")
+        elif spec.kind is Kind.STRING:
+            write.append(f"        out[{wire}] = v")
+        else:
+            write.append(f"        out[{wire}] = str(int(v))")
+    read.append("    return cls(**kw)")
+    write.append("    return out")
+    exec("\n".join(read) + "\n\n" + "\n".join(write), env)  # our own generated source
+    _CODECS[cls], _WRITERS[cls] = env["read"], env["write"]
+    return env["read"], env["write"]
