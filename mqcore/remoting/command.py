@@ -83,8 +83,25 @@ class LanguageCode(enum.IntEnum):
 
 _LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
 _escape: Callable[[str], str] = json.encoder.encode_basestring
+# extFields of strings only (what headers write) go through json's C encoder in one call;
+# the same bytes as escaping each name and value (non-ASCII kept as UTF-8, no spaces).
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+if _make_encoder is not None:
+    # json's C encoder, made once (JSONEncoder.encode makes a new one per call).
+    _c_encode = _make_encoder(
+        None, None, json.encoder.encode_basestring, None, ":", ",", False, False, True
+    )
+
+    def _encode_strings(ext: dict[str, str]) -> str:
+        return "".join(_c_encode(ext, 0))
+
+else:  # pragma: no cover - CPython always has the C encoder
+    _encode_strings = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), check_circular=False
+    ).encode
 _json_decode = json.JSONDecoder().decode
 _opaque_counter = itertools.count(1)
+_STR = frozenset({str})
 
 
 def next_opaque() -> int:
@@ -225,14 +242,16 @@ class RemotingCommand:
         ]
         if self.remark is not None:
             parts.append(f',"remark":{_escape(self.remark)}')
-        if self.ext_fields is not None:
-            parts.append(
-                ',"extFields":{'
-                + ",".join(
-                    f"{_escape(str(k))}:{_escape(_ext_str(v))}" for k, v in self.ext_fields.items()
+        ext = self.ext_fields
+        if ext is not None:
+            if set(map(type, ext)) <= _STR and set(map(type, ext.values())) <= _STR:
+                parts.append(',"extFields":' + _encode_strings(ext))
+            else:
+                parts.append(
+                    ',"extFields":{'
+                    + ",".join(f"{_escape(str(k))}:{_escape(_ext_str(v))}" for k, v in ext.items())
+                    + "}"
                 )
-                + "}"
-            )
         parts.append(',"serializeTypeCurrentRPC":"JSON"}')
         return "".join(parts).encode()
 
@@ -313,15 +332,36 @@ class RemotingCommand:
         remark = obj.get("remark")
         if remark is not None and not isinstance(remark, str):
             raise ProtocolError("command header: 'remark' must be a string")
-        code = _int32(obj, "code", -1)
         if "code" not in obj:
             raise ProtocolError("command header has no 'code'")
+        get = obj.get
+        code, version, opaque, flag = (
+            get("code"),
+            get("version", 0),
+            get("opaque", 0),
+            get("flag", 0),
+        )
+        # The four numbers as every client writes them (plain ints in range) in one test; the
+        # checks that name the bad one otherwise.
+        if not (
+            code.__class__ is version.__class__ is opaque.__class__ is flag.__class__ is int
+            and _INT32_MIN <= code <= _INT32_MAX
+            and _INT32_MIN <= version <= _INT32_MAX
+            and _INT32_MIN <= opaque <= _INT32_MAX
+            and _INT32_MIN <= flag <= _INT32_MAX
+        ):
+            code = _int32(obj, "code", -1)
+            version = _int32(obj, "version", 0)
+            opaque = _int32(obj, "opaque", 0)
+            flag = _int32(obj, "flag", 0)
+        language = get("language", "JAVA")
+        language = _LANGUAGE_BY_NAME.get(language) if language.__class__ is str else None
         return cls(
             code,
-            language=_language(obj.get("language", "JAVA")),
-            version=_int32(obj, "version", 0),
-            opaque=_int32(obj, "opaque", 0),
-            flag=_int32(obj, "flag", 0),
+            language=language if language is not None else _language(get("language", "JAVA")),
+            version=version,
+            opaque=opaque,
+            flag=flag,
             remark=remark,
             ext_fields=ext,
             serialize_type=SerializeType.JSON,
