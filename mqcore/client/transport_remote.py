@@ -124,6 +124,18 @@ class _Notices:
         )
 
 
+def _commitlog_offset(msg_id: str) -> int:
+    """The commit-log offset an offset message id names; -1 when it is not one."""
+    # Its last 16 hex digits (what decode_message_id reads, without the store host's text).
+    if len(msg_id) == 32 and msg_id.isascii() and msg_id.isalnum():
+        try:
+            offset = int(msg_id[16:], 16)
+        except ValueError:
+            return -1
+        return offset - (1 << 64) if offset >= 1 << 63 else offset  # a signed long
+    return -1
+
+
 class RemoteTransport:
     """:class:`~mqcore.client.api.BrokerAPI` over TCP to ``mqcore serve`` or RocketMQ.
 
@@ -443,14 +455,11 @@ class RemoteTransport:
             ResponseCode.FLUSH_SLAVE_TIMEOUT,
         )
         h = resp.read_header(headers.SendMessageResponseHeader)
-        ids = h.msg_id.split(",")
-        out = []
-        for i, msg_id in enumerate(ids):
-            try:
-                _, commitlog_offset = decode_message_id(msg_id)
-            except Exception:
-                commitlog_offset = -1
-            out.append(PutResult(msg_id, h.queue_offset + i, commitlog_offset, 0, 0))
+        first = h.queue_offset
+        out = [
+            PutResult(msg_id, first + i, _commitlog_offset(msg_id), 0, 0)
+            for i, msg_id in enumerate(h.msg_id.split(","))
+        ]
         if resp.code != ResponseCode.SUCCESS:  # stored by a SYNC_MASTER, no slave confirmed
             raise SlaveNotAcknowledgedError(
                 resp.remark or f"stored without a slave's confirmation (code {resp.code})",

@@ -32,6 +32,7 @@ from mqcore.protocol.codes import ResponseCode
 
 __all__ = ["decode_batch", "encode_batch", "message_from_wire", "wire_properties"]
 
+_FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY})
 _HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
 _PROPS_LEN = struct.Struct(">h")
 
@@ -46,6 +47,8 @@ def message_from_wire(topic: str, body: bytes, flag: int, properties: str | None
         props = parse_properties(properties) if properties else {}
     except ValueError as exc:
         raise _illegal(f"malformed message properties: {exc}") from None
+    if props.keys().isdisjoint(_FIELD_PROPERTIES):  # no tags, keys or delay (most messages)
+        return _wire_message(topic, body, None, None, props, flag, 0)
     tags = props.pop(PROPERTY_TAGS, None)
     keys = props.pop(PROPERTY_KEYS, None)
     delay = props.pop(PROPERTY_DELAY, None)
@@ -129,12 +132,20 @@ def decode_batch(topic: str, data: bytes | bytearray | memoryview) -> list[Messa
 
 def encode_batch(messages: list[Message]) -> bytes:
     """A SEND_BATCH_MESSAGE body for ``messages`` (what :func:`decode_batch` reads)."""
-    parts: list[bytes] = []
+    parts: list[bytes | bytearray | memoryview] = []
+    append, head, props_len = parts.append, _HEAD.pack, _PROPS_LEN.pack
+    fixed = _HEAD.size + _PROPS_LEN.size
     for m in messages:
-        props = wire_properties(m).encode()
-        size = _HEAD.size + len(m.body) + _PROPS_LEN.size + len(props)
-        parts.append(_HEAD.pack(size, 0, 0, m.flag, len(m.body)))
-        parts.append(bytes(m.body))
-        parts.append(_PROPS_LEN.pack(len(props)))
-        parts.append(props)
+        props = m.properties
+        if len(props) == 1 and not (m.tags or m.keys or m.delay_level):
+            # One property (a producer's UNIQ_KEY): what wire_properties gives, directly.
+            ((name, value),) = props.items()
+            text = f"{name}\x01{value}\x02".encode()
+        else:
+            text = wire_properties(m).encode()
+        body = m.body
+        size = len(body)
+        append(head(fixed + size + len(text), 0, 0, m.flag, size))
+        append(body)
+        append(props_len(len(text)) + text)
     return b"".join(parts)
