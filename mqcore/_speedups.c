@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <string.h>
+#include <structmember.h>
 
 /* Field positions in a prepared item. */
 #define P_SIZE 0
@@ -1721,6 +1722,56 @@ done:
     return result;
 }
 
+/* --- a message's fields without a getattr each ---------------------------------------- */
+
+/* mqcore.Message keeps its fields in slots: for one type at a time, the offsets of its
+ * member descriptors are cached, while its attribute-cache version tag says the type was
+ * not changed since. Any other type, or an empty slot, is read with PyObject_GetAttr, as
+ * is every field when the cache cannot be filled. */
+enum { F_BODY, F_PROPERTIES, F_TAGS, F_KEYS, F_TOPIC, F_DELAY, F_FLAG, NFIELDS };
+static PyObject **field_names[NFIELDS] = {&s_body,  &s_properties,  &s_tags, &s_keys,
+                                          &s_topic, &s_delay_level, &s_flag};
+static PyTypeObject *fields_type;    /* the type whose offsets are cached, or NULL */
+static unsigned int fields_version;  /* its version tag then */
+static Py_ssize_t fields_offset[NFIELDS];
+
+static int fields_cached(PyTypeObject *type)
+{
+    if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG))
+        return 0;
+    if (type == fields_type && type->tp_version_tag == fields_version)
+        return 1;
+    if (type->tp_getattro != PyObject_GenericGetAttr)
+        return 0;
+    Py_ssize_t offsets[NFIELDS];
+    for (int i = 0; i < NFIELDS; i++) {
+        PyObject *d = _PyType_Lookup(type, *field_names[i]); /* borrowed, no error set */
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+            return 0;
+        PyMemberDef *def = ((PyMemberDescrObject *)d)->d_member;
+        if (def->type != T_OBJECT_EX || def->offset <= 0)
+            return 0;
+        offsets[i] = def->offset;
+    }
+    if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG))
+        return 0;
+    memcpy(fields_offset, offsets, sizeof offsets);
+    fields_type = type;
+    fields_version = type->tp_version_tag;
+    return 1;
+}
+
+/* Field ``f`` of ``m`` (new reference), or NULL with an error set, as PyObject_GetAttr. */
+static PyObject *get_field(PyObject *m, int f)
+{
+    if (fields_cached(Py_TYPE(m))) {
+        PyObject *v = *(PyObject **)((char *)m + fields_offset[f]);
+        if (v != NULL)
+            return Py_NewRef(v);
+    }
+    return PyObject_GetAttr(m, *field_names[f]);
+}
+
 /* --- the broker's checks of a sent batch (broker._check_messages) -------------------- */
 
 /* An exact str of ASCII text without a property separator (non-empty when ``nonempty``). */
@@ -1750,30 +1801,30 @@ static int sent_one(PyObject *m, PyObject *topic, long long limit, PyObject *ref
 {
     int ok = 0;
     PyObject *t = NULL, *body = NULL, *tags = NULL, *keys = NULL, *level = NULL, *props = NULL;
-    if ((t = PyObject_GetAttr(m, s_topic)) == NULL)
+    if ((t = get_field(m, F_TOPIC)) == NULL)
         goto done;
     if (!PyUnicode_CheckExact(t) || PyUnicode_Compare(t, topic) != 0)
         goto done;
-    if ((body = PyObject_GetAttr(m, s_body)) == NULL)
+    if ((body = get_field(m, F_BODY)) == NULL)
         goto done;
     if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) == 0 ||
         PyBytes_GET_SIZE(body) > limit)
         goto done;
-    if ((tags = PyObject_GetAttr(m, s_tags)) == NULL)
+    if ((tags = get_field(m, F_TAGS)) == NULL)
         goto done;
     if (tags != Py_None && !clean_ascii(tags, 0))
         goto done;
-    if ((keys = PyObject_GetAttr(m, s_keys)) == NULL)
+    if ((keys = get_field(m, F_KEYS)) == NULL)
         goto done;
     if (keys != Py_None && !clean_ascii(keys, 0))
         goto done;
-    if ((level = PyObject_GetAttr(m, s_delay_level)) == NULL || !PyLong_CheckExact(level))
+    if ((level = get_field(m, F_DELAY)) == NULL || !PyLong_CheckExact(level))
         goto done;
     int overflow;
     long long lv = PyLong_AsLongLongAndOverflow(level, &overflow);
     if (overflow || lv < 0)
         goto done;
-    if ((props = PyObject_GetAttr(m, s_properties)) == NULL || !PyDict_CheckExact(props))
+    if ((props = get_field(m, F_PROPERTIES)) == NULL || !PyDict_CheckExact(props))
         goto done;
     if (PyDict_GET_SIZE(props) == 0) {
         ok = 1;
@@ -1863,12 +1914,12 @@ static PyObject *hold_one(PyObject *m, const char *topic_s, Py_ssize_t topic_len
     char out_s[24];
     int seen_topic = 0, seen_qid = 0;
     long long deliver = -1;
-    if ((props = PyObject_GetAttr(m, s_properties)) == NULL ||
-        (tags = PyObject_GetAttr(m, s_tags)) == NULL ||
-        (keys = PyObject_GetAttr(m, s_keys)) == NULL ||
-        (level = PyObject_GetAttr(m, s_delay_level)) == NULL ||
-        (body = PyObject_GetAttr(m, s_body)) == NULL ||
-        (flag = PyObject_GetAttr(m, s_flag)) == NULL)
+    if ((props = get_field(m, F_PROPERTIES)) == NULL ||
+        (tags = get_field(m, F_TAGS)) == NULL ||
+        (keys = get_field(m, F_KEYS)) == NULL ||
+        (level = get_field(m, F_DELAY)) == NULL ||
+        (body = get_field(m, F_BODY)) == NULL ||
+        (flag = get_field(m, F_FLAG)) == NULL)
         goto done;
     result = Py_None; /* from here on, "goto done" with result Py_None declines */
     if (!PyDict_CheckExact(props) || PyDict_GET_SIZE(props) > FAST_PROPERTIES ||
@@ -1923,7 +1974,18 @@ static PyObject *hold_one(PyObject *m, const char *topic_s, Py_ssize_t topic_len
     }
     if (deliver <= now || deliver - now > max_delay)
         goto done; /* not asked for, due already, or too far ahead: the Python code says */
-    lens[1] = snprintf(out_s, sizeof out_s, "%lld", deliver);
+    { /* 0 <= deliver < 10**18 */
+        char digits[24];
+        int nd = 0;
+        long long v = deliver;
+        do {
+            digits[nd++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v > 0);
+        for (int j = 0; j < nd; j++)
+            out_s[j] = digits[nd - 1 - j];
+        lens[1] = nd;
+    }
     if (!seen_topic) {
         text[ntext] = "REAL_TOPIC";
         lens[ntext++] = 10;
@@ -2118,7 +2180,19 @@ PyDoc_STRVAR(link_timers_doc,
 
 static PyObject *slot_tuple(long long t, long long due, long long last, long long num)
 {
-    return Py_BuildValue("(LLLL)", t, due, last, num);
+    PyObject *tuple = PyTuple_New(4);
+    if (tuple == NULL)
+        return NULL;
+    long long values[4] = {t, due, last, num};
+    for (Py_ssize_t i = 0; i < 4; i++) {
+        PyObject *v = PyLong_FromLongLong(values[i]);
+        if (v == NULL) {
+            Py_DECREF(tuple);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tuple, i, v);
+    }
+    return tuple;
 }
 
 static PyObject *speedups_link_timers(PyObject *self, PyObject *args)

@@ -229,6 +229,12 @@ def test_hold_timers_takes_what_producers_send() -> None:
     assert got[1][2].endswith(b"REAL_QID\x011\x02p\x01\xc3\xa9\x02TIMER_DELIVER_MS\x01%d\x02"
                               b"REAL_TOPIC\x01T\x02" % (NOW + 9))  # fmt: skip
     assert [p[9] for p in got] == [NOW + 5, NOW + 9]
+    # A clock before the epoch (as a test's may be): a deliver time of 0 is "0".
+    zero = [Message("T", b"x", deliver_time_ms=0)]
+    early = (zero, "T", "1", -5, 60_000, 17, 2, 0, codec._crc32, TIMER_TOPIC)
+    assert speedups.hold_timers(*early) == py_hold_timers(*early)
+    trailer = speedups.hold_timers(*early)[0][0][2]
+    assert trailer[22:].startswith(b"TIMER_OUT_MS\x010\x02")  # after the topic, the length
     # A timer already due, or a delay in seconds: the general path holds the batch.
     due = Message("T", b"x", deliver_time_ms=NOW)
     assert speedups.hold_timers([*msgs, due], *args[1:]) is None
@@ -370,3 +376,26 @@ def test_broker_module_uses_the_c_checks() -> None:
 
     assert broker._sent_prefix is speedups.sent_prefix
     assert Broker is broker.Broker
+
+
+def test_fields_are_read_as_getattr_reads_them() -> None:
+    """The C loops read a Message's slots directly; a subclass whose field is a property
+    (or any other type) is read through getattr, as the Python code reads it."""
+
+    class Emptied(Message):
+        __slots__ = ()
+        body = property(lambda self: b"")  # type: ignore[assignment]
+
+    good = Message("T", b"x")
+    odd = Message("T", b"x")
+    object.__setattr__(odd, "__class__", Emptied)
+    for batch in ([good, odd], [odd, good], [good, good, odd]):
+        want = py_sent_prefix(batch, "T", 10)
+        assert speedups.sent_prefix(batch, "T", 10, REFUSABLE_PROPERTIES) == want
+    timer = Message("T", b"x", deliver_time_ms=NOW + 5)
+    odd_timer = Message("T", b"x", deliver_time_ms=NOW + 5)
+    object.__setattr__(odd_timer, "__class__", Emptied)
+    args = ("T", "0", NOW, 60_000, 17, 0, 0, codec._crc32, TIMER_TOPIC)
+    got = speedups.hold_timers([timer, odd_timer], *args)
+    assert got == py_hold_timers([timer, odd_timer], *args)
+    assert got is not None and got[0][1][1] == b""  # the property's body
