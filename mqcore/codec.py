@@ -29,6 +29,7 @@ bytes), and :func:`pack` stamps offsets and times into one buffer for a whole ba
 
 from __future__ import annotations
 
+import functools
 import operator
 import socket
 import struct
@@ -159,6 +160,11 @@ def host_bytes(host: str) -> tuple[bytes, int]:
         except OSError as exc:
             raise CodecError(f"host {host!r} is not an IPv4 address or resolvable name") from exc
     return packed, int(port)
+
+
+# Born hosts repeat (one per client connection): stores parse each once. Bounded, as clients
+# come and go with new ports.
+cached_host_bytes = functools.lru_cache(maxsize=4096)(host_bytes)
 
 
 def message_id_prefix(store_host: tuple[bytes, int]) -> str:

@@ -155,7 +155,6 @@ class LmdbStore:
         self._snapshot: Any = None
         self._queue_next: dict[bytes, int] = {}  # queue prefix -> next queue offset (writer)
         self._cq_tail = b""  # queue prefix of the last consume-queue key (writer)
-        self._born_hosts: dict[str, tuple[bytes, int]] = {}
         # Before anything is created here: what the directory held, and whether its last
         # writer is live (a reader may then see its unwritten free pages) or died.
         held_data = (self.path / KIND_FILE_NAME).exists()
@@ -291,11 +290,7 @@ class LmdbStore:
             reconsume_times=reconsume_times,
             sys_flag=sys_flag,
         )
-        born = None
-        if born_host:
-            born = self._born_hosts.get(born_host)
-            if born is None:
-                born = self._born_hosts[born_host] = codec.host_bytes(born_host)
+        born = codec.cached_host_bytes(born_host) if born_host else None
         with self._lock:
             self._check_open()
             next_q = self._queue_next.get(prefix)

@@ -36,6 +36,7 @@ from mqcore.codec import (
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     body_crc_ok,
+    cached_host_bytes,
     check_record,
     host_bytes,
     message_id_prefix,
@@ -348,7 +349,7 @@ class MmapStore:
             biggest = max(sizes)
         if biggest > self._size_alarm:
             self._check_sizes(prepared)
-        born = host_bytes(born_host) if born_host else None
+        born = cached_host_bytes(born_host) if born_host else None
         with self._write_lock:
             if self._closed:
                 raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
