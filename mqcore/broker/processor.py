@@ -11,6 +11,7 @@ nothing but memory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import zlib
@@ -517,8 +518,11 @@ class BrokerProcessor:
 def _born_host(conn: Any) -> str | None:
     """The peer's ``ip:port`` when it is IPv4 (what the record's born host can hold)."""
     addr = getattr(conn, "remote_address", None)
-    if not addr:
-        return None
+    return _ipv4_peer(addr) if addr else None
+
+
+@functools.lru_cache(maxsize=4096)  # one per connection: a send asks for its own each time
+def _ipv4_peer(addr: str) -> str | None:
     host, _, port = addr.rpartition(":")
     parts = host.split(".")
     if port.isdigit() and len(parts) == 4 and all(p.isdigit() for p in parts):

@@ -158,10 +158,16 @@ class ServerConnection(asyncio.BufferedProtocol):
             log.info("remoting_bad_frame", peer=self.remote_address, error=str(exc))
             self._abort()
             return
-        for frame in frames:
-            if self._closed:
-                return
-            self._frame_received(frame)
+        # Answers made while these frames are served leave in one write at the end, without
+        # waiting for the loop's next turn (a flush scheduled meanwhile then finds nothing).
+        self._flush_scheduled = True
+        try:
+            for frame in frames:
+                if self._closed:
+                    return
+                self._frame_received(frame)
+        finally:
+            self._flush()
 
     def pause_writing(self) -> None:
         # The client reads slower than it asks: stop reading its requests until it catches up.
@@ -219,6 +225,14 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def _reply(self, request: RemotingCommand, result: Any) -> None:
         """On the loop: send ``result`` (whatever ``process`` gave) as the answer."""
+        if result.__class__ is RemotingCommand:  # the usual answer: straight to the write
+            self._server._in_flight -= 1
+            if not (self._closed or request.flag & FLAG_ONEWAY):
+                result.opaque = request.opaque
+                result.flag |= FLAG_RESPONSE
+                result.serialize_type = request.serialize_type
+                self._write(result)
+            return
         if isinstance(result, concurrent.futures.Future):
             result.add_done_callback(
                 lambda f: self._server._call_soon(self._reply_done, request, f)
