@@ -402,8 +402,10 @@ class Broker:
     def _members(self, addr: str) -> tuple[tuple[int, str], ...]:
         """This broker group's members by id: this broker at ``addr``, with its master or
         its registered slaves (see :mod:`mqcore.broker.ha`)."""
-        found = {self.config.broker_id: addr}
         ha = self.ha
+        if ha is None:  # no replication: this broker alone (every embedded send asks)
+            return ((self.config.broker_id, addr),)
+        found = {self.config.broker_id: addr}
         if isinstance(ha, HAMaster):
             found.update(ha.slaves())
             found[self.config.broker_id] = addr

@@ -69,8 +69,11 @@ def _batch_result(
     mq: MessageQueue, msgs: Sequence[Message], results: list[PutResult]
 ) -> list[SendResult]:
     """One SendResult for a batch, as RocketMQ: the ids joined with commas, the first offset."""
-    ids = ",".join(m.properties[PROPERTY_UNIQ_KEY] for m in msgs)
-    offset_ids = ",".join(r.msg_id for r in results)
+    if len(msgs) == 1:  # a single send
+        ids, offset_ids = msgs[0].properties[PROPERTY_UNIQ_KEY], results[0].msg_id
+    else:
+        ids = ",".join([m.properties[PROPERTY_UNIQ_KEY] for m in msgs])
+        offset_ids = ",".join([r.msg_id for r in results])
     return [SendResult(SendStatus.SEND_OK, ids, mq, results[0].queue_offset, offset_ids)]
 
 
