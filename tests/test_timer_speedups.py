@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -399,3 +400,79 @@ def test_fields_are_read_as_getattr_reads_them() -> None:
     got = speedups.hold_timers([timer, odd_timer], *args)
     assert got == py_hold_timers([timer, odd_timer], *args)
     assert got is not None and got[0][1][1] == b""  # the property's body
+
+
+@pytest.mark.parametrize("store_name", ["mmap", "lmdb"])
+def test_the_broker_stores_the_same_timers_either_way(
+    tmp_path: Path, store_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the broker, a batch held in C and the same batch held by the general path
+    store the same records in the timer topic (fields, properties, born host, units' tags
+    codes) and index the same unique ids; the wheel takes both in the same way."""
+    from mqcore.broker import schedule
+
+    def batch(now: int) -> list[Message]:
+        msgs = [
+            Message("T", b"a", tags="TagA", keys="k1 k2", flag=3, deliver_time_ms=now + 5000),
+            Message("T", b"b", properties={"x": "é"}, deliver_time_ms=now + 9000),
+            Message("T", b"c", deliver_time_ms=now + 7000),
+        ]
+        # A producer's unique id, and a client's REAL_TOPIC the broker replaces.
+        msgs[0].properties["UNIQ_KEY"] = "AC11000100002A9F0000000000000001"
+        msgs[2].properties["REAL_TOPIC"] = "Elsewhere"
+        return msgs
+
+    calls: list[int] = []
+    real = schedule._hold_timers
+    if real is None:
+        pytest.skip("the C loops are turned off (MQCORE_NO_SPEEDUPS)")
+
+    def spy(*args: Any) -> Any:
+        calls.append(len(args[0]))
+        return real(*args)
+
+    seen = []
+    for held_in_c in (True, False):
+        monkeypatch.setattr(schedule, "_hold_timers", spy if held_in_c else None)
+        clock = _Clock()
+        path = tmp_path / str(held_in_c)
+        with Broker(path, store=store_name, timer_scheduler_options={"clock": clock}) as b:
+            b.create_topic("T", queue_nums=2)
+            sched = b.timer_scheduler
+            with sched._lock:
+                got = b.send_message("T", 1, batch(clock.now), born_host="10.0.0.7:4000")
+                assert [r.queue_offset for r in got] == [0, 1, 2]
+                stored = b.store.get(TIMER_TOPIC, 0, 0, max_count=10).messages
+                units = b.store.get_units(TIMER_TOPIC, 0, 0, 10).units
+                found = [
+                    m.body for m in b.store.lookup(TIMER_TOPIC, "AC11000100002A9F0000000000000001")
+                ]
+                sched._enqueue(clock.now)
+                assert b.timer_stats().in_wheel == 3
+            seen.append(
+                (
+                    [
+                        (m.topic, m.body, m.tags, m.keys, m.flag, m.properties, m.born_host,
+                         m.reconsume_times, m.queue_id, m.store_size)
+                        for m in stored
+                    ],
+                    [struct.unpack_from(">qiq", units, i * 20)[2] for i in range(3)],
+                    found,
+                )
+            )  # fmt: skip
+    assert calls == [3]  # the first broker held the batch in C, the second did not
+    assert seen[0] == seen[1]
+    records, codes, found = seen[0]
+    assert [r[5]["REAL_TOPIC"] for r in records] == ["T", "T", "T"]
+    assert [r[5]["REAL_QID"] for r in records] == ["1", "1", "1"]
+    assert next(iter(records[0][5])) == "TIMER_OUT_MS"
+    assert codes == [int(r[5]["TIMER_OUT_MS"]) for r in records]
+    assert found == [b"a"]
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> int:
+        return self.now
