@@ -372,11 +372,15 @@ def test_link_timers_layout_and_errors() -> None:
                wheel, {}, {}, out)  # fmt: skip
 
 
-def test_broker_module_uses_the_c_checks() -> None:
-    from mqcore.broker import broker
+def test_the_modules_use_the_c_loops_unless_turned_off() -> None:
+    from mqcore import batch
+    from mqcore.broker import broker, schedule
 
-    assert broker._sent_prefix is speedups.sent_prefix
-    assert Broker is broker.Broker
+    on = batch._speedups is not None  # MQCORE_NO_SPEEDUPS=1 turns them off
+    assert broker._sent_prefix is (speedups.sent_prefix if on else None)
+    assert schedule._hold_timers is (speedups.hold_timers if on else None)
+    assert wheel_mod._link_timers is (speedups.link_timers if on else wheel_mod.py_link_timers)
+    assert files_mod._write_slots is (speedups.write_slots if on else files_mod.py_write_slots)
 
 
 def test_fields_are_read_as_getattr_reads_them() -> None:
