@@ -117,6 +117,9 @@ class PushConsumer(ClientBase):
         self.scheduler: Scheduler | None = None
         # Orderly queues given away whose broker lock is released later (UNLOCK_DELAY).
         self._unlock_pending: set[MessageQueue] = set()
+        # Queues an operator reset while this member owned them -> the offset to restart at
+        # (see reset_offset): taken by the rebalance that follows instead of the broker's.
+        self._reset_to: dict[MessageQueue, int] = {}
         self._offset_store_name = offset_store
         self._offset_store_options = dict(offset_store_options or {})
         self.offset_store: Any = None
@@ -292,7 +295,10 @@ class PushConsumer(ClientBase):
         Each owned queue named in ``offsets`` is dropped with what it holds (listeners still
         running on it commit nothing), its offset set to the new one, and the queue is given
         up; the rebalance that follows at once takes it back and pulls from the new offset.
-        So the consumer's next offset commit cannot undo the reset.
+        So the consumer's next offset commit cannot undo the reset. The queue restarts at the
+        offset this notice names, not at the one read back from the broker: an offset commit
+        of this member's sent before the notice arrived but stored after the reset (its
+        periodic persist) would otherwise win and the reset would be lost.
         """
         if group != self.group or self._stop.is_set() or self.offset_store is None:
             return
@@ -305,6 +311,8 @@ class PushConsumer(ClientBase):
         for mq, pq in hit:
             pq.dropped = True
             pq.clear()
+            with self._table_lock:
+                self._reset_to[mq] = offsets[mq]
             self.offset_store.update_offset(mq, offsets[mq], False)
             if self._remove_unnecessary(mq, pq):
                 with self._table_lock:
@@ -386,6 +394,8 @@ class PushConsumer(ClientBase):
     def _update_table(self, topic: str, sub: SubscriptionData, mine: set[MessageQueue]) -> None:
         orderly_clustering = self._orderly and self.message_model is MessageModel.CLUSTERING
         with self._table_lock:
+            for mq in [mq for mq in self._reset_to if mq.topic == topic and mq not in mine]:
+                del self._reset_to[mq]  # reset, then given to another member: theirs now
             # A dropped entry still here waits for its listener (orderly): retry its removal.
             gone = [
                 (mq, pq)
@@ -411,7 +421,10 @@ class PushConsumer(ClientBase):
                 log.info("queue_lock_busy", group=self.group, queue=str(mq))
                 continue  # another member still holds it; retried next round
             self.offset_store.remove_offset(mq)  # RocketMQ's removeDirtyOffset
-            offset = self._compute_pull_from_where(mq)
+            with self._table_lock:
+                offset = self._reset_to.pop(mq, -1)
+            if offset < 0:
+                offset = self._compute_pull_from_where(mq)
             if offset < 0:
                 continue
             pq = ProcessQueue()

@@ -145,3 +145,49 @@ def test_reset_without_running_members_and_force(broker: Broker) -> None:
     assert sorted(kept.values()) == sorted(ends) and _committed(broker) == ends
     back = broker.reset_offset_by_timestamp("g", "T", 0, force=False)
     assert sorted(back.values()) == [0, 0] and _committed(broker) == [0, 0]
+
+
+def test_a_late_offset_commit_does_not_undo_a_reset(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member's periodic offset commit may be sent before it learns of a reset and stored
+    after it. The member still restarts the queues at the reset offsets (the notice names
+    them) rather than at what the broker holds when it reads it back."""
+    _send(broker, [b"m%d" % i for i in range(10)])
+    sink = _Sink()
+    c = _consumer(broker, sink)
+    c.start()
+    try:
+        assert wait_until(lambda: sink.count() >= 10, timeout=30)
+        assert wait_until(lambda: _committed(broker) == _maxes(broker), timeout=10)
+        ends, before = _maxes(broker), sink.count()
+        store = c.offset_store
+        assert store is not None
+        persist, handling = type(store).persist, threading.Event()
+
+        def persist_then_late_commit(self: object, mq: MessageQueue) -> None:
+            persist(self, mq)  # type: ignore[arg-type]
+            if handling.is_set():  # the old offset, committed by a persist already under way
+                broker.update_consumer_offset(
+                    "g", "T", mq.queue_id, ends[mq.queue_id], reset_clients=False
+                )
+
+        monkeypatch.setattr(type(store), "persist", persist_then_late_commit)
+        reset = c.reset_offset
+
+        def reset_offset(group: str, topic: str, offsets: dict[MessageQueue, int]) -> None:
+            handling.set()
+            try:
+                reset(group, topic, offsets)
+            finally:
+                handling.clear()
+
+        c.reset_offset = reset_offset  # type: ignore[method-assign]
+        broker.reset_offset_by_timestamp("g", "T", 0)
+        assert wait_until(
+            lambda: sorted(set(sink.since(before))) == sorted(b"m%d" % i for i in range(10)),
+            timeout=30,
+        )
+        assert wait_until(lambda: _committed(broker) == _maxes(broker), timeout=10)
+    finally:
+        c.shutdown()
