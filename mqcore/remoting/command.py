@@ -96,9 +96,12 @@ if _make_encoder is not None:
         return "".join(_c_encode(ext, 0))
 
 else:  # pragma: no cover - CPython always has the C encoder
-    _encode_strings = json.JSONEncoder(
-        ensure_ascii=False, separators=(",", ":"), check_circular=False
-    ).encode
+    _py_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+
+    def _encode_strings(ext: dict[str, str]) -> str:
+        return _py_encoder.encode(ext)
+
+
 _json_decode = json.JSONDecoder().decode
 _opaque_counter = itertools.count(1)
 _STR = frozenset({str})
