@@ -7,6 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mqcore import Broker, Message, Producer, SendStatus
 from mqcore.broker import ResponseCode
@@ -171,3 +173,71 @@ def test_hooks_are_called_once_per_batch(tmp_path: Path, store_name: str) -> Non
         with Producer("pg", broker=b) as p:
             p.send_batch([Message(topic="T", body=b"x")] * 10)
     assert events == [("stored", 10), ("sent", 10)]
+
+
+_FIELD = st.one_of(
+    st.none(), st.text(max_size=6), st.sampled_from(["a\x01b", "é", "ok", "", "\ud800"])
+)
+
+
+_ANY_MESSAGE = st.fixed_dictionaries(
+    {
+        "topic": st.sampled_from(["T", "U", "bad topic"]),
+        "body": st.sampled_from([b"x", b"", b"y" * 40, bytearray(b"z")]),
+        "tags": _FIELD,
+        "keys": _FIELD,
+        "properties": st.dictionaries(
+            st.sampled_from(["p", "UNIQ_KEY", "TAGS", "DELAY", "MIN_OFFSET", "x\x02"]),
+            st.text(max_size=4),
+            max_size=2,
+        ),
+        "delay_level": st.sampled_from([0, 3]),
+    }
+)
+# Mostly plain messages, so that batches often begin with some (the shortcut's case).
+_PLAIN_MESSAGE = st.fixed_dictionaries(
+    {
+        "topic": st.just("T"),
+        "body": st.sampled_from([b"x", b"y" * 32]),
+        "tags": st.sampled_from([None, "ok"]),
+        "keys": st.sampled_from([None, "k1 k2"]),
+        "properties": st.sampled_from([{}, {"p": "v"}, {"UNIQ_KEY": "ABC123"}]),
+        "delay_level": st.sampled_from([0, 2]),
+    }
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(_PLAIN_MESSAGE | _PLAIN_MESSAGE | _ANY_MESSAGE, min_size=1, max_size=5))
+def test_batch_checks_shortcut_agrees_with_the_checks_one_by_one(
+    broker: Broker, batch: list[dict[str, object]]
+) -> None:
+    """send_batch checks its leading plain messages in one C call: it refuses the same batches
+    with the same error and gives the same messages unique ids as checking one by one."""
+    import mqcore.client.producer as producer_module
+
+    def build() -> list[Message]:
+        out = []
+        for fields in batch:
+            m = Message(topic="T", body=b"-")
+            for name, value in fields.items():  # as a caller may, after building it
+                object.__setattr__(m, name, dict(value) if name == "properties" else value)  # type: ignore[call-overload]
+            out.append(m)
+        return out
+
+    def outcome() -> tuple[object, list[bool]]:
+        msgs = build()
+        p = Producer("pg", broker=broker, max_message_size=32)
+        try:
+            p._check_batch(msgs)
+            error: object = None
+        except Exception as exc:
+            error = (type(exc), str(exc))
+        return error, ["UNIQ_KEY" in m.properties for m in msgs]
+
+    shortcut = outcome()
+    saved, producer_module._sent_prefix = producer_module._sent_prefix, None
+    try:  # (not monkeypatch: Hypothesis runs every example inside one test)
+        assert outcome() == shortcut
+    finally:
+        producer_module._sent_prefix = saved
