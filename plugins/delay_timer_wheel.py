@@ -172,7 +172,7 @@ def py_link_timers(
     tests hold both to the same bytes).
     """
     if precision_ms <= 0 or slots <= 0 or start < 0:
-        raise ValueError("link_timers: precision and slots must be > 0")
+        raise InvalidArgumentError("link_timers: precision and slots must be > 0")
     unpack = _CQ_UNIT.unpack_from
     pack = UNIT.pack
     get_slot = SLOT.unpack_from
