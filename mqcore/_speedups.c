@@ -2375,6 +2375,182 @@ done:
     return result;
 }
 
+
+/* --- decode_batch: a SEND_BATCH_MESSAGE body into Message objects ------------------------ */
+
+PyDoc_STRVAR(decode_batch_doc,
+"decode_batch(topic, data, new_message, defaults, fallback, illegal) -> list\n\n"
+"The messages of a SEND_BATCH_MESSAGE body; mqcore.protocol.send.py_decode_batch is the\n"
+"reference (same messages, same errors). new_message() makes a blank Message, whose other\n"
+"fields are set from the (name, value) pairs of defaults, as _wire_message does;\n"
+"fallback(topic, body, flag, properties) makes a message whose properties hold TAGS, KEYS or\n"
+"DELAY; illegal(text) makes the error raised for a malformed body.");
+
+static PyObject *batch_illegal(PyObject *illegal, const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyObject *text = PyUnicode_FromFormatV(format, va);
+    va_end(va);
+    if (text == NULL)
+        return NULL;
+    PyObject *exc = PyObject_CallOneArg(illegal, text);
+    Py_DECREF(text);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* name\x01value\x02... (valid UTF-8) into a dict, as message.parse_properties splits the
+   decoded text: the separators are ASCII, so cutting the bytes cuts the text the same way.
+   *field is set when a name is TAGS, KEYS or DELAY. */
+static PyObject *batch_properties(const char *p, Py_ssize_t n, int *field)
+{
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (i < n && p[i] != '\x02')
+            continue;
+        const char *item = p + start;
+        Py_ssize_t len = i - start;
+        const char *sep = memchr(item, '\x01', (size_t)len);
+        start = i + 1;
+        if (sep == NULL)
+            continue;
+        Py_ssize_t name_len = sep - item;
+        if ((name_len == 4 && (memcmp(item, "TAGS", 4) == 0 || memcmp(item, "KEYS", 4) == 0)) ||
+            (name_len == 5 && memcmp(item, "DELAY", 5) == 0))
+            *field = 1;
+        PyObject *name = PyUnicode_DecodeUTF8(item, name_len, "strict");
+        PyObject *value = name == NULL ? NULL : PyUnicode_DecodeUTF8(sep + 1, len - name_len - 1, "strict");
+        if (value == NULL || PyDict_SetItem(out, name, value) < 0) {
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(name);
+        Py_DECREF(value);
+    }
+    return out;
+}
+
+static PyObject *speedups_decode_batch(PyObject *self, PyObject *args)
+{
+    PyObject *topic, *data, *new_message, *defaults, *fallback, *illegal;
+    if (!PyArg_ParseTuple(args, "UOOO!OO", &topic, &data, &new_message, &PyTuple_Type, &defaults,
+                          &fallback, &illegal))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0, end = view.len;
+    PyObject *out = PyList_New(0);
+    PyObject *zero = PyLong_FromLong(0);
+    if (out == NULL || zero == NULL)
+        goto fail;
+    while (pos < end) {
+        if (end - pos < 22) {
+            batch_illegal(illegal, "batch body truncated at byte %zd of %zd", pos, end);
+            goto fail;
+        }
+        int32_t size = (int32_t)get_be32(buf + pos);
+        int32_t flag = (int32_t)get_be32(buf + pos + 12);
+        int32_t body_len = (int32_t)get_be32(buf + pos + 16);
+        Py_ssize_t body_at = pos + 20;
+        Py_ssize_t props_at = body_at + body_len;
+        if (body_len < 0 || size < 22 || props_at + 2 > end) {
+            batch_illegal(illegal, "batch message at byte %zd has a bad length (%d, %d)", pos,
+                          (int)size, (int)body_len);
+            goto fail;
+        }
+        int16_t props_len = (int16_t)(((unsigned)buf[props_at] << 8) | buf[props_at + 1]);
+        Py_ssize_t stop = props_at + 2 + props_len;
+        if (props_len < 0 || stop != pos + size || stop > end) {
+            batch_illegal(illegal, "batch message at byte %zd has a bad size %d", pos, (int)size);
+            goto fail;
+        }
+        const char *props = (const char *)buf + props_at + 2;
+        PyObject *text = NULL;
+        if (props_len) {
+            /* the whole text first, so that an invalid byte anywhere is the one error */
+            text = PyUnicode_DecodeUTF8(props, props_len, "strict");
+            if (text == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                batch_illegal(illegal, "batch message at byte %zd: properties are not UTF-8", pos);
+                goto fail;
+            }
+        }
+        PyObject *body = PyBytes_FromStringAndSize((const char *)buf + body_at, body_len);
+        if (body == NULL) {
+            Py_XDECREF(text);
+            goto fail;
+        }
+        int field = 0;
+        PyObject *dict = batch_properties(props, props_len, &field);
+        PyObject *msg = NULL;
+        if (dict != NULL && field) {
+            PyObject *flag_obj = PyLong_FromLong(flag);
+            if (flag_obj != NULL)
+                msg = PyObject_CallFunctionObjArgs(fallback, topic, body, flag_obj,
+                                                   text ? text : Py_None, NULL);
+            Py_XDECREF(flag_obj);
+        } else if (dict != NULL) {
+            msg = PyObject_CallNoArgs(new_message);
+            PyObject *flag_obj = msg == NULL ? NULL : PyLong_FromLong(flag);
+            int bad = flag_obj == NULL ||
+                      PyObject_GenericSetAttr(msg, s_topic, topic) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_body, body) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_tags, Py_None) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_keys, Py_None) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_properties, dict) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_flag, flag_obj) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_delay_level, zero) < 0;
+            for (Py_ssize_t i = 0; !bad && i < PyTuple_GET_SIZE(defaults); i++) {
+                PyObject *pair = PyTuple_GET_ITEM(defaults, i);
+                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                    PyErr_SetString(PyExc_TypeError, "decode_batch: defaults are (name, value) pairs");
+                    bad = 1;
+                    break;
+                }
+                bad = PyObject_GenericSetAttr(msg, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0;
+            }
+            Py_XDECREF(flag_obj);
+            if (bad)
+                Py_CLEAR(msg);
+        }
+        Py_XDECREF(dict);
+        Py_DECREF(body);
+        Py_XDECREF(text);
+        if (msg == NULL)
+            goto fail;
+        int appended = PyList_Append(out, msg);
+        Py_DECREF(msg);
+        if (appended < 0)
+            goto fail;
+        pos = stop;
+    }
+    if (PyList_GET_SIZE(out) == 0) {
+        batch_illegal(illegal, "the batch holds no message");
+        goto fail;
+    }
+    Py_DECREF(zero);
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(zero);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"prepare", speedups_prepare, METH_VARARGS, prepare_doc},
     {"pack", speedups_pack, METH_VARARGS, pack_doc},
@@ -2386,6 +2562,7 @@ static PyMethodDef speedups_methods[] = {
     {"hold_timers", speedups_hold_timers, METH_VARARGS, hold_timers_doc},
     {"link_timers", speedups_link_timers, METH_VARARGS, link_timers_doc},
     {"write_slots", speedups_write_slots, METH_VARARGS, write_slots_doc},
+    {"decode_batch", speedups_decode_batch, METH_VARARGS, decode_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 

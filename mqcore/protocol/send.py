@@ -15,10 +15,12 @@ ones no client may set.
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import attrs
 
+from mqcore.batch import _speedups
 from mqcore.errors import MessageIllegalError
 from mqcore.message import (
     PROPERTY_DELAY,
@@ -30,7 +32,13 @@ from mqcore.message import (
 )
 from mqcore.protocol.codes import ResponseCode
 
-__all__ = ["decode_batch", "encode_batch", "message_from_wire", "wire_properties"]
+__all__ = [
+    "decode_batch",
+    "encode_batch",
+    "message_from_wire",
+    "py_decode_batch",
+    "wire_properties",
+]
 
 _FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY})
 _HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
@@ -95,6 +103,8 @@ _OTHER_DEFAULTS = tuple(
 )
 if any(hasattr(d, "factory") or d is attrs.NOTHING for _, d in _OTHER_DEFAULTS):
     raise ImportError("mqcore.protocol.send: a Message field without a plain default")
+_blank_message = functools.partial(_new_message, Message)
+_c_decode_batch = None if _speedups is None else getattr(_speedups, "decode_batch", None)
 
 
 def wire_properties(msg: Message) -> str:
@@ -103,7 +113,20 @@ def wire_properties(msg: Message) -> str:
 
 
 def decode_batch(topic: str, data: bytes | bytearray | memoryview) -> list[Message]:
-    """The messages of a SEND_BATCH_MESSAGE body. :raises MessageIllegalError: malformed."""
+    """The messages of a SEND_BATCH_MESSAGE body. :raises MessageIllegalError: malformed.
+
+    In C when the speedups are built (a third of the server's work on a batch in Python);
+    :func:`py_decode_batch` is the reference.
+    """
+    if _c_decode_batch is not None and topic.__class__ is str:
+        return _c_decode_batch(  # type: ignore[no-any-return]
+            topic, data, _blank_message, _OTHER_DEFAULTS, message_from_wire, _illegal
+        )
+    return py_decode_batch(topic, data)
+
+
+def py_decode_batch(topic: str, data: bytes | bytearray | memoryview) -> list[Message]:
+    """:func:`decode_batch` in Python (the reference for ``mqcore._speedups.decode_batch``)."""
     view = memoryview(data)
     out: list[Message] = []
     pos, end = 0, len(view)
