@@ -120,3 +120,22 @@ def test_decode_batch_in_c_agrees_with_the_python_reference(data: bytes) -> None
     assert outcome(send.decode_batch) == expected
     for wrapped in (bytearray(data), memoryview(data)):
         assert outcome(lambda t, _, w=wrapped: send.decode_batch(t, w)) == expected
+
+
+@given(
+    ids=st.lists(
+        st.text(alphabet="0123456789ABCDEFabcdef", min_size=32, max_size=32)
+        | st.text(alphabet="0123456789ABCDEF ,g", max_size=33)
+        | st.text(alphabet="0123456789ABCDEF", min_size=31, max_size=33),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_a_batch_results_offsets_are_read_as_one_by_one(ids: list[str]) -> None:
+    """A batch's offset ids are decoded in one call when all are 32 hex digits; the offsets
+    are those of decoding each id alone."""
+    from mqcore.client.transport_remote import _commitlog_offset, _commitlog_offsets
+
+    joined = ",".join(ids)
+    split = joined.split(",")
+    assert _commitlog_offsets(joined, split) == [_commitlog_offset(i) for i in split]
