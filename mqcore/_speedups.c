@@ -2551,6 +2551,161 @@ fail:
     return NULL;
 }
 
+
+/* --- encode_batch: a SEND_BATCH_MESSAGE body from Message objects ----------------------- */
+
+PyDoc_STRVAR(encode_batch_doc,
+"encode_batch(messages, message_cls) -> bytes | None\n\n"
+"The SEND_BATCH_MESSAGE body of a list of messages of exactly message_cls, each without\n"
+"tags, keys or delay level, with a dict of str properties, a bytes body and a flag in int32\n"
+"(mqcore.protocol.send.py_encode_batch is the reference: the same bytes). None when a\n"
+"message is not of that kind: the caller then encodes the whole batch in Python, which\n"
+"raises what it raises.");
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} grow_buffer;
+
+static int grow_reserve(grow_buffer *b, Py_ssize_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int grow_append(grow_buffer *b, const char *data, Py_ssize_t n)
+{
+    if (grow_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, data, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+/* 1: the text is empty (None or ""), 0: not, -1 on error */
+static int falsy_text(PyObject *v)
+{
+    return v == Py_None || (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) == 0);
+}
+
+/* Append one message; 1 when done, 0 when it is not of the plain kind, -1 on error. */
+static int encode_one(grow_buffer *b, PyObject *m)
+{
+    int done = 0;
+    PyObject *body = PyObject_GetAttr(m, s_body);
+    PyObject *flag = body ? PyObject_GetAttr(m, s_flag) : NULL;
+    PyObject *tags = flag ? PyObject_GetAttr(m, s_tags) : NULL;
+    PyObject *keys = tags ? PyObject_GetAttr(m, s_keys) : NULL;
+    PyObject *delay = keys ? PyObject_GetAttr(m, s_delay_level) : NULL;
+    PyObject *props = delay ? PyObject_GetAttr(m, s_properties) : NULL;
+    if (props == NULL) {
+        done = -1;
+        goto out;
+    }
+    if (!PyBytes_CheckExact(body) || !PyLong_CheckExact(flag) || !falsy_text(tags) ||
+        !falsy_text(keys) || !PyLong_CheckExact(delay) || !PyDict_CheckExact(props))
+        goto out;
+    int overflow = 0;
+    long flag_v = PyLong_AsLongAndOverflow(flag, &overflow);
+    long delay_v = PyLong_AsLongAndOverflow(delay, &overflow);
+    if (overflow || flag_v < INT32_MIN || flag_v > INT32_MAX || delay_v != 0)
+        goto out;
+    Py_ssize_t body_len = PyBytes_GET_SIZE(body);
+    Py_ssize_t head_at = b->len;
+    if (grow_reserve(b, 20) < 0) {
+        done = -1;
+        goto out;
+    }
+    b->len += 20;
+    if (grow_append(b, PyBytes_AS_STRING(body), body_len) < 0 || grow_reserve(b, 2) < 0) {
+        done = -1;
+        goto out;
+    }
+    Py_ssize_t props_at = b->len;
+    b->len += 2;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+            goto out;
+        Py_ssize_t kn, vn;
+        const char *ks = PyUnicode_AsUTF8AndSize(k, &kn);
+        const char *vs = ks ? PyUnicode_AsUTF8AndSize(v, &vn) : NULL;
+        if (vs == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                done = -1;
+                goto out;
+            }
+            PyErr_Clear(); /* a lone surrogate: Python's encode() raises it */
+            goto out;
+        }
+        if (grow_append(b, ks, kn) < 0 || grow_append(b, "\x01", 1) < 0 ||
+            grow_append(b, vs, vn) < 0 || grow_append(b, "\x02", 1) < 0) {
+            done = -1;
+            goto out;
+        }
+    }
+    Py_ssize_t text_len = b->len - props_at - 2;
+    Py_ssize_t size = 20 + body_len + 2 + text_len;
+    if (text_len > 32767 || body_len > INT32_MAX || size > INT32_MAX)
+        goto out;
+    unsigned char *h = (unsigned char *)b->p + head_at;
+    put_be32(h, (uint32_t)size);
+    put_be32(h + 4, 0);
+    put_be32(h + 8, 0);
+    put_be32(h + 12, (uint32_t)(int32_t)flag_v);
+    put_be32(h + 16, (uint32_t)body_len);
+    b->p[props_at] = (char)((text_len >> 8) & 0xFF);
+    b->p[props_at + 1] = (char)(text_len & 0xFF);
+    done = 1;
+out:
+    Py_XDECREF(body);
+    Py_XDECREF(flag);
+    Py_XDECREF(tags);
+    Py_XDECREF(keys);
+    Py_XDECREF(delay);
+    Py_XDECREF(props);
+    return done;
+}
+
+static PyObject *speedups_encode_batch(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *cls;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &messages, &cls))
+        return NULL;
+    grow_buffer b = {NULL, 0, 0};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        if ((PyObject *)Py_TYPE(m) != cls) {
+            PyMem_Free(b.p);
+            Py_RETURN_NONE;
+        }
+        Py_INCREF(m); /* the list may change under a property's __eq__: keep m alive */
+        int done = encode_one(&b, m);
+        Py_DECREF(m);
+        if (done <= 0) {
+            PyMem_Free(b.p);
+            if (done < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.p ? b.p : "", b.len);
+    PyMem_Free(b.p);
+    return out;
+}
+
 static PyMethodDef speedups_methods[] = {
     {"prepare", speedups_prepare, METH_VARARGS, prepare_doc},
     {"pack", speedups_pack, METH_VARARGS, pack_doc},
@@ -2563,6 +2718,7 @@ static PyMethodDef speedups_methods[] = {
     {"link_timers", speedups_link_timers, METH_VARARGS, link_timers_doc},
     {"write_slots", speedups_write_slots, METH_VARARGS, write_slots_doc},
     {"decode_batch", speedups_decode_batch, METH_VARARGS, decode_batch_doc},
+    {"encode_batch", speedups_encode_batch, METH_VARARGS, encode_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -37,6 +37,7 @@ __all__ = [
     "encode_batch",
     "message_from_wire",
     "py_decode_batch",
+    "py_encode_batch",
     "wire_properties",
 ]
 
@@ -105,6 +106,7 @@ if any(hasattr(d, "factory") or d is attrs.NOTHING for _, d in _OTHER_DEFAULTS):
     raise ImportError("mqcore.protocol.send: a Message field without a plain default")
 _blank_message = functools.partial(_new_message, Message)
 _c_decode_batch = None if _speedups is None else getattr(_speedups, "decode_batch", None)
+_c_encode_batch = None if _speedups is None else getattr(_speedups, "encode_batch", None)
 
 
 def wire_properties(msg: Message) -> str:
@@ -154,7 +156,20 @@ def py_decode_batch(topic: str, data: bytes | bytearray | memoryview) -> list[Me
 
 
 def encode_batch(messages: list[Message]) -> bytes:
-    """A SEND_BATCH_MESSAGE body for ``messages`` (what :func:`decode_batch` reads)."""
+    """A SEND_BATCH_MESSAGE body for ``messages`` (what :func:`decode_batch` reads).
+
+    In C when the speedups are built and every message is plain (no tags, keys or delay
+    level); :func:`py_encode_batch` is the reference, and encodes the rest.
+    """
+    if _c_encode_batch is not None and messages.__class__ is list:
+        data = _c_encode_batch(messages, Message)
+        if data is not None:
+            return data  # type: ignore[no-any-return]
+    return py_encode_batch(messages)
+
+
+def py_encode_batch(messages: list[Message]) -> bytes:
+    """:func:`encode_batch` in Python (the reference for ``mqcore._speedups.encode_batch``)."""
     parts: list[bytes | bytearray | memoryview] = []
     append, head, props_len = parts.append, _HEAD.pack, _PROPS_LEN.pack
     fixed = _HEAD.size + _PROPS_LEN.size
