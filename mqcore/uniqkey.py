@@ -130,6 +130,9 @@ _properties = attrgetter("properties")
 def uniq_ids(messages: Sequence[Any]) -> list[str | None] | None:
     """Each message's ``UNIQ_KEY`` (None where it has none), or None when no message has
     properties at all (the common case of plain messages costs one pass, no lookups)."""
+    if len(messages) == 1:  # a single send
+        props = messages[0].properties
+        return [props.get(PROPERTY_UNIQ_KEY)] if props else None
     if not any(map(_properties, messages)):
         return None
     return [p.get(PROPERTY_UNIQ_KEY) if p else None for p in map(_properties, messages)]

@@ -87,7 +87,9 @@ _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
 _TIMESTAMP = struct.Struct(">q")
 # Fields of codec.prepare's items, by position: they are laid out as codec.Prepared.
-_KEYS = operator.itemgetter(codec.Prepared._fields.index("keys"))
+_KEYS_AT = codec.Prepared._fields.index("keys")
+_QUEUE_ID_SIZE = layout.QUEUE_ID.size
+_KEYS = operator.itemgetter(_KEYS_AT)
 
 
 def _now_ms() -> int:
@@ -702,7 +704,16 @@ def _batch_items(
     """
     units, offsets, _end = batch.units(prepared, start_cl)
     key_items: list[tuple[bytes, bytes]] = []
-    if uniqs is not None or any(map(_KEYS, prepared)):
+    if len(prepared) == 1:  # one message per put is common: no per-message machinery
+        keys, uniq = prepared[0][_KEYS_AT], uniqs[0] if uniqs else None
+        if keys or uniq:
+            log_key, tprefix = _OFFSET_PACK(start_cl), prefix[:-_QUEUE_ID_SIZE]
+            index_key = layout.index_key
+            if keys:
+                key_items = [(index_key(tprefix, k), log_key) for k in keys.split()]
+            if uniq:  # after the keys, as index_keys orders them
+                key_items.append((index_key(tprefix, uniq), log_key))
+    elif uniqs is not None or any(map(_KEYS, prepared)):
         tprefix = prefix[: -layout.QUEUE_ID.size]
         for keys, uniq, cl in zip(
             map(_KEYS, prepared), uniqs or repeat(None), offsets, strict=False
