@@ -58,6 +58,7 @@ COMPRESS_OVER = 4096  # RocketMQ's compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5  # RocketMQ's zipCompressLevel default
 COMPRESSED_FLAG = 0x1
 DEFAULT_TOPIC = "TBW102"
+_RECORD_SIZE = struct.Struct(">I")  # a stored record's first word: its size
 _MSGID_FIELDS = struct.Struct(">4siq")  # an offset message id: store ip, port, offset
 ROUTE_TTL_S = 30.0  # RocketMQ's pollNameServerInterval
 CALL_TIMEOUT_S = 3.0
@@ -70,12 +71,13 @@ def split_records(body: bytes | bytearray | memoryview | None) -> list[memoryvie
         return []
     view = memoryview(body)
     out: list[memoryview] = []
+    append, size_at = out.append, _RECORD_SIZE.unpack_from
     pos, end = 0, len(view)
     while pos + 4 <= end:
-        size = int.from_bytes(view[pos : pos + 4], "big")
+        (size,) = size_at(view, pos)
         if size <= 0 or pos + size > end:
             raise MQClientError(f"malformed record in the response at byte {pos} (size {size})")
-        out.append(view[pos : pos + size])
+        append(view[pos : pos + size])
         pos += size
     return out
 
