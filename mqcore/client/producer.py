@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -132,8 +132,12 @@ class Producer(ClientBase):
         self.send_msg_timeout = send_msg_timeout
         self.max_message_size = max_message_size
         self.async_send_threads = async_send_threads
-        self._index = random.randrange(1 << 16)
-        self._index_lock = threading.Lock()
+        # Round-robin position: next() of a count is atomic, so sends from several threads
+        # each take their own (RocketMQ's sendWhichQueue).
+        self._index = itertools.count(random.randrange(1 << 16) + 1)
+        # topic -> (route, its writable queues): a route object is immutable, so its queue
+        # list is made once per route the broker hands out, not once per send.
+        self._write_queues: dict[str, tuple[Any, list[MessageQueue]]] = {}
         self._sender: AsyncSender | None = None
 
     def start(self) -> None:
@@ -196,9 +200,7 @@ class Producer(ClientBase):
         _uniq_id(msg)
 
     def _next_queue(self, mqs: list[MessageQueue], last: MessageQueue | None) -> MessageQueue:
-        with self._index_lock:
-            self._index += 1
-            index = self._index
+        index = next(self._index)
         if last is not None:
             # Retry on another broker when the topic spans several (RocketMQ's
             # selectOneMessageQueue(lastBrokerName)); otherwise the next queue round-robin.
@@ -232,7 +234,13 @@ class Producer(ClientBase):
                 raise SendTimeoutError(
                     f"send to {topic} timed out after {timeout}s ({attempt} attempts)"
                 ) from error
-            mqs = self.route(topic).write_queues()
+            route = self.route(topic)
+            cached = self._write_queues.get(topic)
+            if cached is not None and cached[0] is route:  # the broker's cached route
+                mqs = cached[1]
+            else:
+                mqs = route.write_queues()
+                self._write_queues[topic] = (route, mqs)
             mq = pick(mqs, last_mq) if pick is not None else self._next_queue(mqs, last_mq)
             last_mq = mq
             try:
@@ -291,7 +299,7 @@ class Producer(ClientBase):
         self, selector: MessageQueueSelector, msg: Message, arg: Any
     ) -> Callable[[list[MessageQueue], MessageQueue | None], MessageQueue]:
         def pick(mqs: list[MessageQueue], last: MessageQueue | None) -> MessageQueue:
-            mq = selector(mqs, msg, arg)
+            mq = selector(list(mqs), msg, arg)  # a copy: the selector may reorder its list
             if mq not in mqs:
                 raise MQClientError(f"selector returned {mq}, not a writable queue of {msg.topic}")
             return mq

@@ -241,3 +241,19 @@ def test_batch_checks_shortcut_agrees_with_the_checks_one_by_one(
         assert outcome() == shortcut
     finally:
         producer_module._sent_prefix = saved
+
+
+def test_a_selector_that_changes_its_list_leaves_later_sends_alone(broker: Broker) -> None:
+    """The producer keeps a route's writable queues between sends; the list a selector gets
+    is its own, so clearing it changes nothing for the next sends."""
+
+    def greedy(mqs, msg, arg):  # type: ignore[no-untyped-def]
+        first = mqs[0]
+        mqs.clear()
+        return first
+
+    with Producer("pg", broker=broker) as p:
+        assert p.send(Message(topic="T", body=b"x"), selector=greedy).message_queue.queue_id == 0
+        queues = {p.send(Message(topic="T", body=b"y")).message_queue.queue_id for _ in range(8)}
+        assert p.send(Message(topic="T", body=b"z"), selector=greedy).message_queue.queue_id == 0
+    assert queues == {0, 1, 2, 3}
