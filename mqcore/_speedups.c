@@ -403,6 +403,40 @@ static long long deliver_digits(const char *text, Py_ssize_t n)
     return v;
 }
 
+/* Write the property text of a record trailer at p: ``name\x01value\x02`` for each of the
+ * ntext / 2 pairs in text and lens, then TAGS, KEYS and DELAY, each when its length is not 0.
+ * Returns where the text ends. */
+static char *put_property_text(char *p, const char *const *text, const Py_ssize_t *lens,
+                               Py_ssize_t ntext, const char *tags_s, Py_ssize_t tags_len,
+                               const char *keys_s, Py_ssize_t keys_len, const char *delay_s,
+                               Py_ssize_t delay_len)
+{
+    for (Py_ssize_t i = 0; i < ntext; i++) {
+        memcpy(p, text[i], (size_t)lens[i]);
+        p += lens[i];
+        *p++ = (i & 1) ? '\x02' : '\x01';
+    }
+    if (tags_len) {
+        memcpy(p, "TAGS\x01", 5);
+        memcpy(p + 5, tags_s, (size_t)tags_len);
+        p += 5 + tags_len;
+        *p++ = '\x02';
+    }
+    if (keys_len) {
+        memcpy(p, "KEYS\x01", 5);
+        memcpy(p + 5, keys_s, (size_t)keys_len);
+        p += 5 + keys_len;
+        *p++ = '\x02';
+    }
+    if (delay_len) {
+        memcpy(p, "DELAY\x01", 6);
+        memcpy(p + 6, delay_s, (size_t)delay_len);
+        p += 6 + delay_len;
+        *p++ = '\x02';
+    }
+    return p;
+}
+
 /* codec.message_trailer's result for a message that has properties, tags, keys or a delay
  * level, built in C: 1 with ``*trailer`` and ``*code`` set (new references), 0 when the
  * Python code must build it (a field that is not an exact str, dict or int, text that does
@@ -492,29 +526,8 @@ static int fast_trailer(PyObject *m, PyObject *t, PyObject *code_topic, PyObject
     p += topic_len;
     *p++ = (char)(total >> 8);
     *p++ = (char)(total & 0xFF);
-    for (Py_ssize_t i = 0; i < nheld; i++) {
-        memcpy(p, text[i], (size_t)lens[i]);
-        p += lens[i];
-        *p++ = (i & 1) ? '\x02' : '\x01';
-    }
-    if (tags_len) {
-        memcpy(p, "TAGS\x01", 5);
-        memcpy(p + 5, tags_s, (size_t)tags_len);
-        p += 5 + tags_len;
-        *p++ = '\x02';
-    }
-    if (keys_len) {
-        memcpy(p, "KEYS\x01", 5);
-        memcpy(p + 5, keys_s, (size_t)keys_len);
-        p += 5 + keys_len;
-        *p++ = '\x02';
-    }
-    if (delay_len) {
-        memcpy(p, "DELAY\x01", 6);
-        memcpy(p + 6, delay_s, (size_t)delay_len);
-        p += 6 + delay_len;
-        *p++ = '\x02';
-    }
+    p = put_property_text(p, text, lens, nheld, tags_s, tags_len, keys_s, keys_len, delay_s,
+                          delay_len);
     assert(p == PyBytes_AS_STRING(out) + PyBytes_GET_SIZE(out));
     long long value = tags_len ? java_hash((const unsigned char *)tags_s, tags_len) : 0;
     if (name_s != NULL && topic_len == code_topic_len &&
@@ -2017,23 +2030,7 @@ static PyObject *hold_one(PyObject *m, const char *topic_s, Py_ssize_t topic_len
     p += tt_len;
     *p++ = (char)(total >> 8);
     *p++ = (char)(total & 0xFF);
-    for (Py_ssize_t i = 0; i < ntext; i++) {
-        memcpy(p, text[i], (size_t)lens[i]);
-        p += lens[i];
-        *p++ = (i & 1) ? '\x02' : '\x01';
-    }
-    if (tags_len) {
-        memcpy(p, "TAGS\x01", 5);
-        memcpy(p + 5, tags_s, (size_t)tags_len);
-        p += 5 + tags_len;
-        *p++ = '\x02';
-    }
-    if (keys_len) {
-        memcpy(p, "KEYS\x01", 5);
-        memcpy(p + 5, keys_s, (size_t)keys_len);
-        p += 5 + keys_len;
-        *p++ = '\x02';
-    }
+    p = put_property_text(p, text, lens, ntext, tags_s, tags_len, keys_s, keys_len, NULL, 0);
     assert(p == PyBytes_AS_STRING(trailer) + PyBytes_GET_SIZE(trailer));
     PyObject *crc_obj = PyObject_CallOneArg(crc32, body);
     if (crc_obj == NULL) {
