@@ -87,9 +87,8 @@ _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
 _TIMESTAMP = struct.Struct(">q")
 # Fields of codec.prepare's items, by position: they are laid out as codec.Prepared.
-_KEYS_AT = codec.Prepared._fields.index("keys")
 _QUEUE_ID_SIZE = layout.QUEUE_ID.size
-_KEYS = operator.itemgetter(_KEYS_AT)
+_KEYS = operator.itemgetter(codec.Prepared._fields.index("keys"))
 
 
 def _now_ms() -> int:
@@ -705,7 +704,8 @@ def _batch_items(
     units, offsets, _end = batch.units(prepared, start_cl)
     key_items: list[tuple[bytes, bytes]] = []
     if len(prepared) == 1:  # one message per put is common: no per-message machinery
-        keys, uniq = prepared[0][_KEYS_AT], uniqs[0] if uniqs else None
+        keys: str | None = _KEYS(prepared[0])
+        uniq = uniqs[0] if uniqs else None
         if keys or uniq:
             log_key, tprefix = _OFFSET_PACK(start_cl), prefix[:-_QUEUE_ID_SIZE]
             index_key = layout.index_key
