@@ -102,18 +102,36 @@ def _valid_data_after(files: list[MappedFile], index: int, pos: int) -> tuple[in
     return None
 
 
+_COPY_ALIGN = 16  # the smallest vector store of a memcpy: what its loop aligns to
+
+
 def _torn_batch_head(view: memoryview, pos: int, base: int, acked_start: int) -> bool:
     """Whether a hole at ``pos`` followed by valid records is an interrupted batch copy.
 
-    A batch is written with one memcpy, and glibc's memcpy stores the first 32-64 bytes
-    *last* for mid-sized copies: a process killed during a put can leave the batch's
-    records in place but its first header still zero. That batch was never acknowledged
-    (its consume-queue units are written after the copy), so no unit may point past the
-    hole. Anything else (a non-zero damaged header, or acknowledged records after it) is
-    corruption of acknowledged data.
+    A batch is written with one memcpy, and glibc's memcpy stores the first bytes of a
+    mid-sized copy *last* (its loop runs over aligned addresses, then the unaligned head is
+    stored): a process killed during a put can leave the batch's records in place but the
+    head of its first header still zero, up to an aligned position (the mapped file starts on
+    a page, so positions align as addresses do). So the header's first 8 bytes are zero, or
+    its size and the start of its magic code are, up to a 16-byte boundary, followed by the
+    rest of the magic code. That batch was never acknowledged (its consume-queue units are
+    written after the copy), so no unit may point past the hole. Anything else (other damage
+    to the header, or acknowledged records after it) is corruption of acknowledged data.
     """
+    if acked_start > base + pos:
+        return False
     head = bytes(view[pos : pos + 8])
-    return head.count(0) == len(head) and acked_start <= base + pos
+    zeros = len(head) - len(head.lstrip(b"\0"))
+    if zeros == len(head):
+        return True
+    # A real record's size is never 0, so a zero size field means the head is missing; the
+    # record at pos must not be one a unit points at (the batch was never dispatched).
+    return (
+        zeros >= 4
+        and (pos + zeros) % _COPY_ALIGN == 0
+        and acked_start < base + pos
+        and head[zeros:] == _MAGIC[zeros - 4 :]
+    )
 
 
 def find_end(

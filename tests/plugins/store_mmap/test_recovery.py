@@ -257,6 +257,54 @@ def test_interrupted_batch_copy_with_zero_head_is_a_torn_tail(kernel, tmp_path):
         assert store._commitlog.max_offset == int(segment.name) + end
 
 
+def test_interrupted_batch_copy_with_a_partly_stored_head_is_a_torn_tail(kernel, tmp_path):
+    """The copy's aligned loop may have stored the last bytes of the first header's magic code
+    before its unaligned head: a zero size, then the tail of the magic code, up to a 16-byte
+    boundary. That too is the head of an unacknowledged batch, cut on open."""
+    for batches in range(1, 40):  # a batch end whose next 16-byte boundary is 4..7 bytes on
+        crashed, acked = _crashed_copy(kernel, tmp_path / str(batches), batches=batches)
+        segment, pos, size = _last_record(crashed)
+        end = pos + size
+        if 4 <= -end % 16 < 8:
+            break
+    else:
+        pytest.fail("no batch end 4 to 7 bytes before a 16-byte boundary")
+    batch = codec.pack(
+        codec.prepare([Message(topic="R", body=b"late-%d" % i) for i in range(3)], 1),
+        queue_id=0,
+        queue_offset=6,
+        commitlog_offset=int(segment.name) + end,
+        store_timestamp=2,
+        store_host=codec.host_bytes("127.0.0.1:10911"),
+    )
+    data = bytearray(segment.read_bytes())
+    data[end : end + len(batch)] = batch
+    data[end : end - end % 16 + 16] = bytes(-end % 16)  # stored after the aligned part
+    assert data[end + 4 : end + 8] != bytes(4)  # some of the magic code is there
+    segment.write_bytes(bytes(data))
+    with kernel.open_store("mmap", crashed, **OPTIONS) as store:
+        assert [m.msg_id for m in _all(store)] == [r.msg_id for r in acked]
+        assert store._commitlog.max_offset == int(segment.name) + end
+
+
+@pytest.mark.parametrize(
+    ("head", "pos", "acked_before", "torn"),
+    [
+        (bytes(8), 3, True, True),  # nothing of the header stored yet
+        (bytes(7) + b"\xa7", 9, True, True),  # zero up to 16, then the magic's last byte
+        (bytes(5) + b"\xa3\x20\xa7", 11, True, True),
+        (bytes(7) + b"\xa7", 10, True, False),  # the zeros do not end on a boundary
+        (bytes(6) + b"\xa3\xa7", 10, True, False),  # not the magic code's tail
+        (bytes(2) + b"\x01\x00\xda\xa3\x20\xa7", 14, True, False),  # a size is there
+        (bytes(7) + b"\xa7", 9, False, False),  # a unit points at the record
+    ],
+)
+def test_torn_batch_head_shapes(head: bytes, pos: int, acked_before: bool, torn: bool) -> None:
+    view = memoryview(bytes(pos) + head + bytes(64))
+    acked_start = 100 + pos - 1 if acked_before else 100 + pos
+    assert recovery._torn_batch_head(view, pos, 100, acked_start) is torn
+
+
 def test_rebuilt_schedule_queue_keeps_deliver_times(kernel, tmp_path, tags_codes):
     """Rebuilding SCHEDULE_TOPIC_XXXX's consume queue from the log writes the same tags codes
     as the put did (deliver times, under the store's own delay table)."""
