@@ -233,12 +233,10 @@ def test_safe_start_follows_rocketmq(tmp_path, kernel):
         assert recovery.safe_start(files, True, 10**15) == len(files) - 1
 
 
-def test_interrupted_batch_copy_with_zero_head_is_a_torn_tail(kernel, tmp_path):
-    """memcpy may store a batch's first bytes last: records after a zero head, never
-    dispatched, are an unacknowledged batch and are cut, not reported as corruption."""
-    crashed, acked = _crashed_copy(kernel, tmp_path, batches=4)
-    segment, pos, size = _last_record(crashed)
-    end = pos + size
+def _copy_killed_before_its_head(segment: Path, end: int, unstored: int) -> bytes:
+    """Write an unacknowledged batch of three records at ``end`` of ``segment``, its first
+    ``unstored`` bytes left zero (what memcpy had not stored when the writer died); returns
+    the segment's new bytes."""
     batch = codec.pack(
         codec.prepare([Message(topic="R", body=b"late-%d" % i) for i in range(3)], 1),
         queue_id=0,
@@ -250,8 +248,18 @@ def test_interrupted_batch_copy_with_zero_head_is_a_torn_tail(kernel, tmp_path):
     data = bytearray(segment.read_bytes())
     assert end + len(batch) < len(data)
     data[end : end + len(batch)] = batch
-    data[end : end + 32] = bytes(32)  # the head the copy had not stored yet
+    data[end : end + unstored] = bytes(unstored)
     segment.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def test_interrupted_batch_copy_with_zero_head_is_a_torn_tail(kernel, tmp_path):
+    """memcpy may store a batch's first bytes last: records after a zero head, never
+    dispatched, are an unacknowledged batch and are cut, not reported as corruption."""
+    crashed, acked = _crashed_copy(kernel, tmp_path, batches=4)
+    segment, pos, size = _last_record(crashed)
+    end = pos + size
+    _copy_killed_before_its_head(segment, end, 32)
     with kernel.open_store("mmap", crashed, **OPTIONS) as store:
         assert [m.msg_id for m in _all(store)] == [r.msg_id for r in acked]
         assert store._commitlog.max_offset == int(segment.name) + end
@@ -269,19 +277,8 @@ def test_interrupted_batch_copy_with_a_partly_stored_head_is_a_torn_tail(kernel,
             break
     else:
         pytest.fail("no batch end 4 to 7 bytes before a 16-byte boundary")
-    batch = codec.pack(
-        codec.prepare([Message(topic="R", body=b"late-%d" % i) for i in range(3)], 1),
-        queue_id=0,
-        queue_offset=6,
-        commitlog_offset=int(segment.name) + end,
-        store_timestamp=2,
-        store_host=codec.host_bytes("127.0.0.1:10911"),
-    )
-    data = bytearray(segment.read_bytes())
-    data[end : end + len(batch)] = batch
-    data[end : end - end % 16 + 16] = bytes(-end % 16)  # stored after the aligned part
+    data = _copy_killed_before_its_head(segment, end, -end % 16)
     assert data[end + 4 : end + 8] != bytes(4)  # some of the magic code is there
-    segment.write_bytes(bytes(data))
     with kernel.open_store("mmap", crashed, **OPTIONS) as store:
         assert [m.msg_id for m in _all(store)] == [r.msg_id for r in acked]
         assert store._commitlog.max_offset == int(segment.name) + end
