@@ -23,6 +23,7 @@ import attrs
 from mqcore.batch import _speedups
 from mqcore.errors import MessageIllegalError
 from mqcore.message import (
+    _FIELD_PROPERTIES,
     PROPERTY_DELAY,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -41,7 +42,6 @@ __all__ = [
     "wire_properties",
 ]
 
-_FIELD_PROPERTIES = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_DELAY})
 _HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
 _PROPS_LEN = struct.Struct(">h")
 
