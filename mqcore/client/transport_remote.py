@@ -536,14 +536,18 @@ class RemoteTransport:
         if self._closed:
             raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
         future: concurrent.futures.Future[RemotingCommand] | None = None
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header)
         try:
-            # A refused connection (a dead member) raises here, before there is a future.
-            future = self.client.invoke_async(
-                addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), wait
-            )
-            with self._lock:
-                self._pulls.add(future)
-            resp = future.result(wait + 1.0)
+            if not header.sys_flag & headers.PullSysFlag.SUSPEND:
+                # Answered at once: a plain call, which reads its own answer.
+                resp = self.client.invoke(addr, request, wait)
+            else:
+                # Held by the broker: cancellable (cancel_pulls) while it waits.
+                # A refused connection (a dead member) raises here, before there is a future.
+                future = self.client.invoke_async(addr, request, wait)
+                with self._lock:
+                    self._pulls.add(future)
+                resp = future.result(wait + 1.0)
         except concurrent.futures.CancelledError:  # cancel_pulls(): nothing new, at once
             return PullResponse(ResponseCode.PULL_NOT_FOUND, queue_offset, 0, 0)
         except Exception:

@@ -1,11 +1,22 @@
 """The remoting client: a thread-safe, synchronous RocketMQ remoting client.
 
 One TCP connection per address, opened on first use and reopened on the next call after it
-fails. The calling thread encodes and writes its own request (no hop to an I/O thread); one
-reader thread per connection reads answers and completes the caller's future by opaque, so
-answers may arrive in any order and many requests may be in flight on one connection.
-Requests the server sends (NOTIFY_CONSUMER_IDS_CHANGED 40, RESET_CONSUMER_CLIENT_OFFSET 220)
-go to the ``handler`` on a thread of the client's own, never on the reader thread.
+fails. The calling thread encodes and writes its own request (no hop to an I/O thread).
+Answers are matched to requests by opaque, so they may arrive in any order and many requests
+may be in flight on one connection.
+
+Who reads the socket (one reader at a time, the connection's *leader*):
+
+- a synchronous caller reads its own answer when nobody else is reading: the kernel wakes it
+  directly, with no hand-off from another thread (on a small machine that hand-off costs as
+  much as a quarter of a round trip);
+- otherwise the connection's reader thread reads, and completes callers' futures. It steps
+  aside while synchronous calls keep coming (for ``_LINGER`` seconds after the latest one
+  began) and takes over at once when a caller waits for an answer nobody is reading.
+
+Whoever leads completes every answer it reads, its own or another's. Requests the server
+sends (NOTIFY_CONSUMER_IDS_CHANGED 40, RESET_CONSUMER_CLIENT_OFFSET 220) go to the
+``handler`` on a thread of the client's own, never on a reading thread.
 """
 
 from __future__ import annotations
@@ -36,6 +47,10 @@ RequestHandler = Callable[[RemotingCommand, str], "RemotingCommand | None"]
 
 _TICK = 0.1  # how often the sweeper expires async requests past their deadline
 _RECV_SIZE = 256 * 1024
+# How long the reader thread stays aside after a synchronous call began. Longer than a
+# caller's own work between two calls, so that a run of calls keeps reading its own
+# answers; short, since answers to asynchronous requests wait for it when nobody else reads.
+_LINGER = 0.002
 _HANDLER_THREAD = "mqcore-remoting-client-handler"
 
 
@@ -58,7 +73,7 @@ class _Pending(NamedTuple):
 
 
 class _Connection:
-    """One socket to ``addr``, its write lock and its reader thread."""
+    """One socket to ``addr``, its write lock, and its reading (see the module docstring)."""
 
     def __init__(self, client: RemotingClient, addr: str, sock: socket.socket) -> None:
         self.client = client
@@ -69,6 +84,20 @@ class _Connection:
         self._send_lock = threading.Lock()
         self._outq: collections.deque[bytes | bytearray | memoryview] = collections.deque()
         self._decoder = FrameDecoder(client.max_frame_size)
+        # Reading: who leads, who waits for an answer somebody else reads, and until when the
+        # reader thread stays aside. All under ``_turn``.
+        self._turn = threading.Condition(threading.Lock())
+        self._leading = False
+        self._followers: list[concurrent.futures.Future[RemotingCommand]] = []
+        self._quiet_until = 0.0
+        self._torn_down = False
+        # One buffer for every read: recv(n) would allocate (and then shrink) n bytes per
+        # call, which for a large n costs more than the rest of a small round trip. Only the
+        # leader touches it.
+        self._buffer = bytearray(_RECV_SIZE)
+        self._view = memoryview(self._buffer)
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
         self.reader = threading.Thread(
             target=self._read_loop, name=f"mqcore-remoting-client-{addr}", daemon=True
         )
@@ -118,18 +147,56 @@ class _Connection:
         self.closed = True
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
+        with self._turn:
+            self._turn.notify_all()  # a reader thread standing aside ends
 
-    def _read_loop(self) -> None:
-        reason = "closed by the server"
-        # One buffer for every read: recv(n) would allocate (and then shrink) n bytes per
-        # call, which for a large n costs more than the rest of a small round trip.
-        buffer = bytearray(_RECV_SIZE)
-        view = memoryview(buffer)
-        recv_into, feed = self.sock.recv_into, self._decoder.feed
+    # --- reading ---------------------------------------------------------------------------
+
+    def wait(self, fut: concurrent.futures.Future[RemotingCommand], deadline: float) -> None:
+        """Until ``fut`` is done or ``deadline``: read the answers when nobody else is
+        reading, else wait for whoever is. A synchronous caller's way to its answer."""
+        if fut.done():  # read meanwhile (the reader thread was reading when it was sent)
+            return
+        turn = self._turn
+        with turn:
+            self._quiet_until = time.monotonic() + _LINGER
+            lead = not self._leading and not self.closed
+            if lead:
+                self._leading = True
+            else:
+                self._followers.append(fut)
+        if not lead:
+            try:
+                concurrent.futures.wait((fut,), max(0.0, deadline - time.monotonic()))
+            finally:
+                with turn:
+                    self._followers.remove(fut)
+            return
         try:
-            while not self.closed:
+            self._lead(fut, deadline)
+        finally:
+            with turn:
+                self._leading = False
+                self._quiet_until = time.monotonic() + _LINGER
+                if self.closed or any(not f.done() for f in self._followers):
+                    turn.notify_all()  # somebody must read on for them
+
+    def _lead(self, fut: concurrent.futures.Future[RemotingCommand], deadline: float) -> None:
+        poll, recv_into, feed = self._poll.poll, self.sock.recv_into, self._decoder.feed
+        buffer, view = self._buffer, self._view
+        reason = "closed by the server"
+        try:
+            while not fut.done():
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed:
+                    return
+                # Poll, then read: a blocking read could not give up at the deadline.
+                if not poll(max(1, int(left * 1000 + 1))):
+                    continue
                 try:
                     n = recv_into(buffer)
+                except BlockingIOError:
+                    continue
                 except OSError as exc:
                     reason = str(exc)
                     break
@@ -137,24 +204,81 @@ class _Connection:
                     break
                 for frame in feed(view[:n]):
                     self._frame(frame)
+            else:
+                return
+        except ProtocolError as exc:
+            reason = f"bad frame from the server: {exc}"
+            log.warning("remoting_client_bad_frame", addr=self.addr, error=str(exc))
+        self._tear_down(reason)
+
+    def _stand_aside(self) -> bool:
+        """Under ``_turn``: whether the reader thread should not read now."""
+        if self.closed:
+            return False
+        if self._leading:
+            return True
+        if any(not f.done() for f in self._followers):
+            return False
+        return time.monotonic() < self._quiet_until
+
+    def _read_loop(self) -> None:
+        reason = "closed by the server"
+        turn = self._turn
+        recv_into, feed = self.sock.recv_into, self._decoder.feed
+        buffer, view = self._buffer, self._view
+        try:
+            while True:
+                with turn:
+                    while self._stand_aside():
+                        # A timed wait: a leader that ends wakes nobody unless somebody
+                        # waits for an answer (waking this thread would cost what a leader
+                        # saves), so this thread looks again when the quiet time is over.
+                        left = self._quiet_until - time.monotonic()
+                        turn.wait(max(left, _LINGER) if self._leading else max(left, 0.0))
+                    if self.closed:
+                        reason = "the connection was closed"
+                        break
+                    self._leading = True
+                try:
+                    try:
+                        n = recv_into(buffer)
+                    except OSError as exc:
+                        reason = str(exc)
+                        break
+                    if not n:
+                        break
+                    for frame in feed(view[:n]):
+                        self._frame(frame)
+                finally:
+                    with turn:
+                        self._leading = False
         except ProtocolError as exc:
             reason = f"bad frame from the server: {exc}"
             log.warning("remoting_client_bad_frame", addr=self.addr, error=str(exc))
         finally:
+            self._tear_down(reason)
+
+    def _tear_down(self, reason: str) -> None:
+        """The connection is gone: close it and fail every request still waiting (once)."""
+        with self._turn:
+            if self._torn_down:
+                return
+            self._torn_down = True
             self.closed = True
-            with contextlib.suppress(OSError):
-                self.sock.close()
-            self.client._forget(self)
-            pending, self.pending = self.pending, {}
-            for p in pending.values():
-                settle(
-                    p.future,
-                    error=RemotingConnectError(
-                        f"connection to {self.addr} lost before the answer to request "
-                        f"code {p.code}: {reason}",
-                        addr=self.addr,
-                    ),
-                )
+            self._turn.notify_all()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.client._forget(self)
+        pending, self.pending = self.pending, {}
+        for p in pending.values():
+            settle(
+                p.future,
+                error=RemotingConnectError(
+                    f"connection to {self.addr} lost before the answer to request "
+                    f"code {p.code}: {reason}",
+                    addr=self.addr,
+                ),
+            )
 
     def _frame(self, frame: bytes) -> None:
         cmd = RemotingCommand.decode(frame)
@@ -211,16 +335,12 @@ class RemotingClient:
         :raises RemotingConnectError: cannot connect, or the connection was lost.
         """
         deadline = time.monotonic() + timeout
-        fut = self._send(addr, cmd, deadline, timeout)
-        try:
-            return fut.result(max(0.0, deadline - time.monotonic()))
-        except concurrent.futures.TimeoutError:
-            if fut.done():  # completed between the timeout and now
-                return fut.result()
-            conn = self._conns.get(addr)
-            if conn is not None:
-                conn.pending.pop(cmd.opaque, None)
-            raise self._timeout(addr, cmd.code, timeout) from None
+        conn, fut = self._send(addr, cmd, deadline, timeout, sync=True)
+        conn.wait(fut, deadline)
+        if fut.done():
+            return fut.result()
+        conn.pending.pop(cmd.opaque, None)
+        raise self._timeout(addr, cmd.code, timeout) from None
 
     def invoke_async(
         self, addr: str, cmd: RemotingCommand, timeout: float
@@ -231,7 +351,7 @@ class RemotingClient:
         server cannot be reached."""
         if self._sweeper is None:
             self._start_sweeper()
-        return self._send(addr, cmd, time.monotonic() + timeout, timeout)
+        return self._send(addr, cmd, time.monotonic() + timeout, timeout)[1]
 
     def _start_sweeper(self) -> None:
         with self._lock:
@@ -255,10 +375,19 @@ class RemotingClient:
         conn.send(cmd, time.monotonic() + timeout)
 
     def _send(
-        self, addr: str, cmd: RemotingCommand, deadline: float, timeout: float
-    ) -> concurrent.futures.Future[RemotingCommand]:
+        self,
+        addr: str,
+        cmd: RemotingCommand,
+        deadline: float,
+        timeout: float,
+        sync: bool = False,
+    ) -> tuple[_Connection, concurrent.futures.Future[RemotingCommand]]:
         cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
         conn = self._connection(addr)
+        if sync:
+            # Before the write: the reader thread must not go back to reading the answer
+            # that is on its way to a caller about to read it itself.
+            conn._quiet_until = time.monotonic() + _LINGER
         fut: concurrent.futures.Future[RemotingCommand] = concurrent.futures.Future()
         conn.pending[cmd.opaque] = _Pending(fut, deadline, cmd.code, timeout)
         try:
@@ -266,7 +395,7 @@ class RemotingClient:
         except BaseException:
             conn.pending.pop(cmd.opaque, None)
             raise
-        return fut
+        return conn, fut
 
     @staticmethod
     def _timeout(addr: str, code: int, timeout: float) -> RemotingTimeoutError:
