@@ -291,12 +291,12 @@ class BrokerProcessor:
 
     @_op(RequestCode.PULL_MESSAGE)
     def _pull(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
-        flags = headers.PullSysFlag(h.sys_flag)
-        if flags & headers.PullSysFlag.SUBSCRIPTION and h.subscription is not None:
+        flags = h.sys_flag  # plain ints (see headers.PULL_FLAG_*)
+        if flags & headers.PULL_FLAG_SUBSCRIPTION and h.subscription is not None:
             expression, expression_type = h.subscription, h.expression_type or "TAG"
         else:
             expression, expression_type = self._subscription(h.consumer_group, h.topic)
-        commit = h.commit_offset if flags & headers.PullSysFlag.COMMIT_OFFSET else None
+        commit = h.commit_offset if flags & headers.PULL_FLAG_COMMIT_OFFSET else None
         broker = self.broker
         key = (h.topic, h.queue_id)
         seq = broker.waiters.sequence(key)
@@ -312,7 +312,7 @@ class BrokerProcessor:
             client_host=getattr(conn, "remote_address", ""),
             raw=True,
         )
-        hold_ms = h.suspend_timeout_millis if flags & headers.PullSysFlag.SUSPEND else 0
+        hold_ms = h.suspend_timeout_millis if flags & headers.PULL_FLAG_SUSPEND else 0
         hold_ms = min(hold_ms, broker.config.suspend_max_time_ms)
         if resp.code != ResponseCode.PULL_NOT_FOUND or hold_ms <= 0:
             return self._pull_reply(req, resp)

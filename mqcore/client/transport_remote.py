@@ -508,18 +508,18 @@ class RemoteTransport:
         suggested (``suggestWhichBrokerId``: a slave when the consumer lags far behind).
         """
         addr = self._pull_addr(mq)
-        flags = headers.PullSysFlag.SUBSCRIPTION
+        flags = headers.PULL_FLAG_SUBSCRIPTION  # plain ints (see headers.PULL_FLAG_*)
         if commit_offset is not None and commit_offset >= 0:
-            flags |= headers.PullSysFlag.COMMIT_OFFSET
+            flags |= headers.PULL_FLAG_COMMIT_OFFSET
         if suspend_timeout_ms > 0:
-            flags |= headers.PullSysFlag.SUSPEND
+            flags |= headers.PULL_FLAG_SUSPEND
         header = headers.PullMessageRequestHeader(
             consumer_group=consumer_group,
             topic=mq.topic,
             queue_id=mq.queue_id,
             queue_offset=queue_offset,
             max_msg_nums=max_msg_nums,
-            sys_flag=int(flags),
+            sys_flag=flags,
             commit_offset=commit_offset if commit_offset is not None else 0,
             suspend_timeout_millis=suspend_timeout_ms,
             subscription=sub_expression or "*",
@@ -530,7 +530,7 @@ class RemoteTransport:
         if self._pulls_cancelled:
             header = attrs.evolve(
                 header,
-                sys_flag=header.sys_flag & ~headers.PullSysFlag.SUSPEND,
+                sys_flag=header.sys_flag & ~headers.PULL_FLAG_SUSPEND,
                 suspend_timeout_millis=0,
             )
         if self._closed:
@@ -538,7 +538,7 @@ class RemoteTransport:
         future: concurrent.futures.Future[RemotingCommand] | None = None
         request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header)
         try:
-            if not header.sys_flag & headers.PullSysFlag.SUSPEND:
+            if not header.sys_flag & headers.PULL_FLAG_SUSPEND:
                 # Answered at once: a plain call, which reads its own answer.
                 resp = self.client.invoke(addr, request, wait)
             else:

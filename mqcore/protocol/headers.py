@@ -19,6 +19,9 @@ from mqcore.protocol.codes import RequestCode
 from mqcore.protocol.fields import CommandHeader, Kind, wire_field
 
 __all__ = [
+    "PULL_FLAG_COMMIT_OFFSET",
+    "PULL_FLAG_SUBSCRIPTION",
+    "PULL_FLAG_SUSPEND",
     "REQUEST_HEADERS",
     "CommandHeader",
     "ConsumerSendMsgBackRequestHeader",
@@ -414,6 +417,13 @@ class PullSysFlag(enum.IntFlag):
     SUBSCRIPTION = 0x4
     CLASS_FILTER = 0x8
     LITE_PULL_MESSAGE = 0x10
+
+
+# The same bits as plain ints, for the pull paths: IntFlag arithmetic (construction, & and |
+# make new members) costs microseconds a pull on each side.
+PULL_FLAG_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+PULL_FLAG_SUSPEND = int(PullSysFlag.SUSPEND)
+PULL_FLAG_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
 
 
 REQUEST_HEADERS: dict[int, type[CommandHeader]] = {
