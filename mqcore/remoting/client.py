@@ -182,34 +182,36 @@ class _Connection:
                     turn.notify_all()  # somebody must read on for them
 
     def _lead(self, fut: concurrent.futures.Future[RemotingCommand], deadline: float) -> None:
-        poll, recv_into, feed = self._poll.poll, self.sock.recv_into, self._decoder.feed
-        buffer, view = self._buffer, self._view
-        reason = "closed by the server"
-        try:
-            while not fut.done():
-                left = deadline - time.monotonic()
-                if left <= 0 or self.closed:
-                    return
-                # Poll, then read: a blocking read could not give up at the deadline.
-                if not poll(max(1, int(left * 1000 + 1))):
-                    continue
-                try:
-                    n = recv_into(buffer)
-                except BlockingIOError:
-                    continue
-                except OSError as exc:
-                    reason = str(exc)
-                    break
-                if not n:
-                    break
-                for frame in feed(view[:n]):
-                    self._frame(frame)
-            else:
+        poll = self._poll.poll
+        while not fut.done():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.closed:
                 return
+            # Poll, then read: a blocking read could not give up at the deadline.
+            if poll(max(1, int(left * 1000 + 1))):
+                ended = self._read_once()
+                if ended is not None:
+                    self._tear_down(ended)
+                    return
+
+    def _read_once(self) -> str | None:
+        """The leader's read: serve the frames of what arrived. Returns why the connection
+        ended, or None while it lasts."""
+        try:
+            n = self.sock.recv_into(self._buffer)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            return str(exc)
+        if not n:
+            return "closed by the server"
+        try:
+            for frame in self._decoder.feed(self._view[:n]):
+                self._frame(frame)
         except ProtocolError as exc:
-            reason = f"bad frame from the server: {exc}"
             log.warning("remoting_client_bad_frame", addr=self.addr, error=str(exc))
-        self._tear_down(reason)
+            return f"bad frame from the server: {exc}"
+        return None
 
     def _stand_aside(self) -> bool:
         """Under ``_turn``: whether the reader thread should not read now."""
@@ -222,10 +224,8 @@ class _Connection:
         return time.monotonic() < self._quiet_until
 
     def _read_loop(self) -> None:
-        reason = "closed by the server"
+        reason = "the connection was closed"
         turn = self._turn
-        recv_into, feed = self.sock.recv_into, self._decoder.feed
-        buffer, view = self._buffer, self._view
         try:
             while True:
                 with turn:
@@ -236,25 +236,16 @@ class _Connection:
                         left = self._quiet_until - time.monotonic()
                         turn.wait(max(left, _LINGER) if self._leading else max(left, 0.0))
                     if self.closed:
-                        reason = "the connection was closed"
                         break
                     self._leading = True
                 try:
-                    try:
-                        n = recv_into(buffer)
-                    except OSError as exc:
-                        reason = str(exc)
-                        break
-                    if not n:
-                        break
-                    for frame in feed(view[:n]):
-                        self._frame(frame)
+                    ended = self._read_once()  # blocks until something arrives
                 finally:
                     with turn:
                         self._leading = False
-        except ProtocolError as exc:
-            reason = f"bad frame from the server: {exc}"
-            log.warning("remoting_client_bad_frame", addr=self.addr, error=str(exc))
+                if ended is not None:
+                    reason = ended
+                    break
         finally:
             self._tear_down(reason)
 
