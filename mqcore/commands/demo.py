@@ -74,6 +74,11 @@ def run_demo(data_dir: Path, store: str, messages: int, console: Console) -> dic
             "   the listener fails the 'poison' message on purpose, to show retries: each of "
             "its 3 attempts logs a consume_listener_failed warning on stderr (expected)"
         )
+        console.print(
+            "   the second member joins while the first consumes: a member that hands a queue "
+            "over may commit an offset behind the new owner's, which the broker logs as a "
+            "consumer_offset_moved_back warning (expected; delivery is at least once)"
+        )
 
         got: Counter[str] = Counter()
         seen: set[str] = set()
