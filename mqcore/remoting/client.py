@@ -127,7 +127,7 @@ class _Connection:
                     view = view[self.sock.send(view, socket.MSG_DONTWAIT) :]
                 except BlockingIOError:
                     left = deadline - time.monotonic()
-                    if left <= 0 or not select.select([], [self.sock], [], left)[1]:
+                    if left <= 0 or not self._writable(left):
                         self.close()
                         raise RemotingTimeoutError(
                             f"could not write request code {cmd.code} to {self.addr} "
@@ -140,6 +140,12 @@ class _Connection:
                     raise RemotingConnectError(
                         f"write to {self.addr} failed: {exc}", addr=self.addr
                     ) from exc
+
+    def _writable(self, timeout: float) -> bool:
+        # poll, not select: select refuses descriptors past 1023 (a client with many files).
+        poller = select.poll()
+        poller.register(self.sock, select.POLLOUT)
+        return bool(poller.poll(max(1, int(timeout * 1000 + 1))))
 
     def close(self) -> None:
         if self.closed:

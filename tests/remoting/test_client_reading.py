@@ -4,6 +4,7 @@ thread when it leaves with somebody still waiting (see mqcore.remoting.client)."
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from remotingtest import ECHO, PARK, wait_until
 
-from mqcore.errors import RemotingConnectError
+from mqcore.errors import RemotingConnectError, RemotingTimeoutError
 from mqcore.remoting import client as client_module
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
@@ -150,3 +151,23 @@ def test_close_ends_a_reader_thread_standing_aside(server: RemotingServer, addr:
     cli.close()  # right after a call: the reader thread is standing aside
     reader.join(2)
     assert not reader.is_alive()
+
+
+def test_a_write_the_server_does_not_read_times_out(leak_check: None) -> None:
+    """A server that accepts and never reads: the write gives up at the call's deadline with
+    an error naming the address and code, and the connection is closed."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    addr = f"127.0.0.1:{listener.getsockname()[1]}"
+    cli = RemotingClient()
+    try:
+        began = time.monotonic()
+        with pytest.raises(RemotingTimeoutError, match=f"{addr}.*not reading"):
+            cli.invoke(addr, _cmd(ECHO, b"x" * (16 << 20)), 0.5)
+        assert time.monotonic() - began < 5
+        assert addr not in cli._conns or cli._conns[addr].closed
+    finally:
+        cli.close()
+        listener.close()
