@@ -9,8 +9,9 @@ Both servers run as their own process on loopback, each driven by one Python cli
 
 Goals (issue 21): batch produce and consume at least 1.5x Redis's pipelined figures; one by
 one at least Redis's. Needs ``redis-server`` on the PATH (Debian: ``apt install
-redis-server``) and ``pip install redis`` (the ``bench`` dependency group); ``--no-redis``
-leaves Redis out.
+redis-server``) and ``pip install redis`` (the ``bench`` dependency group, which also brings
+uvloop: ``mqcore serve`` uses its event loop when installed, as with ``mqcore[fast]``, and
+the run says which loop the server had); ``--no-redis`` leaves Redis out.
 
 The same run then measures produce with replication (``bench/ha.py``'s code): an ASYNC_MASTER
 with one slave and a SYNC_MASTER with one slave, each its own process, printed beside the
@@ -22,6 +23,7 @@ single server's figures (``--no-ha`` leaves them out; they need the mmap store):
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("replication needs the mmap store: pass --no-ha with --store lmdb")
     results: dict[str, Any] = {
         "machine": f"{os.cpu_count()} cores",
+        # mqcore serve runs on this interpreter: uvloop's event loop when it is installed
+        "server_event_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         "messages": args.messages,
         "size": args.size,
         "mqcore": bench_mqcore(args.messages, args.size, args.store),
@@ -191,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
+    print(f"mqcore serve on {results['server_event_loop']}'s event loop, {results['machine']}")
     if args.no_redis:
         print(f"{'figure':32} {'mqcore':>12}")
         for k in m:
