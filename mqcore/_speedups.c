@@ -31,6 +31,27 @@
 #define P_TAGS_CODE 9
 #define P_FIELDS 11
 
+/* Fill a fresh P_FIELDS tuple as a Prepared record (mqcore.codec.Prepared's layout: size,
+ * body, trailer, masked CRC, flag, sys flag, born timestamp, reconsume times, prepared
+ * transaction offset, tags code, keys). Steals every reference. */
+static void
+fill_prepared(PyObject *item, PyObject *size, PyObject *body, PyObject *trailer, PyObject *crc,
+              PyObject *flag, PyObject *sflag, PyObject *born, PyObject *recon, PyObject *prep,
+              PyObject *code, PyObject *keys)
+{
+    PyTuple_SET_ITEM(item, P_SIZE, size);
+    PyTuple_SET_ITEM(item, P_BODY, body);
+    PyTuple_SET_ITEM(item, P_TRAILER, trailer);
+    PyTuple_SET_ITEM(item, P_CRC, crc);
+    PyTuple_SET_ITEM(item, P_FLAG, flag);
+    PyTuple_SET_ITEM(item, 5, sflag);
+    PyTuple_SET_ITEM(item, 6, born);
+    PyTuple_SET_ITEM(item, 7, recon);
+    PyTuple_SET_ITEM(item, 8, prep);
+    PyTuple_SET_ITEM(item, P_TAGS_CODE, code);
+    PyTuple_SET_ITEM(item, 10, keys);
+}
+
 /* Record header: everything before the body, including the body length (codec.py). */
 #define HEADER_SIZE 88
 #define MIDDLE_SIZE 48
@@ -699,17 +720,8 @@ static PyObject *speedups_prepare(PyObject *self, PyObject *args)
             Py_DECREF(flag);
             goto fail;
         }
-        PyTuple_SET_ITEM(item, P_SIZE, size);
-        PyTuple_SET_ITEM(item, P_BODY, body);
-        PyTuple_SET_ITEM(item, P_TRAILER, trailer);
-        PyTuple_SET_ITEM(item, P_CRC, crc_masked);
-        PyTuple_SET_ITEM(item, P_FLAG, flag);
-        PyTuple_SET_ITEM(item, 5, Py_NewRef(sflag));
-        PyTuple_SET_ITEM(item, 6, Py_NewRef(born));
-        PyTuple_SET_ITEM(item, 7, Py_NewRef(recon));
-        PyTuple_SET_ITEM(item, 8, Py_NewRef(zero));
-        PyTuple_SET_ITEM(item, P_TAGS_CODE, code);
-        PyTuple_SET_ITEM(item, 10, keys);
+        fill_prepared(item, size, body, trailer, crc_masked, flag, Py_NewRef(sflag),
+                      Py_NewRef(born), Py_NewRef(recon), Py_NewRef(zero), code, keys);
         PyList_SET_ITEM(out, i, item);
         body = keys = trailer = code = NULL; /* owned by the tuple now */
         Py_CLEAR(t);
@@ -1695,17 +1707,8 @@ static PyObject *speedups_arrow_prepare(PyObject *self, PyObject *args)
             Py_XDECREF(crc_obj);
             goto done;
         }
-        PyTuple_SET_ITEM(item, P_SIZE, size);
-        PyTuple_SET_ITEM(item, P_BODY, body_bytes);
-        PyTuple_SET_ITEM(item, P_TRAILER, trailer);
-        PyTuple_SET_ITEM(item, P_CRC, crc_obj);
-        PyTuple_SET_ITEM(item, P_FLAG, Py_NewRef(zero));
-        PyTuple_SET_ITEM(item, 5, Py_NewRef(zero));
-        PyTuple_SET_ITEM(item, 6, Py_NewRef(born));
-        PyTuple_SET_ITEM(item, 7, Py_NewRef(zero));
-        PyTuple_SET_ITEM(item, 8, Py_NewRef(zero));
-        PyTuple_SET_ITEM(item, P_TAGS_CODE, code);
-        PyTuple_SET_ITEM(item, 10, keys_str);
+        fill_prepared(item, size, body_bytes, trailer, crc_obj, Py_NewRef(zero), Py_NewRef(zero),
+                      Py_NewRef(born), Py_NewRef(zero), Py_NewRef(zero), code, keys_str);
         /* Bytes, ints, a str and None: the tuple cannot be part of a cycle, so the garbage
          * collector need not track it (CPython untracks such tuples itself, later). Tracked,
          * a batch of them makes the collector walk them again and again. */
@@ -2056,17 +2059,9 @@ static PyObject *hold_one(PyObject *m, const char *topic_s, Py_ssize_t topic_len
         Py_DECREF(trailer);
         goto done;
     }
-    PyTuple_SET_ITEM(item, P_SIZE, size);
-    PyTuple_SET_ITEM(item, P_BODY, Py_NewRef(body));
-    PyTuple_SET_ITEM(item, P_TRAILER, trailer);
-    PyTuple_SET_ITEM(item, P_CRC, crc_masked);
-    PyTuple_SET_ITEM(item, P_FLAG, Py_NewRef(flag));
-    PyTuple_SET_ITEM(item, 5, Py_NewRef(sflag));
-    PyTuple_SET_ITEM(item, 6, Py_NewRef(born));
-    PyTuple_SET_ITEM(item, 7, Py_NewRef(recon));
-    PyTuple_SET_ITEM(item, 8, Py_NewRef(zero));
-    PyTuple_SET_ITEM(item, P_TAGS_CODE, code);
-    PyTuple_SET_ITEM(item, 10, Py_NewRef(keys));
+    fill_prepared(item, size, Py_NewRef(body), trailer, crc_masked, Py_NewRef(flag),
+                  Py_NewRef(sflag), Py_NewRef(born), Py_NewRef(recon), Py_NewRef(zero), code,
+                  Py_NewRef(keys));
     result = item;
 done:
     if (result == Py_None) {
