@@ -374,10 +374,10 @@ def test_link_timers_layout_and_errors() -> None:
 
 def test_the_modules_use_the_c_loops_unless_turned_off() -> None:
     from mqcore import batch
-    from mqcore.broker import broker, schedule
+    from mqcore.broker import schedule
 
     on = batch._speedups is not None  # MQCORE_NO_SPEEDUPS=1 turns them off
-    assert broker._sent_prefix is (speedups.sent_prefix if on else None)
+    assert batch._c_sent_prefix is (speedups.sent_prefix if on else None)
     assert schedule._hold_timers is (speedups.hold_timers if on else None)
     assert wheel_mod._link_timers is (speedups.link_timers if on else wheel_mod.py_link_timers)
     assert files_mod._write_slots is (speedups.write_slots if on else files_mod.py_write_slots)

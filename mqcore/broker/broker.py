@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from mqcore.batch import _speedups
+from mqcore.batch import plain_prefix
 from mqcore.broker.clients import ConsumerData, ConsumerManager
 from mqcore.broker.codes import RequestCode, ResponseCode
 from mqcore.broker.ha import (
@@ -63,15 +63,12 @@ from mqcore.message import (
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
-from mqcore.protocol.validation import REFUSABLE_PROPERTIES, check_sent_message, check_text
+from mqcore.protocol.validation import check_sent_message, check_text
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 
 __all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
 
 log = get_logger(__name__)
-
-# The C loop over a sent batch's plain checks, when built (see Broker._check_messages).
-_sent_prefix: Callable[..., int] | None = None if _speedups is None else _speedups.sent_prefix
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -421,11 +418,7 @@ class Broker:
         limit = self.config.max_message_size
         # The leading messages that pass on the plain rules alone are told apart in one C
         # call (validation.sent_fast_ok is its reference); the rest are checked here.
-        start = (
-            0
-            if _sent_prefix is None
-            else _sent_prefix(messages, topic, limit, REFUSABLE_PROPERTIES)
-        )
+        start = plain_prefix(messages, topic, limit)
         for m in messages if start == 0 else messages[start:]:
             if m.topic != topic:
                 raise MessageIllegalError(

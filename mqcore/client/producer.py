@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from mqcore.batch import _speedups
+from mqcore.batch import SPEEDUPS, plain_prefix
 from mqcore.client.async_sender import AsyncSender, PendingSend
 from mqcore.client.common import ClientBase
 from mqcore.errors import (
@@ -26,7 +26,7 @@ from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.names import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
-from mqcore.protocol.validation import REFUSABLE_PROPERTIES, check_sent_message
+from mqcore.protocol.validation import check_sent_message
 from mqcore.store import PutResult
 from mqcore.uniqkey import create_uniq_id
 
@@ -54,10 +54,6 @@ _SLAVE_STATUS = {
     ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
 }
-
-
-# The C loop over the plain checks of a batch, when built (see Producer._check_batch).
-_sent_prefix: Callable[..., int] | None = None if _speedups is None else _speedups.sent_prefix
 
 
 def _uniq_id(msg: Message) -> str:
@@ -279,13 +275,13 @@ class Producer(ClientBase):
     def _check_batch(self, msgs: Sequence[Message]) -> None:
         topic = msgs[0].topic
         start = 0
-        if _sent_prefix is not None and len(msgs) > 1:
+        if SPEEDUPS and len(msgs) > 1:
             # The leading messages that pass every check below on the plain rules alone
             # (validation.sent_fast_ok, the broker's own shortcut) are told apart in one C
             # call; they only need their unique ids. The rest are checked one by one.
             validate_topic(topic)
             if topic not in NOT_ALLOWED_SEND_TOPICS:
-                start = _sent_prefix(msgs, topic, self.max_message_size, REFUSABLE_PROPERTIES)
+                start = plain_prefix(msgs, topic, self.max_message_size)
                 for m in msgs[:start]:
                     _uniq_id(m)
         for m in msgs[start:] if start else msgs:
