@@ -17,7 +17,11 @@ The same run then measures produce with replication (``bench/ha.py``'s code): an
 with one slave and a SYNC_MASTER with one slave, each its own process, printed beside the
 single server's figures (``--no-ha`` leaves them out; they need the mmap store)::
 
-    python bench/remote.py --messages 100000 [--no-redis] [--no-ha] [--json]
+    python bench/remote.py --messages 100000 [--rounds 3] [--no-redis] [--no-ha] [--json]
+
+Each round runs mqcore's figures and Redis's, alternating which goes first; the run prints
+the median of each figure and of each round's own ratio, with every round's ratio beside it
+(this machine's speed drifts over minutes: a single round's ratio can be off by 1.5x).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -165,45 +170,83 @@ def bench_redis(n: int, size: int) -> dict[str, float]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _rounds(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """mqcore's and Redis's figures, ``args.rounds`` times, alternating which goes first:
+    this machine's speed drifts over minutes, and alternating spreads the drift over both."""
+    ours: list[dict[str, float]] = []
+    theirs: list[dict[str, float]] = []
+    for i in range(args.rounds):
+        if args.no_redis:
+            ours.append(bench_mqcore(args.messages, args.size, args.store))
+        elif i % 2 == 0:
+            ours.append(bench_mqcore(args.messages, args.size, args.store))
+            theirs.append(bench_redis(args.messages, args.size))
+        else:
+            theirs.append(bench_redis(args.messages, args.size))
+            ours.append(bench_mqcore(args.messages, args.size, args.store))
+    return ours, theirs
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--store", default="mmap")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of mqcore then Redis, alternating which goes first (medians are printed)",
+    )
     ap.add_argument("--no-redis", action="store_true", help="leave Redis Streams out")
     ap.add_argument(
         "--no-ha", action="store_true", help="leave out the ASYNC_MASTER and SYNC_MASTER figures"
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
     if not args.no_ha and args.store != "mmap":
         raise SystemExit("replication needs the mmap store: pass --no-ha with --store lmdb")
+    ours, theirs = _rounds(args)
+    m = {k: statistics.median(o[k] for o in ours) for k in ours[0]}
     results: dict[str, Any] = {
         "machine": f"{os.cpu_count()} cores",
         # mqcore serve runs on this interpreter: uvloop's event loop when it is installed
         "server_event_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         "messages": args.messages,
         "size": args.size,
-        "mqcore": bench_mqcore(args.messages, args.size, args.store),
+        "rounds": args.rounds,
+        "mqcore": m,
+        "mqcore_rounds": ours,
     }
-    m = results["mqcore"]
     if not args.no_redis:
-        results["redis"] = r = bench_redis(args.messages, args.size)
-        results["ratios"] = {k: m[k] / r[k] for k in m}
+        r = {k: statistics.median(t[k] for t in theirs) for k in theirs[0]}
+        per_round = [{k: o[k] / t[k] for k in o} for o, t in zip(ours, theirs, strict=True)]
+        results["redis"] = r
+        results["redis_rounds"] = theirs
+        # The median of each round's own ratio: both sides of a ratio ran minutes apart at most.
+        results["ratios"] = {k: statistics.median(p[k] for p in per_round) for k in m}
+        results["ratio_rounds"] = per_round
     if not args.no_ha:
         results["replication"] = ha.table(m, args.messages, args.size)
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"mqcore serve on {results['server_event_loop']}'s event loop, {results['machine']}")
+    print(
+        f"mqcore serve on {results['server_event_loop']}'s event loop, {results['machine']}, "
+        f"median of {args.rounds} round(s)"
+    )
     if args.no_redis:
         print(f"{'figure':32} {'mqcore':>12}")
         for k in m:
             print(f"{k:32} {m[k]:12,.0f}")
     else:
-        print(f"{'figure':32} {'mqcore':>12} {'redis':>12} {'ratio':>7}")
+        ratios = results["ratios"]
+        print(f"{'figure':32} {'mqcore':>12} {'redis':>12} {'ratio':>7}  ratio per round")
         for k in m:
-            print(f"{k:32} {m[k]:12,.0f} {r[k]:12,.0f} {m[k] / r[k]:7.2f}")
+            each = ", ".join(f"{p[k]:.2f}" for p in results["ratio_rounds"])
+            print(f"{k:32} {m[k]:12,.0f} {r[k]:12,.0f} {ratios[k]:7.2f}  {each}")
     if not args.no_ha:
         print()
         ha.print_table(results["replication"])
