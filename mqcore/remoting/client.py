@@ -160,12 +160,12 @@ class _Connection:
 
     def wait(self, fut: concurrent.futures.Future[RemotingCommand], deadline: float) -> None:
         """Until ``fut`` is done or ``deadline``: read the answers when nobody else is
-        reading, else wait for whoever is. A synchronous caller's way to its answer."""
+        reading, else wait for whoever is. A synchronous caller's way to its answer (its
+        request set the quiet time when it was written: ``RemotingClient._send``)."""
         if fut.done():  # read meanwhile (the reader thread was reading when it was sent)
             return
         turn = self._turn
         with turn:
-            self._quiet_until = time.monotonic() + _LINGER
             lead = not self._leading and not self.closed
             if lead:
                 self._leading = True
