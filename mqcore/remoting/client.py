@@ -54,6 +54,11 @@ _LINGER = 0.002
 _HANDLER_THREAD = "mqcore-remoting-client-handler"
 
 
+def _poll_ms(seconds: float) -> int:
+    """A poll timeout in whole milliseconds that does not end before ``seconds`` have passed."""
+    return max(1, int(seconds * 1000 + 1))
+
+
 def parse_address(addr: str) -> tuple[str, int]:
     """``"host:port"`` (or ``"[v6]:port"``) as a (host, port) pair.
 
@@ -145,7 +150,7 @@ class _Connection:
         # poll, not select: select refuses descriptors past 1023 (a client with many files).
         poller = select.poll()
         poller.register(self.sock, select.POLLOUT)
-        return bool(poller.poll(max(1, int(timeout * 1000 + 1))))
+        return bool(poller.poll(_poll_ms(timeout)))
 
     def close(self) -> None:
         if self.closed:
@@ -194,7 +199,7 @@ class _Connection:
             if left <= 0 or self.closed:
                 return
             # Poll, then read: a blocking read could not give up at the deadline.
-            if poll(max(1, int(left * 1000 + 1))):
+            if poll(_poll_ms(left)):
                 ended = self._read_once()
                 if ended is not None:
                     self._tear_down(ended)
