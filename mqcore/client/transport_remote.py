@@ -414,17 +414,32 @@ class RemoteTransport:
                 log.info("unregister_failed", addr=addr, error=str(exc))
 
     def get_consumer_list_by_group(self, consumer_group: str, topic: str) -> list[str]:
-        """The group's client ids, from a broker of ``topic``."""
+        """The group's client ids: every master of ``topic`` is asked, and the answers joined.
+
+        RocketMQ asks one master chosen at random. A master that has just restarted knows only
+        the members whose heartbeat has reached it since; a member that rebalanced on its
+        partial list would take queues that others still own (and redeliver), or give up all
+        of its own. Each member heartbeats every live master, so the union is the group.
+        A master that does not answer is left out; the first failure is raised only when no
+        master answered.
+        """
         route = self.get_route_info_by_topic(topic)
-        addrs = [b.master_addr for b in route.broker_datas if b.master_addr]
-        if not addrs:
-            return []
+        addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr})
         header = headers.GetConsumerListByGroupRequestHeader(consumer_group=consumer_group)
-        resp = _check(
-            self._call(random.choice(addrs), RequestCode.GET_CONSUMER_LIST_BY_GROUP, header)
-        )
-        ids = bodies.GetConsumerListByGroupResponseBody.decode(resp.body or b"{}")
-        return list(ids.consumer_id_list)
+        members: set[str] = set()
+        failed: list[Exception] = []
+        for addr in addrs:
+            try:
+                resp = _check(self._call(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, header))
+            except Exception as exc:
+                log.info("consumer_list_failed", addr=addr, error=str(exc))
+                failed.append(exc)
+                continue
+            ids = bodies.GetConsumerListByGroupResponseBody.decode(resp.body or b"{}")
+            members.update(ids.consumer_id_list)
+        if failed and len(failed) == len(addrs):
+            raise failed[0]
+        return sorted(members)
 
     # -- messages ---------------------------------------------------------------------------------
 
