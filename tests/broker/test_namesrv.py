@@ -26,6 +26,7 @@ from mqcore import (
 )
 from mqcore.broker.namesrv import NameServer, RegisterBrokerRequestHeader
 from mqcore.broker.processor import BrokerProcessor
+from mqcore.client import transport_remote
 from mqcore.client.admin import MQAdmin
 from mqcore.client.transport_remote import RemoteTransport
 from mqcore.commands.namesrv import NamesrvServer
@@ -170,6 +171,42 @@ def test_a_heartbeat_reaches_every_live_broker_past_a_dead_one(tmp_path):
             transport.heartbeat("c@1", consumer_data=[data])
 
 
+def test_the_group_is_every_master_s_members_joined(tmp_path):
+    """A member asks every master of the topic for the group and joins the answers: a master
+    that has just restarted knows only the members whose heartbeat reached it since, and a
+    rebalance on its partial list would move queues that others still own. A master that
+    does not answer is left out; the call fails only when none answers."""
+    with (
+        _dead_and_live(tmp_path, "broker-b", 0) as (live_b, ns, server_b, transport, conn),
+        Broker(tmp_path / "a") as live_a,
+    ):
+        live_a.create_topic("T", 1)
+        processor = BrokerProcessor(live_a, "")
+        server_a = RemotingServer(processor, "127.0.0.1", 0)
+        host, port = server_a.start()
+        try:
+            processor.address = f"{host}:{port}"
+            ns.tables.connection_closed(conn)  # broker-a's master comes back elsewhere
+            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+            ns.tables.register(_header("broker-a", processor.address), topics)
+            data = ConsumerData(group_name="cg")
+            for cid in ("c@1", "c@2", "c@3"):
+                live_b.heartbeat(cid, [data])
+            live_a.heartbeat("c@2", [data])  # the restarted master heard from one member
+            assert live_a.get_consumer_list_by_group("cg") == ["c@2"]
+            assert transport.get_consumer_list_by_group("cg", "T") == ["c@1", "c@2", "c@3"]
+            live_a.heartbeat("c@4", [data])  # a member only one master heard of yet
+            assert transport.get_consumer_list_by_group("cg", "T") == [
+                "c@1", "c@2", "c@3", "c@4"
+            ]  # fmt: skip
+            server_b.close()  # one master gone: the other's members still come back
+            assert transport.get_consumer_list_by_group("cg", "T") == ["c@2", "c@4"]
+        finally:
+            server_a.close()
+        with pytest.raises(RemotingConnectError):  # no master answers
+            transport.get_consumer_list_by_group("cg", "T")
+
+
 class Serve:
     """``mqcore serve`` in a child process (a free port unless ``listen`` names one)."""
 
@@ -252,6 +289,7 @@ def test_two_broker_groups_behind_one_name_server(tmp_path):
                 c.register_message_listener(listener)
                 c.start()
                 consumers.append(c)
+            _wait(lambda: _settled(consumers, "T", 8), 60)
             with Producer("pg", namesrv_addr=ns.address) as p:
                 results = [p.send(Message(topic="T", body=b"m%04d" % i)) for i in range(400)]
             per_group = {r.message_queue.broker_name for r in results}
@@ -280,6 +318,19 @@ def _max(addr: str, topic: str, queue_id: int) -> int:
         return int(resp.read_header(headers.GetMaxOffsetResponseHeader).offset)
     finally:
         client.close()
+
+
+def _settled(consumers: list[PushConsumer], topic: str, queues: int) -> bool:
+    """Whether every one of ``queues`` has one owner and the members share them evenly.
+
+    Members that join one after another hand queues over, and a new owner may start from an
+    offset its predecessor had not committed yet: it redelivers (RocketMQ's window too). A
+    test that counts deliveries exactly sends nothing until the group has settled.
+    """
+    owned = [c.assigned_queues(topic) for c in consumers]
+    mine = [len(q) for q in owned]
+    even = max(mine) - min(mine) <= 1
+    return even and sum(mine) == len(set().union(*owned)) == queues
 
 
 def _wait(check, timeout: float = 60.0) -> None:
@@ -386,7 +437,9 @@ def _route(namesrv: str, topic: str) -> dict[str, dict[int, str]]:
 
 
 @pytest.mark.timeout(300)
-def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_lost(tmp_path):
+def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_lost(
+    tmp_path, monkeypatch
+):
     """One run of the whole story: ``mqcore namesrv``, two groups of a master and a slave
     (``broker-a``: a SYNC_MASTER, ``broker-b``: an ASYNC_MASTER), all separate processes; one
     producer sending without pause, three push consumers of one clustering group.
@@ -411,17 +464,19 @@ def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_
     send in flight when the master died: the master may have stored it without answering, and
     the producer then stored it again on broker-b (same body, same unique ``msg_id``). With one
     sending thread that is at most one message, delivered at most twice. Nothing else may be
-    delivered twice: queues do not change owners during the run (the members never change and
-    heartbeats go only to live masters), and a consumer keeps its offsets in memory across the
+    delivered twice: sending begins once the three members own the queues between them, and
+    the queues do not change owners after that (the members never change, and each asks every
+    live master for the group), and a consumer keeps its offsets in memory across the
     failover, so the master's older offsets after its restart are never read back. The test
     asserts exactly that bound: every body consumed once, except at most one, sent while the
     master was being killed, consumed twice; nothing consumed that was not sent.
 
-    Not covered: a rebalance after the master's return. Consumers learn of it with their next
-    route (every 30 s) and register with it with their next heartbeat (every 30 s); one that
-    asked it for the group's members in between would get a partial list, move queues, and
-    the new owners would start from the master's offsets of before the kill (redelivery, as
-    RocketMQ's at-least-once allows). The run ends seconds after the restart, before that.
+    Rebalances go on throughout: every second, on routes at most 2 s old (RocketMQ's are
+    20 s and 30 s). After its restart the master is back in every consumer's route while it
+    has heard few members' heartbeats, if any (those come every 30 s); a member that took its
+    partial list for the group would move queues, and the new owners would start from the
+    master's offsets of before the kill. Members ask every master and join the answers, so
+    the run asserts the same bound after the return: nothing redelivered.
     """
     common = (
         "--set", "slave_read_enable=true",
@@ -436,6 +491,7 @@ def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_
     sender: threading.Thread | None = None
     flowing = threading.Event()
     flowing.set()
+    monkeypatch.setattr(transport_remote, "ROUTE_TTL_S", 2.0)
     try:
         ns = namesrv.address
 
@@ -520,6 +576,8 @@ def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_
             c.register_message_listener(listener_of(n))
             c.start()
             consumers.append(c)
+
+        _wait(lambda: _settled(consumers, "T", 8), 60)
         sender = threading.Thread(target=produce, name="ha-producer")
         sender.start()
 
@@ -529,7 +587,6 @@ def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_
 
         # 1. Both groups take sends; the three consumers share the eight queues and receive.
         _wait(lambda: {r.message_queue.broker_name for _, r in acked()} == set(both_groups), 60)
-        _wait(lambda: sum(len(c.assigned_queues("T")) for c in consumers) == 8, 60)
         _wait(lambda: {n for _, n, _, _, _ in list(got)} == {0, 1, 2}, 60)
         owned = [c.assigned_queues("T") for c in consumers]
         assert {mq.broker_name for q in owned for mq in q} == set(both_groups)
@@ -567,6 +624,19 @@ def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_
         # 4. The master returns on the same data and ports; its slave catches up with it.
         start_master("a0", "SYNC_MASTER", a_ha_port, listen=a_address)
         _wait(lambda: {k: set(v) for k, v in _route(ns, "T").items()} == both_groups, 60)
+
+        def back_in_every_route() -> bool:
+            return all(
+                {
+                    b.broker_name: b.master_addr
+                    for b in c.broker.get_route_info_by_topic("T").broker_datas
+                }.get("broker-a")
+                == a_address
+                for c in consumers
+            )
+
+        _wait(back_in_every_route, 30)
+        time.sleep(3.0)  # rebalances run on routes that name the returned master
 
         def on_slave() -> bool:
             a0, a1 = nodes["a0"].address, nodes["a1"].address
