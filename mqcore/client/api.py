@@ -63,7 +63,7 @@ class BrokerAPI(Protocol):
         """Tell the brokers a client left its group."""
 
     def get_consumer_list_by_group(self, consumer_group: str, topic: str) -> list[str]:
-        """Client ids of the group's live members (asked of a broker serving ``topic``)."""
+        """Client ids of the group's live members (asked of the masters serving ``topic``)."""
 
     # -- messages -------------------------------------------------------------------------------
 
