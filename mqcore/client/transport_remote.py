@@ -193,6 +193,8 @@ class RemoteTransport:
         self._pull_from: dict[MessageQueue, int] = {}
         self._lock = threading.Lock()
         self._closed = False
+        # The last heartbeat sent, for a master a route names anew (see get_route_info_by_topic).
+        self._heartbeat_body: bytes | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -255,13 +257,29 @@ class RemoteTransport:
         route = TopicRoute.from_json(topic, loads(resp.body or b"{}"))
         with self._lock:
             self._routes[topic] = (now, route)
+            known = set(self._brokers.values())
             for b in route.broker_datas:
                 if b.master_addr:
                     self._brokers[b.broker_name] = b.master_addr
                 else:  # its master is down: reads and offsets go to a slave meanwhile
                     self._brokers.pop(b.broker_name, None)
                 self._members[b.broker_name] = dict(b.broker_addrs)
+            fresh = sorted(set(self._brokers.values()) - known)
+            body = self._heartbeat_body
+        if fresh and body is not None:
+            self._introduce(fresh, body)
         return route
+
+    def _introduce(self, addrs: list[str], body: bytes) -> None:
+        """Send the last heartbeat to masters a route has just named (new, or back after a
+        restart) rather than at the next heartbeat, up to 30 s later: until then such a
+        master leaves this client out of the group's members, and clients that ask it alone
+        (RocketMQ's ask one master) would rebalance on that partial list."""
+        for addr in addrs:
+            try:
+                _check(self._call(addr, RequestCode.HEART_BEAT, None, body))
+            except Exception as exc:  # the next periodic heartbeat tries again
+                log.info("heartbeat_failed", addr=addr, error=str(exc))
 
     def _pull_addr(self, mq: MessageQueue) -> str:
         """Where ``mq``'s next pull goes: the suggested member, else the master (RocketMQ's
@@ -374,6 +392,7 @@ class RemoteTransport:
             producer_data_set=[bodies.ProducerData(group_name=g) for g in producer_groups],
             consumer_data_set=[_wire_consumer(d) for d in consumer_data],
         ).encode()
+        self._heartbeat_body = body
         with self._lock:
             brokers = sorted(set(self._brokers.values()))
         if brokers:
@@ -404,6 +423,7 @@ class RemoteTransport:
         """Tell every known broker the client left its group."""
         if self._closed:
             return
+        self._heartbeat_body = None  # no master a route names later is told of it again
         header = headers.UnregisterClientRequestHeader(
             client_id=client_id, producer_group=producer_group, consumer_group=consumer_group
         )

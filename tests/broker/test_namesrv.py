@@ -207,6 +207,35 @@ def test_the_group_is_every_master_s_members_joined(tmp_path):
             transport.get_consumer_list_by_group("cg", "T")
 
 
+def test_a_master_a_route_names_anew_gets_the_last_heartbeat_at_once(tmp_path, monkeypatch):
+    """A master that a fresh route names (new, or back after a restart) hears this client's
+    last heartbeat then, not up to 30 s later with the next one: until it does, it leaves
+    the client out of the group, and clients that ask it alone rebalance on a partial list."""
+    with (
+        _dead_and_live(tmp_path, "broker-b", 0) as (live_b, ns, _, transport, conn),
+        Broker(tmp_path / "a") as live_a,
+    ):
+        processor = BrokerProcessor(live_a, "")
+        server_a = RemotingServer(processor, "127.0.0.1", 0)
+        host, port = server_a.start()
+        try:
+            processor.address = f"{host}:{port}"
+            data = ConsumerData(group_name="cg", subscriptions=[SubscriptionData(topic="T")])
+            transport.heartbeat("c@1", consumer_data=[data])  # broker-a's master is dead
+            assert live_b.get_consumer_list_by_group("cg") == ["c@1"]
+            ns.tables.connection_closed(conn)
+            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+            ns.tables.register(_header("broker-a", processor.address), topics)  # it is back
+            assert live_a.get_consumer_list_by_group("cg") == []
+            transport.get_route_info_by_topic("T")  # cached: nothing new yet
+            assert live_a.get_consumer_list_by_group("cg") == []
+            monkeypatch.setattr(transport_remote, "ROUTE_TTL_S", 0.0)
+            transport.get_route_info_by_topic("T")  # the fresh route names it
+            assert live_a.get_consumer_list_by_group("cg") == ["c@1"]
+        finally:
+            server_a.close()
+
+
 class Serve:
     """``mqcore serve`` in a child process (a free port unless ``listen`` names one)."""
 
