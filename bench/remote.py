@@ -22,6 +22,8 @@ single server's figures (``--no-ha`` leaves them out; they need the mmap store):
 Each round runs mqcore's figures and Redis's, alternating which goes first; the run prints
 the median of each figure and of each round's own ratio, with every round's ratio beside it
 (this machine's speed drifts over minutes: a single round's ratio can be off by 1.5x).
+A second table gives what bounds each figure: the CPU each side spent per message (medians;
+the client is this process, every thread; the server is read from ``/proc``, so Linux only).
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -50,12 +51,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _timed(fn: Callable[[], int]) -> float:
-    begin = time.perf_counter()
-    n = fn()
-    return n / (time.perf_counter() - begin)
 
 
 # -- mqcore ------------------------------------------------------------------------------------
@@ -81,7 +76,7 @@ def bench_mqcore(n: int, size: int, store: str) -> dict[str, float]:
                     perm=6, topic_filter_type="SINGLE_TAG"),
             )  # fmt: skip
             p.send(Message(topic="B", body=body))  # connect, route
-            out = ha.produce(p, n, body)
+            out = ha.produce(p, n, body, proc.pid)
         with PullConsumer("bench-cg", namesrv_addr=addr) as c:
             mqs = sorted(c.fetch_subscribe_message_queues("B"))
 
@@ -99,7 +94,7 @@ def bench_mqcore(n: int, size: int, store: str) -> dict[str, float]:
                         offset = res.next_begin_offset
                 return total
 
-            out["consume_msgs_per_s"] = _timed(consume)
+            out["consume_msgs_per_s"] = ha.timed(consume, "consume", proc.pid, out)
             assert isinstance(mqs[0], MessageQueue)
         return out
     finally:
@@ -147,8 +142,8 @@ def bench_redis(n: int, size: int) -> dict[str, float]:
                 r.xadd("S", {"b": body})
             return k
 
-        out["produce_batch32_msgs_per_s"] = _timed(pipelined)
-        out["produce_one_msgs_per_s"] = _timed(singles)
+        out["produce_batch32_msgs_per_s"] = ha.timed(pipelined, "produce_batch32", proc.pid, out)
+        out["produce_one_msgs_per_s"] = ha.timed(singles, "produce_one", proc.pid, out)
         r.xgroup_create("B", "g", id="0")
 
         def consume() -> int:
@@ -162,7 +157,7 @@ def bench_redis(n: int, size: int) -> dict[str, float]:
                         fields[b"b"]
                     total += len(entries)
 
-        out["consume_msgs_per_s"] = _timed(consume)
+        out["consume_msgs_per_s"] = ha.timed(consume, "consume", proc.pid, out)
         return out
     finally:
         proc.terminate()
@@ -220,13 +215,14 @@ def main(argv: list[str] | None = None) -> None:
         "mqcore": m,
         "mqcore_rounds": ours,
     }
+    rates = [k for k in m if k.endswith("_msgs_per_s")]  # the rest: CPU per message
     if not args.no_redis:
         r = {k: statistics.median(t[k] for t in theirs) for k in theirs[0]}
-        per_round = [{k: o[k] / t[k] for k in o} for o, t in zip(ours, theirs, strict=True)]
+        per_round = [{k: o[k] / t[k] for k in rates} for o, t in zip(ours, theirs, strict=True)]
         results["redis"] = r
         results["redis_rounds"] = theirs
         # The median of each round's own ratio: both sides of a ratio ran minutes apart at most.
-        results["ratios"] = {k: statistics.median(p[k] for p in per_round) for k in m}
+        results["ratios"] = {k: statistics.median(p[k] for p in per_round) for k in rates}
         results["ratio_rounds"] = per_round
     if not args.no_ha:
         results["replication"] = ha.table(m, args.messages, args.size)
@@ -239,14 +235,27 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.no_redis:
         print(f"{'figure':32} {'mqcore':>12}")
-        for k in m:
+        for k in rates:
             print(f"{k:32} {m[k]:12,.0f}")
     else:
         ratios = results["ratios"]
         print(f"{'figure':32} {'mqcore':>12} {'redis':>12} {'ratio':>7}  ratio per round")
-        for k in m:
+        for k in rates:
             each = ", ".join(f"{p[k]:.2f}" for p in results["ratio_rounds"])
             print(f"{k:32} {m[k]:12,.0f} {r[k]:12,.0f} {ratios[k]:7.2f}  {each}")
+    # What limits each figure: CPU per message on each side (medians), client / server.
+    print()
+    print(f"{'CPU us per message':32} {'mqcore client / server':>24}", end="")
+    print("" if args.no_redis else f" {'redis client / server':>24}")
+    for k in rates:
+        name = k.removesuffix("_msgs_per_s")
+        ours_cpu = f"{m[f'cpu_client_us_{name}']:.1f} / {m[f'cpu_server_us_{name}']:.1f}"
+        print(f"{name:32} {ours_cpu:>24}", end="")
+        if args.no_redis:
+            print()
+        else:
+            theirs_cpu = f"{r[f'cpu_client_us_{name}']:.1f} / {r[f'cpu_server_us_{name}']:.1f}"
+            print(f" {theirs_cpu:>24}")
     if not args.no_ha:
         print()
         ha.print_table(results["replication"])
