@@ -90,6 +90,23 @@ def test_a_closed_connection_removes_its_broker():
     assert ns.route("T") is None
 
 
+#: Topic T with one queue, as a master registers it with the name server.
+_TOPICS = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
+
+
+@contextlib.contextmanager
+def _served(broker: Broker):
+    """``broker`` served in-process on a free port; yields (its server, its address)."""
+    processor = BrokerProcessor(broker, "")
+    server = RemotingServer(processor, "127.0.0.1", 0)
+    host, port = server.start()
+    processor.address = f"{host}:{port}"
+    try:
+        yield server, processor.address
+    finally:
+        server.close()
+
+
 @contextlib.contextmanager
 def _dead_and_live(tmp_path, live_name, live_id):
     """A name server naming broker-a's master at an address nothing listens on, and a live
@@ -99,22 +116,20 @@ def _dead_and_live(tmp_path, live_name, live_id):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
-    with Broker(tmp_path / "live") as live, NamesrvServer("127.0.0.1:0") as ns:
+    with (
+        Broker(tmp_path / "live") as live,
+        NamesrvServer("127.0.0.1:0") as ns,
+        _served(live) as (server, address),
+    ):
         live.create_topic("T", 1)
-        processor = BrokerProcessor(live, "")
-        server = RemotingServer(processor, "127.0.0.1", 0)
-        host, port = server.start()
-        processor.address = f"{host}:{port}"
         transport = RemoteTransport(ns.address)
         try:
             master_conn = object()
-            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-            ns.tables.register(_header("broker-a", dead), topics, master_conn)
-            ns.tables.register(_header(live_name, processor.address, live_id), topics)
+            ns.tables.register(_header("broker-a", dead), _TOPICS, master_conn)
+            ns.tables.register(_header(live_name, address, live_id), _TOPICS)
             yield live, ns, server, transport, master_conn
         finally:
             transport.close()
-            server.close()
 
 
 def test_a_pull_refused_by_a_dead_master_asks_the_name_server_again(tmp_path):
@@ -181,14 +196,9 @@ def test_the_group_is_every_master_s_members_joined(tmp_path):
         Broker(tmp_path / "a") as live_a,
     ):
         live_a.create_topic("T", 1)
-        processor = BrokerProcessor(live_a, "")
-        server_a = RemotingServer(processor, "127.0.0.1", 0)
-        host, port = server_a.start()
-        try:
-            processor.address = f"{host}:{port}"
+        with _served(live_a) as (_, address_a):
             ns.tables.connection_closed(conn)  # broker-a's master comes back elsewhere
-            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-            ns.tables.register(_header("broker-a", processor.address), topics)
+            ns.tables.register(_header("broker-a", address_a), _TOPICS)
             data = ConsumerData(group_name="cg")
             for cid in ("c@1", "c@2", "c@3"):
                 live_b.heartbeat(cid, [data])
@@ -201,8 +211,6 @@ def test_the_group_is_every_master_s_members_joined(tmp_path):
             ]  # fmt: skip
             server_b.close()  # one master gone: the other's members still come back
             assert transport.get_consumer_list_by_group("cg", "T") == ["c@2", "c@4"]
-        finally:
-            server_a.close()
         with pytest.raises(RemotingConnectError):  # no master answers
             transport.get_consumer_list_by_group("cg", "T")
 
@@ -214,26 +222,19 @@ def test_a_master_a_route_names_anew_gets_the_last_heartbeat_at_once(tmp_path, m
     with (
         _dead_and_live(tmp_path, "broker-b", 0) as (live_b, ns, _, transport, conn),
         Broker(tmp_path / "a") as live_a,
+        _served(live_a) as (_, address_a),
     ):
-        processor = BrokerProcessor(live_a, "")
-        server_a = RemotingServer(processor, "127.0.0.1", 0)
-        host, port = server_a.start()
-        try:
-            processor.address = f"{host}:{port}"
-            data = ConsumerData(group_name="cg", subscriptions=[SubscriptionData(topic="T")])
-            transport.heartbeat("c@1", consumer_data=[data])  # broker-a's master is dead
-            assert live_b.get_consumer_list_by_group("cg") == ["c@1"]
-            ns.tables.connection_closed(conn)
-            topics = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
-            ns.tables.register(_header("broker-a", processor.address), topics)  # it is back
-            assert live_a.get_consumer_list_by_group("cg") == []
-            transport.get_route_info_by_topic("T")  # cached: nothing new yet
-            assert live_a.get_consumer_list_by_group("cg") == []
-            monkeypatch.setattr(transport_remote, "ROUTE_TTL_S", 0.0)
-            transport.get_route_info_by_topic("T")  # the fresh route names it
-            assert live_a.get_consumer_list_by_group("cg") == ["c@1"]
-        finally:
-            server_a.close()
+        data = ConsumerData(group_name="cg", subscriptions=[SubscriptionData(topic="T")])
+        transport.heartbeat("c@1", consumer_data=[data])  # broker-a's master is dead
+        assert live_b.get_consumer_list_by_group("cg") == ["c@1"]
+        ns.tables.connection_closed(conn)
+        ns.tables.register(_header("broker-a", address_a), _TOPICS)  # it is back
+        assert live_a.get_consumer_list_by_group("cg") == []
+        transport.get_route_info_by_topic("T")  # cached: nothing new yet
+        assert live_a.get_consumer_list_by_group("cg") == []
+        monkeypatch.setattr(transport_remote, "ROUTE_TTL_S", 0.0)
+        transport.get_route_info_by_topic("T")  # the fresh route names it
+        assert live_a.get_consumer_list_by_group("cg") == ["c@1"]
 
 
 class Serve:
