@@ -248,6 +248,11 @@ class RemoteTransport:
 
     def get_route_info_by_topic(self, topic: str) -> TopicRoute:
         """The topic's route from the name server (cached for 30 s)."""
+        return self._route(topic, introduce=True)
+
+    def _route(self, topic: str, *, introduce: bool) -> TopicRoute:
+        """The topic's route; with ``introduce``, masters a fresh route names anew are sent
+        the last heartbeat (see :meth:`_introduce`)."""
         now = time.monotonic()
         cached = self._routes.get(topic)
         if cached is not None and now - cached[0] < ROUTE_TTL_S:
@@ -266,7 +271,7 @@ class RemoteTransport:
                 self._members[b.broker_name] = dict(b.broker_addrs)
             fresh = sorted(set(self._brokers.values()) - known)
             body = self._heartbeat_body
-        if fresh and body is not None:
+        if introduce and fresh and body is not None:
             self._introduce(fresh, body)
         return route
 
@@ -274,12 +279,35 @@ class RemoteTransport:
         """Send the last heartbeat to masters a route has just named (new, or back after a
         restart) rather than at the next heartbeat, up to 30 s later: until then such a
         master leaves this client out of the group's members, and clients that ask it alone
-        (RocketMQ's ask one master) would rebalance on that partial list."""
+        (RocketMQ's ask one master) would rebalance on that partial list. A master that
+        fails it gets the next periodic heartbeat."""
+        self._each(addrs, RequestCode.HEART_BEAT, None, body, "heartbeat_failed", required=False)
+
+    def _each(
+        self,
+        addrs: Sequence[str],
+        code: int,
+        header: Any,
+        body: Any,
+        event: str,
+        *,
+        required: bool = True,
+        level: str = "info",
+    ) -> list[RemotingCommand]:
+        """One request to each of ``addrs``: the answers of those that took it. One that
+        fails (or refuses) is logged as ``event`` at ``level`` and skipped; when
+        ``required`` and none took it, the first failure is raised."""
+        answers: list[RemotingCommand] = []
+        failed: list[Exception] = []
         for addr in addrs:
             try:
-                _check(self._call(addr, RequestCode.HEART_BEAT, None, body))
-            except Exception as exc:  # the next periodic heartbeat tries again
-                log.info("heartbeat_failed", addr=addr, error=str(exc))
+                answers.append(_check(self._call(addr, code, header, body)))
+            except Exception as exc:
+                getattr(log, level)(event, addr=addr, error=str(exc))
+                failed.append(exc)
+        if required and failed and not answers:
+            raise failed[0]
+        return answers
 
     def _pull_addr(self, mq: MessageQueue) -> str:
         """Where ``mq``'s next pull goes: the suggested member, else the master (RocketMQ's
@@ -383,8 +411,8 @@ class RemoteTransport:
             self._notices.channel = channel
         for data in consumer_data:  # know the brokers of every subscribed topic first
             for sub in data.subscriptions:
-                try:
-                    self.get_route_info_by_topic(sub.topic)
+                try:  # the heartbeat below reaches new masters: no introduction first
+                    self._route(sub.topic, introduce=False)
                 except BrokerError:
                     pass  # not created yet: the heartbeat still goes out
         body = bodies.HeartbeatData(
@@ -399,15 +427,9 @@ class RemoteTransport:
             # Every broker gets its heartbeat even when one fails (a dead master listed first
             # must not keep the group off the others for a round, as in RocketMQ); the first
             # failure is raised only when no broker took the heartbeat.
-            failed: list[Exception] = []
-            for addr in brokers:
-                try:
-                    _check(self._call(addr, RequestCode.HEART_BEAT, None, body))
-                except Exception as exc:
-                    log.warning("heartbeat_failed", addr=addr, error=str(exc))
-                    failed.append(exc)
-            if len(failed) == len(brokers):
-                raise failed[0]
+            self._each(
+                brokers, RequestCode.HEART_BEAT, None, body, "heartbeat_failed", level="warning"
+            )
             return
         # No broker known yet (no route found): mqcore serve answers as broker on its name
         # server address, so register there; a plain RocketMQ name server refuses the code,
@@ -446,19 +468,11 @@ class RemoteTransport:
         route = self.get_route_info_by_topic(topic)
         addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr})
         header = headers.GetConsumerListByGroupRequestHeader(consumer_group=consumer_group)
+        code = RequestCode.GET_CONSUMER_LIST_BY_GROUP
         members: set[str] = set()
-        failed: list[Exception] = []
-        for addr in addrs:
-            try:
-                resp = _check(self._call(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, header))
-            except Exception as exc:
-                log.info("consumer_list_failed", addr=addr, error=str(exc))
-                failed.append(exc)
-                continue
+        for resp in self._each(addrs, code, header, None, "consumer_list_failed"):
             ids = bodies.GetConsumerListByGroupResponseBody.decode(resp.body or b"{}")
             members.update(ids.consumer_id_list)
-        if failed and len(failed) == len(addrs):
-            raise failed[0]
         return sorted(members)
 
     # -- messages ---------------------------------------------------------------------------------
