@@ -37,7 +37,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 def timed(
-    fn: Callable[[], int], name: str = "", server_pid: int | None = None, out: Any = None
+    fn: Callable[[], int],
+    name: str = "",
+    server_pid: int | None = None,
+    out: dict[str, float] | None = None,
 ) -> float:
     """``fn``'s messages per second (it returns how many it moved). With ``server_pid``,
     also each side's CPU per message, in microseconds, into ``out``: ``cpu_client_us_NAME``
