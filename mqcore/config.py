@@ -107,8 +107,9 @@ class BrokerConfig:
         (``haHousekeepingInterval``, 20 s).
     :param slave_synchronize_interval_ms: how often a slave copies its master's topics,
         consumer offsets and delay progress (RocketMQ's SlaveSynchronize, 10 s).
-    :param slave_read_enable: let a master suggest its slave to consumers that lag, and a
-        slave serve pulls (``slaveReadEnable``, off).
+    :param slave_read_enable: let a master (and a slave) suggest the slave to consumers that
+        lag (``slaveReadEnable``, off). A slave serves pulls either way, as RocketMQ 4.x's
+        does; without it, it suggests the master for the next pull.
     :param access_message_in_memory_max_ratio: percent of physical memory a consumer may lag
         behind before it is sent to the slave (``accessMessageInMemoryMaxRatio``, 40).
     :param total_physical_memory_bytes: the memory figure of that rule (default: the

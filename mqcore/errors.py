@@ -24,6 +24,7 @@ __all__ = [
     "MessageFieldError",
     "MessageIllegalError",
     "NoPermissionError",
+    "NoRouteInfoError",
     "NotRegisteredError",
     "PluginLoadError",
     "ProtocolError",
@@ -221,6 +222,18 @@ class MQClientError(MQError):
 
 class SendTimeoutError(MQClientError, TimeoutError):
     """A send did not complete within its timeout."""
+
+
+class NoRouteInfoError(MQClientError):
+    """No broker can take a send to ``topic`` (RocketMQ's "No route info of this topic",
+    NOT_FOUND_TOPIC_EXCEPTION): the topic has no route, or no broker group serving it has a
+    writable master now (every master is down, or the topic is read-only). A producer asks
+    for the route again on its next send, so sends succeed again as soon as a master is back.
+    """
+
+    def __init__(self, message: str, *, topic: str, code: int = -1) -> None:
+        super().__init__(message, code=code)
+        self.topic = topic
 
 
 # --- remoting --------------------------------------------------------------------------

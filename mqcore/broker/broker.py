@@ -406,7 +406,9 @@ class Broker:
         if isinstance(ha, HAMaster):
             found.update(ha.slaves())
             found[self.config.broker_id] = addr
-        elif isinstance(ha, HASlave) and ha.master_address:
+        elif isinstance(ha, HASlave) and ha.master_address and ha.connected.is_set():
+            # Only while the master is reachable: a route naming a dead master would keep
+            # clients sending to it and pulling from it.
             found.setdefault(0, ha.master_address)
         return tuple(sorted(found.items()))
 
@@ -608,14 +610,12 @@ class Broker:
                 f"readQueueNums:[{cfg.read_queue_nums}] consumer:[{client_host}]",
                 code=ResponseCode.SYSTEM_ERROR,
             )
-        if self.is_slave and not self.config.slave_read_enable:
-            # As RocketMQ: a slave that may not serve reads sends the consumer to its master.
-            return PullResponse(
-                ResponseCode.PULL_RETRY_IMMEDIATELY,
-                queue_offset,
-                self.get_min_offset(topic, queue_id),
-                self.get_max_offset(topic, queue_id),
-            )
+        # A slave answers every pull, and without slave_read_enable suggests the master for
+        # the next one (suggest_which_broker_id 0), as RocketMQ 4.x's does: its
+        # PULL_RETRY_IMMEDIATELY for a slave that may not serve reads is overwritten by the
+        # status of the read. A consumer pulls from a slave only when its master is gone
+        # from the route (or when slave_read_enable sends a lagging reader there), so the
+        # messages of a group whose master is down stay readable.
         flt = self._message_filter(sub_expression, expression_type)
         if commit_offset is not None and commit_offset >= 0 and not self.is_slave:
             # A slave's offsets are its master's (synchronised): commits go to the master.

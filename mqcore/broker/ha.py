@@ -187,7 +187,7 @@ class _SlaveConnection:
         cfg = self.master.config
         batch = max(1, cfg.ha_transfer_batch_size)
         beat = cfg.ha_send_heartbeat_interval_ms / 1000
-        last_sent = time.monotonic()
+        last_sent = float("-inf")  # the first frame (data or heartbeat) goes at once
         min_offset = store.commitlog_min_offset()
         if self.next_offset < min_offset or self.next_offset > store.commitlog_max_offset():
             log.error(
@@ -447,6 +447,11 @@ class HASlave:
         self._lock = threading.Lock()
         self.connected = threading.Event()
         self.synced = threading.Event()
+        # Whether the master was reachable at the last attempt (None: not tried yet); the
+        # replication thread logs each change once, not each retry.
+        self._reachable: bool | None = None
+        #: why the master is unreachable now (None while connected)
+        self.last_error: str | None = None
         self._threads = [
             threading.Thread(target=self._replicate, name="mqcore-ha-slave", daemon=True),
             threading.Thread(target=self._synchronize, name="mqcore-ha-sync", daemon=True),
@@ -454,19 +459,40 @@ class HASlave:
         for t in self._threads:
             t.start()
 
-    def _connect(self) -> socket.socket | None:
+    @property
+    def master_ha_address(self) -> str:
+        """``host:port`` of the master's replication port."""
+        return f"{self.master[0]}:{self.master[1]}"
+
+    def _connect(self) -> tuple[socket.socket | None, str]:
+        """A connection to the master's HA port, or None and why not."""
         try:
             sock = socket.create_connection(self.master, timeout=3)
-        except OSError:
-            return None
+        except OSError as exc:
+            return None, str(exc) or type(exc).__name__
         sock.settimeout(_POLL_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self._lock:
             if self._stop.is_set():
                 _close(sock)
-                return None
+                return None, "stopped"
             self._socks.add(sock)
-        return sock
+        return sock, ""
+
+    def _unreachable(self, error: str) -> None:
+        """The master cannot be reached (or the connection ended): logged once per outage."""
+        self.last_error = error
+        if self._stop.is_set() or self._reachable is False:
+            return
+        event = "ha_master_connection_lost" if self._reachable else "ha_master_unreachable"
+        self._reachable = False
+        log.warning(
+            event,
+            broker=self.config.broker_name,
+            master=self.master_ha_address,
+            error=error,
+            retry_every_s=1.0,
+        )
 
     def _forget(self, sock: socket.socket) -> None:
         with self._lock:
@@ -475,19 +501,24 @@ class HASlave:
 
     def _replicate(self) -> None:
         while not self._stop.is_set():
-            sock = self._connect()
+            sock, error = self._connect()
             if sock is None:
+                self._unreachable(error)
                 self._stop.wait(1.0)
                 continue
+            error = "the master closed the connection"
+            self.last_error = None
             try:
                 self._transfer(sock)
             except OSError as exc:
-                log.info("ha_master_connection_lost", error=str(exc))
-            except Exception:  # a bad frame or a store error: reconnect from our own offset
+                error = str(exc) or type(exc).__name__
+            except Exception as exc:  # a bad frame or a store error: reconnect from our own offset
                 log.exception("ha_replication_failed")
+                error = str(exc) or type(exc).__name__
             finally:
                 self.connected.clear()
                 self._forget(sock)
+            self._unreachable(self.last_error or error)
             self._stop.wait(1.0)
 
     def _transfer(self, sock: socket.socket) -> None:
@@ -496,16 +527,19 @@ class HASlave:
         reported = store.commitlog_max_offset()
         sock.sendall(_OFFSET.pack(reported))
         last_report = time.monotonic()
-        self.connected.set()
-        log.info(
-            "ha_slave_connected_to_master",
-            master=f"{self.master[0]}:{self.master[1]}",
-            offset=reported,
-        )
         while not self._stop.is_set():
             head = _recv_exact(sock, _HEADER.size, self._stop)
             if head is None:
+                if not self.connected.is_set():
+                    self.last_error = (
+                        "the master closed the connection before its first frame (it refused "
+                        "this slave's offset: see the master's log)"
+                    )
                 return
+            if not self.connected.is_set():
+                # Connected once the master answers (its first frame comes at once): a master
+                # that accepts and then refuses the slave's offset is not a connection.
+                self._connected(reported)
             offset, size = _HEADER.unpack(head)
             if size < 0:
                 raise ProtocolError(f"the master sent a replication frame of size {size}")
@@ -526,10 +560,23 @@ class HASlave:
                 reported = now_max
                 last_report = time.monotonic()
 
+    def _connected(self, offset: int) -> None:
+        self.connected.set()
+        self.last_error = None
+        # Info when it first connects; after an outage, the warning's counterpart.
+        level = log.warning if self._reachable is False else log.info
+        self._reachable = True
+        level(
+            "ha_slave_connected_to_master",
+            broker=self.config.broker_name,
+            master=self.master_ha_address,
+            offset=offset,
+        )
+
     def _synchronize(self) -> None:
         every = self.config.slave_synchronize_interval_ms / 1000
         while not self._stop.is_set():
-            sock = self._connect()
+            sock, _ = self._connect()  # the replication thread reports the master's state
             if sock is None:
                 self._stop.wait(1.0)
                 continue

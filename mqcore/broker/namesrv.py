@@ -100,14 +100,23 @@ class NameServer:
         topics: dict[str, Any],
         connection: Any = None,
     ) -> None:
-        """Record a broker and, for a master, the topics it serves (replacing older ones)."""
+        """Record a broker and the topics it serves (replacing older ones): a master's, or a
+        slave's while its group has no master registered.
+
+        RocketMQ's name server takes topics from masters alone; a slave restarted while its
+        master is down would then leave the group's topics unrouted, and new consumers could
+        not read what the slave holds. A master's registration replaces the slave's again.
+        """
         with self._lock:
             fresh = header.broker_addr not in self._members
             self._members[header.broker_addr] = _Member(
                 header.broker_name, header.broker_id, header.cluster_name, self._clock(), connection
             )
-            if header.broker_id == 0:
-                name = header.broker_name
+            name = header.broker_name
+            masterless = not any(
+                m.broker_name == name and m.broker_id == 0 for m in self._members.values()
+            )
+            if header.broker_id == 0 or (masterless and topics):
                 for table in self._queues.values():
                     table.pop(name, None)
                 for topic, cfg in topics.items():

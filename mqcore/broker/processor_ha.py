@@ -37,6 +37,8 @@ def runtime_info(processor: BrokerProcessor) -> dict[str, str]:
     elif isinstance(ha, HASlave):
         table["haMasterAddress"] = f"{ha.master[0]}:{ha.master[1]}"
         table["haConnected"] = str(ha.connected.is_set()).lower()
+        if ha.last_error is not None:  # why the master cannot be reached now
+            table["haMasterError"] = ha.last_error
     return table
 
 

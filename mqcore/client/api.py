@@ -48,6 +48,10 @@ class BrokerAPI(Protocol):
     def get_route_info_by_topic(self, topic: str) -> TopicRoute:
         """The topic's route; :class:`~mqcore.errors.TopicNotExistError` when unknown."""
 
+    def refresh_route(self, topic: str) -> TopicRoute:
+        """The topic's route asked again now, whatever a cache holds (a producer whose route
+        has no writable queue asks on every send, as RocketMQ's tryToFindTopicPublishInfo)."""
+
     def heartbeat(
         self,
         client_id: str,

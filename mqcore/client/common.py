@@ -10,7 +10,7 @@ import weakref
 from typing import Any
 
 from mqcore.client.api import BrokerAPI
-from mqcore.errors import BrokerError, InvalidArgumentError, MQClientError
+from mqcore.errors import BrokerError, InvalidArgumentError, MQClientError, NoRouteInfoError
 from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
 from mqcore.protocol.route import TopicRoute
 
@@ -131,14 +131,19 @@ class ClientBase:
             self._shutdown = True
             return was_running
 
-    def route(self, topic: str) -> TopicRoute:
-        """The topic's route, or RocketMQ's "No route info of this topic" error."""
+    def route(self, topic: str, *, fresh: bool = False) -> TopicRoute:
+        """The topic's route (``fresh``: asked again now, not cached), or RocketMQ's
+        "No route info of this topic" error (:class:`~mqcore.errors.NoRouteInfoError`)."""
         try:
+            if fresh:
+                return self.broker.refresh_route(topic)
             return self.broker.get_route_info_by_topic(topic)
         except BrokerError as exc:
             if exc.code == ResponseCode.TOPIC_NOT_EXIST:
-                raise MQClientError(
-                    f"No route info of this topic: {topic}", code=NOT_FOUND_TOPIC_EXCEPTION
+                raise NoRouteInfoError(
+                    f"No route info of this topic: {topic}",
+                    topic=topic,
+                    code=NOT_FOUND_TOPIC_EXCEPTION,
                 ) from exc
             raise
 

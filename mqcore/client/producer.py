@@ -18,13 +18,14 @@ from mqcore.errors import (
     BrokerError,
     MessageIllegalError,
     MQClientError,
+    NoRouteInfoError,
     RemotingConnectError,
     SendTimeoutError,
     SlaveNotAcknowledgedError,
 )
 from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
-from mqcore.protocol.codes import ResponseCode
+from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
 from mqcore.protocol.names import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
 from mqcore.protocol.validation import check_sent_message
 from mqcore.store import PutResult
@@ -195,7 +196,40 @@ class Producer(ClientBase):
         check_sent_message(msg, msg.topic)
         _uniq_id(msg)
 
+    def _writable(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues; never empty (:class:`NoRouteInfoError` instead).
+
+        A route with none (every master of the topic is down) is asked for again on each
+        send, as RocketMQ's tryToFindTopicPublishInfo does, so sends resume as soon as a
+        master is back rather than when the cached route expires.
+        """
+        route = self.route(topic)
+        cached = self._write_queues.get(topic)
+        if cached is not None and cached[0] is route:  # the broker's cached route
+            return cached[1]
+        mqs = route.write_queues()
+        if not mqs:
+            route = self.route(topic, fresh=True)
+            mqs = route.write_queues()
+        if not mqs:
+            raise NoRouteInfoError(
+                f"No route info of this topic: {topic}: no master of the topic is writable "
+                f"(groups {', '.join(sorted(b.broker_name for b in route.broker_datas)) or '-'} "
+                "have no master up, or the topic is read-only); sends succeed again once a "
+                "master is back: see `mqcore cluster status`",
+                topic=topic,
+                code=NOT_FOUND_TOPIC_EXCEPTION,
+            )
+        self._write_queues[topic] = (route, mqs)
+        return mqs
+
     def _next_queue(self, mqs: list[MessageQueue], last: MessageQueue | None) -> MessageQueue:
+        if not mqs:  # _writable never gives an empty list; guarded all the same
+            raise NoRouteInfoError(
+                "No route info of this topic: no writable queue to choose from",
+                topic=last.topic if last is not None else "",
+                code=NOT_FOUND_TOPIC_EXCEPTION,
+            )
         index = next(self._index)
         if last is not None:
             # Retry on another broker when the topic spans several (RocketMQ's
@@ -230,13 +264,7 @@ class Producer(ClientBase):
                 raise SendTimeoutError(
                     f"send to {topic} timed out after {timeout}s ({attempt} attempts)"
                 ) from error
-            route = self.route(topic)
-            cached = self._write_queues.get(topic)
-            if cached is not None and cached[0] is route:  # the broker's cached route
-                mqs = cached[1]
-            else:
-                mqs = route.write_queues()
-                self._write_queues[topic] = (route, mqs)
+            mqs = self._writable(topic)
             mq = pick(mqs, last_mq) if pick is not None else self._next_queue(mqs, last_mq)
             last_mq = mq
             try:
@@ -295,6 +323,12 @@ class Producer(ClientBase):
         self, selector: MessageQueueSelector, msg: Message, arg: Any
     ) -> Callable[[list[MessageQueue], MessageQueue | None], MessageQueue]:
         def pick(mqs: list[MessageQueue], last: MessageQueue | None) -> MessageQueue:
+            if not mqs:  # a selector's own modulo must never see an empty list
+                raise NoRouteInfoError(
+                    f"No route info of this topic: {msg.topic}: no writable queue",
+                    topic=msg.topic,
+                    code=NOT_FOUND_TOPIC_EXCEPTION,
+                )
             mq = selector(list(mqs), msg, arg)  # a copy: the selector may reorder its list
             if mq not in mqs:
                 raise MQClientError(f"selector returned {mq}, not a writable queue of {msg.topic}")
@@ -412,9 +446,7 @@ class Producer(ClientBase):
             self._check_message(msg)
             queue = None
             if selector is not None:
-                queue = self._selected(selector, msg, arg)(
-                    self.route(msg.topic).write_queues(), None
-                )
+                queue = self._selected(selector, msg, arg)(self._writable(msg.topic), None)
             sender.submit(PendingSend(msg, time.monotonic() + timeout, queue, future))
         except Exception as exc:
             if future.set_running_or_notify_cancel():

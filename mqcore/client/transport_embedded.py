@@ -58,6 +58,10 @@ class EmbeddedTransport:
         """The topic's route (one broker group of one member)."""
         return self.broker.get_route_info_by_topic(topic)
 
+    def refresh_route(self, topic: str) -> TopicRoute:
+        """The topic's route: the broker's own, never cached here."""
+        return self.broker.get_route_info_by_topic(topic)
+
     def heartbeat(
         self,
         client_id: str,

@@ -250,6 +250,11 @@ class RemoteTransport:
         """The topic's route from the name server (cached for 30 s)."""
         return self._route(topic, introduce=True)
 
+    def refresh_route(self, topic: str) -> TopicRoute:
+        """The topic's route from the name server now, not from the cache."""
+        self._routes.pop(topic, None)
+        return self._route(topic, introduce=True)
+
     def _route(self, topic: str, *, introduce: bool) -> TopicRoute:
         """The topic's route; with ``introduce``, masters a fresh route names anew are sent
         the last heartbeat (see :meth:`_introduce`)."""

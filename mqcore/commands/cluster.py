@@ -28,11 +28,22 @@ def _runtime(client: Any, addr: str) -> dict[str, str]:
     return table
 
 
+def _flag(value: str | None) -> bool | None:
+    return None if value is None else value == "true"
+
+
 def cluster_status(server: str) -> list[dict[str, Any]]:
-    """One row per broker: group, id, address, role, commit-log max offset, lag in bytes.
+    """One row per broker: group, id, address, role, commit-log max offset, replication state
+    and lag in bytes; a group without a master gets a row of broker id 0 saying so.
 
     ``server`` is a name server (``mqcore namesrv``: every registered group) or a single
-    ``mqcore serve`` (its group: itself and the slaves registered with it).
+    ``mqcore serve`` (its group: itself, its master while it reaches it, its slaves).
+
+    Replication, from each broker's GET_BROKER_RUNTIME_INFO (RocketMQ's names where they
+    exist): ``ha_connected`` is a slave's ``haConnected`` (its replication connection to its
+    master is up), ``ha_error`` why it is not, ``ha_slaves_connected`` a master's
+    ``haConnectionCount``; ``replication_lag_bytes`` is a slave's distance behind its master's
+    commit log (None when the master cannot be asked).
     """
     from mqcore.protocol.codes import RequestCode, ResponseCode
     from mqcore.remoting.client import RemotingClient
@@ -43,7 +54,7 @@ def cluster_status(server: str) -> list[dict[str, Any]]:
         resp = client.invoke(
             server, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 5
         )
-        members: list[tuple[str, int, str]] = []
+        members: list[tuple[str, int, str | None]] = []
         if resp.code == ResponseCode.SUCCESS:
             info = json.loads(bytes(resp.body or b"{}"))
             for name, data in sorted((info.get("brokerAddrTable") or {}).items()):
@@ -57,21 +68,30 @@ def cluster_status(server: str) -> list[dict[str, Any]]:
             members.append((name, int(own.get("brokerId", 0)), server))
             for bid, addr in sorted(json.loads(own.get("haSlaves", "{}")).items()):
                 members.append((name, int(bid), addr))
+        # A group whose master is gone (killed, or not reached by its slave) keeps a row.
+        masters = {name for name, bid, _ in members if bid == 0}
+        for name in sorted({name for name, _, _ in members} - masters):
+            members.append((name, 0, None))
+        members.sort(key=lambda m: (m[0], m[1]))
         rows: list[dict[str, Any]] = []
         master_end: dict[str, int] = {}
         for name, bid, addr in members:
-            rt = _runtime(client, addr)
+            rt = _runtime(client, addr) if addr is not None else {"error": _NO_MASTER}
             end = int(rt["commitLogMaxOffset"]) if "commitLogMaxOffset" in rt else None
             if bid == 0 and end is not None:
                 master_end[name] = end
+            count = rt.get("haConnectionCount")
             rows.append(
                 {
                     "broker_name": name,
                     "broker_id": bid,
                     "address": addr,
-                    "role": rt.get("brokerRole", "?"),
+                    "role": rt.get("brokerRole", "?") if addr is not None else None,
                     "commitlog_max_offset": end,
                     "error": rt.get("error"),
+                    "ha_connected": _flag(rt.get("haConnected")),
+                    "ha_error": rt.get("haMasterError"),
+                    "ha_slaves_connected": int(count) if count is not None else None,
                 }
             )
         for row in rows:
@@ -86,6 +106,21 @@ def cluster_status(server: str) -> list[dict[str, Any]]:
         client.close()
 
 
+_NO_MASTER = "no master: none is registered or reachable (down?); sends to the group fail"
+
+
+def _replication(row: dict[str, Any]) -> str:
+    """The table's replication cell."""
+    if row["ha_slaves_connected"] is not None:
+        n = row["ha_slaves_connected"]
+        return f"{n} slave{'' if n == 1 else 's'} connected"
+    if row["ha_connected"] is None:
+        return ""
+    if row["ha_connected"]:
+        return "connected"
+    return f"disconnected: {row['ha_error']}" if row["ha_error"] else "disconnected"
+
+
 @click.group()
 def cluster() -> None:
     """Broker groups and their members."""
@@ -94,7 +129,9 @@ def cluster() -> None:
 @cluster.command("status")
 @admin_options
 def status(server: str, as_json: bool) -> None:
-    """Groups, members, roles and replication lag (bytes a slave is behind its master).
+    """Groups, members, roles, replication state and lag (bytes a slave is behind its master).
+
+    A group whose master is down shows a "no master" row.
 
     --server may be a name server (every registered group) or one mqcore serve.
     """
@@ -104,15 +141,22 @@ def status(server: str, as_json: bool) -> None:
         raise click.ClickException(" ".join(str(exc).split())) from exc
 
     def table() -> Table:
-        t = Table("group", "id", "address", "role", "commit-log max", "lag (bytes)")
+        t = Table("group", "id", "address", "role", "commit-log max", "replication", "lag (bytes)")
         for r in rows:
             lag = r["replication_lag_bytes"]
+            if r["address"] is None:
+                role = "no master"
+            elif r["error"]:
+                role = f"unreachable: {r['error']}"
+            else:
+                role = r["role"]
             t.add_row(
                 r["broker_name"],
                 str(r["broker_id"]),
-                r["address"],
-                r["role"] if not r["error"] else f"unreachable: {r['error']}",
+                r["address"] or "-",
+                role,
                 "" if r["commitlog_max_offset"] is None else f"{r['commitlog_max_offset']:,}",
+                _replication(r),
                 "" if lag is None else f"{lag:,}",
             )
         return t

@@ -9,6 +9,7 @@ from structlog.testing import capture_logs
 
 from mqcore import Broker, Message, Producer, SendStatus
 from mqcore.errors import BrokerError, InvalidArgumentError
+from mqcore.message import MessageExt
 from mqcore.protocol.codes import ResponseCode
 
 pytestmark = pytest.mark.timeout(120)
@@ -167,16 +168,19 @@ def test_read_suggestion_on_master_and_slave(tmp_path):
         assert master.pull_message("cg", "T", 0, 0, 32).suggest_which_broker_id == 0
 
 
-def test_slave_without_slave_read_enable_sends_pulls_to_the_master(tmp_path):
-    with master_broker(tmp_path / "m") as master:
+def test_slave_without_slave_read_enable_serves_and_suggests_the_master(tmp_path):
+    """As RocketMQ 4.x's slave: the pull is answered (a consumer whose master is gone from
+    the route still reads), and the next pull is sent to the master (id 0)."""
+    with master_broker(tmp_path / "m", total_physical_memory_bytes=1) as master:
         master.create_topic("T", queue_nums=1)
         master.send_message("T", 0, [Message(topic="T", body=b"x")])
-        with slave_broker(tmp_path / "s", master) as slave:
+        with slave_broker(tmp_path / "s", master, total_physical_memory_bytes=1) as slave:
             wait_until(lambda: caught_up(master, slave))
             wait_until(lambda: slave.topics.get("T") is not None)
             resp = slave.pull_message("cg", "T", 0, 0, 32)
-            assert resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY
-            assert resp.records == [] and resp.suggest_which_broker_id == 0
+            assert resp.code == ResponseCode.SUCCESS
+            assert [MessageExt(bytes(r)).body for r in resp.records] == [b"x"]
+            assert resp.suggest_which_broker_id == 0  # far behind, but not sent to a slave
 
 
 def test_master_route_lists_its_registered_slave(tmp_path):
@@ -191,9 +195,32 @@ def test_master_route_lists_its_registered_slave(tmp_path):
             assert members == ((0, "127.0.0.1:10911"), (1, "127.0.0.1:10999"))
             wait_until(lambda: slave.topics.get("T") is not None)
             wait_until(lambda: slave.ha.master_address is not None)
+            wait_until(lambda: slave.ha.connected.is_set())
             route = slave.get_route_info_by_topic("T")
             assert route.broker_datas[0].broker_addrs == members
         wait_until(lambda: master.ha.slaves() == {})
+
+
+def test_a_slave_route_names_its_master_only_while_it_reaches_it(tmp_path):
+    """A slave answering routes (``mqcore serve`` is its own name server) leaves a master it
+    cannot reach out of them: clients then read from the slave instead of retrying a dead
+    master, and producers are told no master is writable."""
+    master = master_broker(tmp_path / "m", listen_port=10911)
+    try:
+        master.create_topic("T", queue_nums=2)
+        with slave_broker(tmp_path / "s", master) as slave:
+            wait_until(lambda: slave.topics.get("T") is not None)
+            wait_until(lambda: slave.ha.master_address is not None and slave.ha.connected.is_set())
+            both = slave.get_route_info_by_topic("T")
+            assert [i for i, _ in both.broker_datas[0].broker_addrs] == [0, 1]
+            assert len(both.write_queues()) == 2
+            master.close()
+            wait_until(lambda: not slave.ha.connected.is_set())
+            alone = slave.get_route_info_by_topic("T")
+            assert alone.broker_datas[0].broker_addrs == ((1, "127.0.0.1:10999"),)
+            assert alone.write_queues() == [] and len(alone.read_queues()) == 2
+    finally:
+        master.close()
 
 
 def test_lmdb_refuses_the_slave_role(tmp_path):

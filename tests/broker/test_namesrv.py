@@ -90,6 +90,31 @@ def test_a_closed_connection_removes_its_broker():
     assert ns.route("T") is None
 
 
+def test_a_slave_registers_its_topics_while_its_group_has_no_master():
+    """A slave restarted while its master is down keeps its group's topics routed; while a
+    master is registered, the master's topics alone count."""
+    ns = NameServer()
+    topics = {"T": {"topicName": "T", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}
+    master, slave = object(), object()
+    ns.register(_header("broker-a", "h:1"), topics, master)
+    ns.register(_header("broker-a", "h:2", 1), topics, slave)
+    ns.connection_closed(master)  # killed
+    ns.connection_closed(slave)  # restarted: the whole group was gone for a moment
+    assert ns.route("T") is None
+    ns.register(_header("broker-a", "h:2", 1), topics, object())
+    route = ns.route("T")
+    assert route is not None
+    assert [(b.broker_name, b.broker_addrs) for b in route.broker_datas] == [
+        ("broker-a", ((1, "h:2"),))
+    ]
+    assert len(route.read_queues()) == 4 and route.write_queues() == []
+    # The master returns with fewer queues: its table wins over the slave's copy.
+    fewer = {"T": {**topics["T"], "readQueueNums": 2, "writeQueueNums": 2}}
+    ns.register(_header("broker-a", "h:1"), fewer, object())
+    ns.register(_header("broker-a", "h:2", 1), topics, object())
+    assert len(ns.route("T").read_queues()) == 2 and len(ns.route("T").write_queues()) == 2
+
+
 #: Topic T with one queue, as a master registers it with the name server.
 _TOPICS = {"T": {"topicName": "T", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}}
 
