@@ -427,7 +427,15 @@ class RemoteTransport:
         ).encode()
         self._heartbeat_body = body
         with self._lock:
-            brokers = sorted(set(self._brokers.values()))
+            known = set(self._brokers.values())
+            if consumer_data:
+                # A group whose master is down: its slave serves the reads, and tells the
+                # consumers who their group's members are (RocketMQ's consumers heartbeat
+                # every member of a group, slaves too).
+                for name, members in self._members.items():
+                    if name not in self._brokers:
+                        known.update(members.values())
+            brokers = sorted(known)
         if brokers:
             # Every broker gets its heartbeat even when one fails (a dead master listed first
             # must not keep the group off the others for a round, as in RocketMQ); the first
@@ -439,10 +447,20 @@ class RemoteTransport:
         # No broker known yet (no route found): mqcore serve answers as broker on its name
         # server address, so register there; a plain RocketMQ name server refuses the code,
         # and the next heartbeat, once a route names the brokers, reaches them instead.
+        # One that cannot be reached (a dead master of a one-group layout, named beside its
+        # slave) is skipped while another answers.
+        failed: list[Exception] = []
         for addr in self.namesrv_addrs:
-            resp = self._call(addr, RequestCode.HEART_BEAT, None, body)
+            try:
+                resp = self._call(addr, RequestCode.HEART_BEAT, None, body)
+            except RemotingConnectError as exc:
+                log.info("heartbeat_failed", addr=addr, error=str(exc))
+                failed.append(exc)
+                continue
             if resp.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 _check(resp)
+        if failed and len(failed) == len(self.namesrv_addrs):
+            raise failed[0]
 
     def unregister_client(
         self, client_id: str, producer_group: str | None = None, consumer_group: str | None = None
@@ -471,7 +489,10 @@ class RemoteTransport:
         master answered.
         """
         route = self.get_route_info_by_topic(topic)
-        addrs = sorted({b.master_addr for b in route.broker_datas if b.master_addr})
+        # A group without a master: its first slave (which the consumers heartbeat meanwhile).
+        addrs = sorted(
+            {b.master_addr or min(b.broker_addrs)[1] for b in route.broker_datas if b.broker_addrs}
+        )
         header = headers.GetConsumerListByGroupRequestHeader(consumer_group=consumer_group)
         code = RequestCode.GET_CONSUMER_LIST_BY_GROUP
         members: set[str] = set()
