@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -177,6 +178,7 @@ def test_slave_without_slave_read_enable_serves_and_suggests_the_master(tmp_path
         with slave_broker(tmp_path / "s", master, total_physical_memory_bytes=1) as slave:
             wait_until(lambda: caught_up(master, slave))
             wait_until(lambda: slave.topics.get("T") is not None)
+            wait_until(lambda: slave.get_max_offset("T", 0) == 1)  # dispatched
             resp = slave.pull_message("cg", "T", 0, 0, 32)
             assert resp.code == ResponseCode.SUCCESS
             assert [MessageExt(bytes(r)).body for r in resp.records] == [b"x"]
@@ -255,3 +257,77 @@ def test_delay_progress_syncs_and_only_the_master_delivers(tmp_path):
             wait_until(lambda: caught_up(master, slave))
             assert slave.get_max_offset("T", 0) == 1
             assert whole_log(slave) == whole_log(master)
+
+
+def _counting_connects(monkeypatch) -> list[int]:
+    """Count the replication thread's attempts to reach the master (every second)."""
+    from mqcore.broker.ha import HASlave
+
+    attempts: list[int] = []
+    connect = HASlave._connect
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        if threading.current_thread().name == "mqcore-ha-slave":
+            attempts.append(1)
+        return connect(self)
+
+    monkeypatch.setattr(HASlave, "_connect", counted)
+    return attempts
+
+
+def _events(logs, name: str) -> list[dict]:
+    return [e for e in logs if e["event"] == name]
+
+
+def test_a_slave_logs_an_unreachable_master_once(tmp_path, monkeypatch):
+    """A master that never answers: one warning naming it and the error, however many
+    attempts; the runtime facts say why."""
+    import socket
+
+    attempts = _counting_connects(monkeypatch)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nowhere = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens there once closed
+    with (
+        capture_logs() as logs,
+        Broker(
+            tmp_path / "s", broker_role="SLAVE", broker_id=1, ha_master_address=nowhere, **FAST
+        ) as slave,
+    ):
+        wait_until(lambda: len(attempts) >= 3)
+        assert not slave.ha.connected.is_set()
+        assert "refused" in (slave.ha.last_error or "").lower()
+    unreachable = _events(logs, "ha_master_unreachable")
+    assert len(unreachable) == 1
+    assert unreachable[0]["master"] == nowhere and unreachable[0]["log_level"] == "warning"
+    assert _events(logs, "ha_slave_connected_to_master") == []
+
+
+def test_a_slave_logs_each_change_of_its_master_once(tmp_path, monkeypatch):
+    """Connected (info), lost when the master stops (one warning, however many retries),
+    connected again when it returns (a warning, the outage's end)."""
+    attempts = _counting_connects(monkeypatch)
+    master = master_broker(tmp_path / "m")
+    port = master.ha.port
+    try:
+        with capture_logs() as logs, slave_broker(tmp_path / "s", master) as slave:
+            wait_until(lambda: slave.ha.connected.is_set())
+            master.close()
+            wait_until(lambda: not slave.ha.connected.is_set())
+            seen = len(attempts)
+            wait_until(lambda: len(attempts) >= seen + 3)
+            master = Broker(tmp_path / "m", ha_listen_port=port, **FAST)
+            wait_until(lambda: slave.ha.connected.is_set())
+    finally:
+        master.close()
+    changes = [
+        (e["event"], e["log_level"])
+        for e in logs
+        if e["event"]
+        in ("ha_master_unreachable", "ha_master_connection_lost", "ha_slave_connected_to_master")
+    ]
+    assert changes == [
+        ("ha_slave_connected_to_master", "info"),
+        ("ha_master_connection_lost", "warning"),
+        ("ha_slave_connected_to_master", "warning"),
+    ]

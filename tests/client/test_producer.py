@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 
 from mqcore import Broker, Message, Producer, SendStatus
 from mqcore.broker import ResponseCode
-from mqcore.errors import BrokerClosedError, BrokerError, MessageIllegalError, MQClientError
+from mqcore.errors import (
+    BrokerClosedError,
+    BrokerError,
+    MessageIllegalError,
+    MQClientError,
+    NoRouteInfoError,
+)
+from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION
 
 
 @pytest.fixture
@@ -257,3 +264,30 @@ def test_a_selector_that_changes_its_list_leaves_later_sends_alone(broker: Broke
         queues = {p.send(Message(topic="T", body=b"y")).message_queue.queue_id for _ in range(8)}
         assert p.send(Message(topic="T", body=b"z"), selector=greedy).message_queue.queue_id == 0
     assert queues == {0, 1, 2, 3}
+
+
+def test_no_writable_queue_raises_no_route_info_and_recovers(broker: Broker) -> None:
+    """A topic no master can take (here: read-only) fails every send, synchronous,
+    asynchronous and selected, with NoRouteInfoError, not a ZeroDivisionError from the
+    round robin; once it is writable again, the next send succeeds (the route is asked for
+    again on each send while it has no writable queue)."""
+    from mqcore.protocol.route import PERM_READ
+
+    broker.create_topic("R", queue_nums=2, perm=PERM_READ)
+    with Producer("pg", broker=broker) as p:
+        for _ in range(3):
+            with pytest.raises(NoRouteInfoError, match="No route info of this topic: R") as info:
+                p.send(Message(topic="R", body=b"x"))
+            assert info.value.topic == "R" and info.value.code == NOT_FOUND_TOPIC_EXCEPTION
+        with pytest.raises(NoRouteInfoError):
+            p.send(
+                Message(topic="R", body=b"x"), selector=lambda mqs, m, a: mqs[a % len(mqs)], arg=1
+            )
+        future = p.send_async(Message(topic="R", body=b"x"))
+        assert isinstance(future.exception(timeout=10), NoRouteInfoError)
+        future = p.send_async(
+            Message(topic="R", body=b"x"), selector=lambda mqs, m, a: mqs[a % len(mqs)], arg=1
+        )
+        assert isinstance(future.exception(timeout=10), NoRouteInfoError)
+        broker.create_topic("R", queue_nums=2)  # writable again
+        assert p.send(Message(topic="R", body=b"x")).send_status is SendStatus.SEND_OK
