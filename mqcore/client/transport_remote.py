@@ -390,9 +390,9 @@ class RemoteTransport:
             self._routes.pop(topic, None)
             self.get_route_info_by_topic(topic)
             addr = self._brokers.get(broker_name)
-        if addr is None and self._members.get(broker_name):
+        members = self._members.get(broker_name)
+        if addr is None and members:
             # No master now (RocketMQ's findBrokerAddressInAdmin): any member of the group.
-            members = self._members[broker_name]
             addr = members[min(members)]
         if addr is None:
             raise MQClientError(f"The broker[{broker_name}] not exist")
