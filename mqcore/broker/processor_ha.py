@@ -35,7 +35,7 @@ def runtime_info(processor: BrokerProcessor) -> dict[str, str]:
         table["slaveFallBehindMuch"] = str(ha.lag())
         table["haSlaves"] = json.dumps({str(k): v for k, v in ha.slaves().items()})
     elif isinstance(ha, HASlave):
-        table["haMasterAddress"] = f"{ha.master[0]}:{ha.master[1]}"
+        table["haMasterAddress"] = ha.master_ha_address
         table["haConnected"] = str(ha.connected.is_set()).lower()
         if ha.last_error is not None:  # why the master cannot be reached now
             table["haMasterError"] = ha.last_error

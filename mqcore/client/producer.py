@@ -212,11 +212,12 @@ class Producer(ClientBase):
             route = self.route(topic, fresh=True)
             mqs = route.write_queues()
         if not mqs:
+            groups = ", ".join(sorted(b.broker_name for b in route.broker_datas)) or "none"
             raise NoRouteInfoError(
                 f"No route info of this topic: {topic}: no master of the topic is writable "
-                f"(groups {', '.join(sorted(b.broker_name for b in route.broker_datas)) or '-'} "
-                "have no master up, or the topic is read-only); sends succeed again once a "
-                "master is back: see `mqcore cluster status`",
+                f"(its broker groups: {groups}; each master is down, or the topic is "
+                "read-only); sends succeed again once a master is back (`mqcore cluster "
+                "status` shows each group's members)",
                 topic=topic,
                 code=NOT_FOUND_TOPIC_EXCEPTION,
             )
