@@ -146,6 +146,15 @@ class TopicManager:
             self._topics[cfg.topic_name] = cfg
             self._persist()
         log.info("topic_updated" if old else "topic_created", topic=cfg.topic_name)
+        if old is not None and cfg.read_queue_nums < old.read_queue_nums:
+            # Allowed, as RocketMQ's updateTopic, but never silent: the messages of the
+            # queues past the new count are no longer read by any consumer.
+            log.warning(
+                "topic_read_queues_shrunk",
+                topic=cfg.topic_name,
+                read_queue_nums=cfg.read_queue_nums,
+                previous=old.read_queue_nums,
+            )
         return cfg
 
     def ensure(self, topic: str, queue_nums: int, perm: int = PERM_RW) -> TopicConfig:

@@ -20,8 +20,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mqcore.client.admin import MQAdmin
-from mqcore.errors import MQError, RemotingConnectError, RemotingTimeoutError
+from mqcore.client.admin import MQAdmin, TopicInfo
+from mqcore.errors import MQError, RemotingConnectError, RemotingTimeoutError, TopicNotExistError
 
 __all__ = [
     "admin_options",
@@ -198,6 +198,11 @@ def topic_list(server: str, as_json: bool) -> None:
     help="Who may use the topic: read, write or both.",
 )
 @click.option("--order", is_flag=True, help="Mark the topic as ordered.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Update an existing topic even to fewer queues (consumers stop reading the rest).",
+)
 @admin_options
 def topic_create(
     name: str,
@@ -206,12 +211,19 @@ def topic_create(
     write_queues: int | None,
     perm: str,
     order: bool,
+    force: bool,
     server: str,
     as_json: bool,
 ) -> None:
-    """Create topic NAME (or update its queues and permission)."""
+    """Create topic NAME (or update its queues and permission).
+
+    An existing topic keeps its queues unless --force: fewer read queues hide the messages
+    of the others from every consumer."""
     bits = {"rw": 6, "r": 4, "w": 2}[perm.lower()]
     with connect(server) as admin:
+        before = _existing_topic(admin, name)
+        if before is not None and not force:
+            _refuse_shrink(admin, before, read_queues or queues, write_queues or queues)
         info = admin.create_topic(
             name,
             queues,
@@ -227,13 +239,51 @@ def topic_create(
         "perm": info.perm,
         "order": info.order,
     }
+    if before is not None:
+        data["before"] = {
+            "read_queue_nums": before.read_queue_nums,
+            "write_queue_nums": before.write_queue_nums,
+            "perm": before.perm,
+            "order": before.order,
+        }
     if as_json:
         emit(True, data)
     else:
+        was = (
+            ""
+            if before is None
+            else f" (was {before.read_queue_nums} read / {before.write_queue_nums} write)"
+        )
         click.echo(
             f"topic {info.topic}: {info.read_queue_nums} read / {info.write_queue_nums} write "
-            f"queues, perm {_perm(info.perm)}{', ordered' if info.order else ''}"
+            f"queues{was}, perm {_perm(info.perm)}{', ordered' if info.order else ''}"
         )
+
+
+def _existing_topic(admin: MQAdmin, name: str) -> TopicInfo | None:
+    try:
+        return admin.topic(name)
+    except TopicNotExistError:
+        return None
+
+
+def _refuse_shrink(admin: MQAdmin, before: TopicInfo, read: int, write: int) -> None:
+    """A click error when ``read``/``write`` queues are fewer than the topic has now."""
+    if read >= before.read_queue_nums and write >= before.write_queue_nums:
+        return
+    hidden = ""
+    if read < before.read_queue_nums:
+        stats = admin.topic_stats(before.topic).offset_table
+        held = sum(o.max_offset - o.min_offset for mq, o in stats.items() if mq.queue_id >= read)
+        hidden = (
+            f"; consumers would stop reading queues {read}..{before.read_queue_nums - 1}, "
+            f"which hold {held} message(s)"
+        )
+    raise click.ClickException(
+        f"topic {before.topic} exists with {before.read_queue_nums} read / "
+        f"{before.write_queue_nums} write queues; {read} read / {write} write is fewer"
+        f"{hidden}. Pass --force to shrink it anyway"
+    )
 
 
 @topic.command("delete")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from structlog.testing import capture_logs
 
 from mqcore import (
     ConsumeConcurrentlyStatus,
@@ -127,6 +128,32 @@ def test_topic_create_list_stats_delete(server: Server) -> None:
     assert "T" not in {t["topic"] for t in ok_json(server, "topic", "list")}
     assert "topic 'T' does not exist" in one_line_error(run(server, "topic", "delete", "T"))
     assert "topic 'T' does not exist" in one_line_error(run(server, "topic", "stats", "T"))
+
+
+def test_topic_create_refuses_fewer_queues_without_force(server: Server) -> None:
+    """Shrinking an existing topic hides messages: refused, naming what the topic has and
+    what would be hidden, unless --force; an update says what was there before."""
+    ok_json(server, "topic", "create", "T", "--queues", "4")
+    sent = send(server, "T", 8)
+    behind = sum(1 for s in sent if s.message_queue.queue_id >= 2)
+    line = one_line_error(run(server, "topic", "create", "T", "--queues", "2"))
+    assert "topic T exists with 4 read / 4 write queues" in line
+    assert f"queues 2..3, which hold {behind} message(s)" in line and "--force" in line
+    assert "write is fewer" in one_line_error(
+        run(server, "topic", "create", "T", "--read-queues", "4", "--write-queues", "3")
+    )
+    listed = {t["topic"]: t for t in ok_json(server, "topic", "list")}
+    assert (listed["T"]["read_queue_nums"], listed["T"]["write_queue_nums"]) == (4, 4)
+    grown = ok_json(server, "topic", "create", "T", "--queues", "6")
+    assert grown["read_queue_nums"] == 6
+    assert grown["before"] == {"read_queue_nums": 4, "write_queue_nums": 4, "perm": 6,
+                               "order": False}  # fmt: skip
+    with capture_logs() as logs:
+        shrunk = run(server, "topic", "create", "T", "--queues", "2", "--force")
+    assert shrunk.exit_code == 0, shrunk.output
+    assert "topic T: 2 read / 2 write queues (was 6 read / 6 write)" in shrunk.stdout
+    [warned] = [e for e in logs if e["event"] == "topic_read_queues_shrunk"]
+    assert (warned["log_level"], warned["read_queue_nums"], warned["previous"]) == ("warning", 2, 6)
 
 
 def test_unreachable_server_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
