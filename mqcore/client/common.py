@@ -141,7 +141,9 @@ class ClientBase:
         except BrokerError as exc:
             if exc.code == ResponseCode.TOPIC_NOT_EXIST:
                 raise NoRouteInfoError(
-                    f"No route info of this topic: {topic}",
+                    f"No route info of this topic: {topic}; create it first (`mqcore topic "
+                    f"create {topic}`, or Broker.create_topic) or turn on the broker's "
+                    "auto_create_topic_enable",
                     topic=topic,
                     code=NOT_FOUND_TOPIC_EXCEPTION,
                 ) from exc

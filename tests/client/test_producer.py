@@ -291,3 +291,16 @@ def test_no_writable_queue_raises_no_route_info_and_recovers(broker: Broker) -> 
         assert isinstance(future.exception(timeout=10), NoRouteInfoError)
         broker.create_topic("R", queue_nums=2)  # writable again
         assert p.send(Message(topic="R", body=b"x")).send_status is SendStatus.SEND_OK
+
+
+def test_send_to_an_unknown_topic_says_how_to_create_it(tmp_path: Path, store_name: str) -> None:
+    """RocketMQ's "No route info" error, and what to do about it (the case of a broker that
+    does not create topics on first send)."""
+    with (
+        Broker(tmp_path, store=store_name, auto_create_topic_enable=False) as b,
+        Producer("pg", broker=b) as p,
+        pytest.raises(MQClientError, match="No route info of this topic: Missing") as info,
+    ):
+        p.send(Message(topic="Missing", body=b"x"))
+    assert "`mqcore topic create Missing`" in str(info.value)
+    assert "auto_create_topic_enable" in str(info.value)
