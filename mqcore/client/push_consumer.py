@@ -28,7 +28,7 @@ from mqcore.message import (
     MessageQueue,
 )
 from mqcore.protocol.admin_bodies import ConsumerRunningInfo
-from mqcore.protocol.codes import ResponseCode
+from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 
 __all__ = ["PushConsumer"]
@@ -124,6 +124,8 @@ class PushConsumer(ClientBase):
         self._offset_store_options = dict(offset_store_options or {})
         self.offset_store: Any = None
         self._subscriptions: dict[str, SubscriptionData] = {}
+        # Subscribed topics found not to exist, warned of once (until they appear).
+        self._missing_topics: set[str] = set()
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
         self._service: ConcurrentlyService | OrderlyService | None = None
@@ -375,9 +377,10 @@ class PushConsumer(ClientBase):
                 return
             try:
                 mqs = self.route(topic).read_queues()
-            except MQClientError:
-                log.warning("rebalance_no_route", group=self.group, topic=topic)
+            except MQClientError as exc:
+                self._no_route(topic, exc)
                 continue
+            self._missing_topics.discard(topic)
             if self.message_model is MessageModel.BROADCASTING:
                 mine = set(mqs)
             else:
@@ -390,6 +393,27 @@ class PushConsumer(ClientBase):
                     )
                 )
             self._update_table(topic, sub, mine)
+
+    def _no_route(self, topic: str, exc: MQClientError) -> None:
+        """Log a topic the rebalance found no route for: once per absence as a warning when
+        it does not exist (a misspelt name, say), never for the group's own retry topic."""
+        if exc.code != NOT_FOUND_TOPIC_EXCEPTION:
+            log.warning("rebalance_no_route", group=self.group, topic=topic, error=str(exc))
+        elif topic == RETRY_GROUP_TOPIC_PREFIX + self.group:
+            # Normal for a new group: the broker creates it at the first heartbeat, and a
+            # name server learns of it at the broker's next registration.
+            log.debug("rebalance_no_route", group=self.group, topic=topic)
+        elif topic in self._missing_topics:
+            log.debug("rebalance_no_route", group=self.group, topic=topic)
+        else:
+            self._missing_topics.add(topic)
+            log.warning(
+                "consumer_topic_not_exist",
+                group=self.group,
+                topic=topic,
+                hint="nothing is consumed from it until it is created; check the name, or "
+                "create it (`mqcore topic create`)",
+            )
 
     def _update_table(self, topic: str, sub: SubscriptionData, mine: set[MessageQueue]) -> None:
         orderly_clustering = self._orderly and self.message_model is MessageModel.CLUSTERING
