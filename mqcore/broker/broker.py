@@ -673,7 +673,9 @@ class Broker:
         undo it. Consumers committing their own progress pass ``reset_clients=False``.
         """
         self._check_open()
-        self.offsets.commit_offset(client_host, consumer_group, topic, queue_id, commit_offset)
+        self.offsets.commit_offset(
+            client_host, consumer_group, topic, queue_id, commit_offset, reset=reset_clients
+        )
         if reset_clients:
             mq = MessageQueue(topic, self.config.broker_name, queue_id)
             self.consumers.notify_reset(consumer_group, topic, {mq: commit_offset})
@@ -703,7 +705,7 @@ class Broker:
             current = self.offsets.query_offset(consumer_group, topic, queue_id)
             if not force and 0 <= current < target:
                 target = current
-            self.offsets.commit_offset("", consumer_group, topic, queue_id, target)
+            self.offsets.commit_offset("", consumer_group, topic, queue_id, target, reset=True)
             table[MessageQueue(topic, self.config.broker_name, queue_id)] = target
         told = self.consumers.notify_reset(consumer_group, topic, table)
         log.info(

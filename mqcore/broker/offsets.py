@@ -113,14 +113,23 @@ class ConsumerOffsetManager:
     # -- commits and queries ---------------------------------------------------------------
 
     def commit_offset(
-        self, client_host: str, group: str, topic: str, queue_id: int, offset: int
+        self,
+        client_host: str,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        reset: bool = False,
     ) -> None:
         """Record ``offset`` as the next offset ``group`` will consume in ``topic``/``queue_id``.
 
         An offset lower than the stored one is accepted (a consumer may reset its progress)
-        and logged as ``consumer_offset_moved_back``, as RocketMQ does.
+        and logged as a ``consumer_offset_moved_back`` warning, as RocketMQ does.
 
         :param client_host: address of the committing client, for the log only.
+        :param reset: an operator's or application's reset, not a member's commit: moving
+            back is what was asked for, so it is logged at debug level only.
         :raises InvalidArgumentError: on an empty name, a name containing ``@``, or a
             negative queue id or offset.
         """
@@ -139,7 +148,7 @@ class ConsumerOffsetManager:
             queues[queue_id] = offset
             self._dirty = True
         if previous is not None and offset < previous:
-            log.warning(
+            (log.debug if reset else log.warning)(
                 "consumer_offset_moved_back",
                 client_host=client_host,
                 group=group,

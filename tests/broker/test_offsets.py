@@ -69,6 +69,15 @@ def test_moving_back_is_accepted_and_logged(manager: ConsumerOffsetManager) -> N
     ]
 
 
+def test_a_reset_moving_back_is_no_warning(manager: ConsumerOffsetManager) -> None:
+    """An operator's reset moves offsets back on purpose: logged at debug level only."""
+    manager.commit_offset(HOST, "g", "T", 0, 10)
+    with capture_logs() as logs:
+        manager.commit_offset("", "g", "T", 0, 3, reset=True)
+    assert manager.query_offset("g", "T", 0) == 3
+    assert [(e["event"], e["log_level"]) for e in logs] == [("consumer_offset_moved_back", "debug")]
+
+
 @pytest.mark.parametrize(
     ("group", "topic", "queue_id", "offset", "match"),
     [
