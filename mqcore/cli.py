@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import sys
 from typing import Any
 
@@ -17,7 +19,43 @@ from mqcore.kernel import Kernel
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+#: Exit statuses of a command stopped by a signal, as a shell reports them (128 + the signal).
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+class _Commands(click.Group):
+    """The ``mqcore`` group: Ctrl-C and a closed pipe end any command as they end the
+    commands of a shell (status 130 with one line; 141 quietly), never with a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("Aborted!", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except BrokenPipeError:
+            # `mqcore demo | head -1`: the reader is gone. Later writes (Python flushes
+            # stdout at exit) go nowhere instead of raising again.
+            _stdout_to_devnull()
+            ctx.exit(EXIT_BROKEN_PIPE)
+        except SystemExit as exc:
+            if isinstance(exc.__context__, BrokenPipeError):  # rich's own way out of it
+                ctx.exit(EXIT_BROKEN_PIPE)
+            raise
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test runner's buffer)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(mqcore.__version__, prog_name="mqcore")
 @click.option(
     "--log-level",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +173,40 @@ def test_offset_moved_back_carries_its_fields(
     for field in ("client_host=10.0.0.1@c1", "group=g", "topic=T", "queue_id=3", "offset=20"):
         assert field in text, text
     assert "previous=50" in text
+
+
+@pytest.mark.timeout(120)
+def test_a_reader_gone_ends_the_demo_quietly(tmp_path: Path) -> None:
+    """`mqcore demo | head -1`: once the reader is gone the command stops with status 141
+    (128 + SIGPIPE, as a shell command killed by the closed pipe) and says nothing."""
+    proc = subprocess.Popen(
+        [MQCORE, "demo", "--messages", "50", "--data-dir", str(tmp_path / "d")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith("1. broker")
+    proc.stdout.close()  # as head -1 does once it has its line
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=100) == 141, err
+    assert "Traceback" not in err and "Broken pipe" not in err and "Aborted" not in err
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_the_demo_with_130_and_one_line(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group): status 130, one line, no traceback."""
+    proc = subprocess.Popen(
+        [MQCORE, "demo", "--messages", "500000", "--data-dir", str(tmp_path / "d")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("1. broker")  # it is sending now
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=100)
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["Aborted!"], err
