@@ -212,4 +212,5 @@ class Writer(DataSourceArrowWriter):
     def abort(self, messages: list[Any]) -> None:
         """A task failed: what others stored stays (at-least-once; see the module docs)."""
         total = sum(m.written for m in messages if isinstance(m, WriteResult))
-        log.warning("spark_write_aborted", topic=self.topic, written=total)
+        # The job's error reaches whoever ran it (a cancelled job too): this says what stays.
+        log.info("spark_write_aborted", topic=self.topic, written=total)

@@ -21,10 +21,12 @@ import contextlib
 import importlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +139,10 @@ def _spark_session(master: str) -> Any:
 
 
 def _watch(spark: Any, stop: threading.Event, total: int, console: Console) -> None:
-    """Show finished tasks out of ``total`` until ``stop`` is set."""
+    """Show finished tasks out of ``total`` until ``stop`` is set (on a terminal only: to a
+    pipe or a file, the display shows nothing but leaves an empty line)."""
+    if not console.is_terminal:
+        return
     tracker = spark.sparkContext.statusTracker()
     done: dict[int, int] = {}
     columns = (
@@ -263,6 +268,38 @@ def _first_missing(path: Path) -> Path | None:
     return missing
 
 
+@contextlib.contextmanager
+def _cancel_on_interrupt(spark: Any) -> Iterator[threading.Event]:
+    """While the job runs, Ctrl-C cancels it; the event says it did.
+
+    PySpark's own SIGINT handler calls into the JVM from inside the call it interrupts, and
+    Py4J logs that reentrant call and the interruption as two tracebacks; the JVM then logs
+    the cancelled tasks. Here the handler only sets the event, and a thread of its own
+    silences the JVM's log and cancels the jobs, so that the job's call returns by itself.
+    """
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted  # signal handlers are the main thread's alone
+        return
+
+    def cancel() -> None:
+        with contextlib.suppress(Exception):  # the session is stopping already
+            spark.sparkContext.setLogLevel("OFF")
+            spark.sparkContext.cancelAllJobs()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt  # a second Ctrl-C: stop waiting for the cancel
+        interrupted.set()
+        threading.Thread(target=cancel, name="mqcore-replay-cancel", daemon=True).start()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _run_job(
     *,
     spark: Any,
@@ -307,7 +344,15 @@ def _run_job(
         )
         watcher.start()
         try:
-            writer.save()
+            with _cancel_on_interrupt(spark) as interrupted:
+                try:
+                    writer.save()
+                except Exception:
+                    if interrupted.is_set():  # the cancelled job's error: Ctrl-C it was
+                        raise KeyboardInterrupt from None
+                    raise
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
         finally:
             stop.set()
             watcher.join(timeout=10)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mqtest import wait_until
 
 pytest.importorskip("pyspark")
 
@@ -178,6 +181,61 @@ def test_replay_finds_the_transform_here_and_keeps_the_bar_clean(
     assert loud.returncode == 0, loud.stderr
     worker = [line for line in loud.stderr.splitlines() if "[spark worker" in line]
     assert any(line.startswith("DEBUG mqcore.") for line in worker), loud.stderr
+
+
+_SLOW_TRANSFORM = """
+import os, time
+from pyspark.sql import functions as F
+
+def slow(df):
+    @F.udf("binary")
+    def held(body):
+        open(os.environ["REPLAY_STARTED"], "w").close()  # the job runs: Ctrl-C now
+        time.sleep(300)
+        return body
+    return df.withColumn("body", held("body"))
+"""
+
+
+@pytest.mark.timeout(900)
+def test_ctrl_c_during_replay_exits_130_in_one_line(
+    spark: Any, source: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) while the job runs: the job is
+    cancelled, status 130, one line after Spark's start-up lines, no Py4J traceback."""
+    (tmp_path / "held_transforms.py").write_text(_SLOW_TRANSFORM)
+    started = tmp_path / "started"
+    env = {**os.environ, "PYTHONSAFEPATH": "1", "REPLAY_STARTED": str(started)}
+    env.pop("PYTHONPATH", None)
+    args = ["replay", "--from", str(source), "--topic", "T", "--to", str(tmp_path / "dst")]
+    args += ["--to-topic", "T2", "--transform", "held_transforms:slow", "--master", "local[1]"]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("mqcore")), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        assert wait_until(lambda: started.exists() or proc.poll() is not None, timeout=600)
+        assert proc.poll() is None, "".join(lines)
+        before = len(lines)  # Spark's start-up lines, all written before the job ran
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        reader.join(timeout=30)
+        proc.stderr.close()
+    assert lines[before:] == ["Aborted!\n"], "".join(lines)
+    assert not (tmp_path / "dst").exists()  # the directory the run made is removed
 
 
 def _mkdir(path: Path) -> Path:
