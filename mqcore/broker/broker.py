@@ -7,6 +7,7 @@ the remoting server is a thin layer that decodes a frame and calls the same meth
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -123,6 +124,17 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _not_there(data_dir: Path, *inside: Path) -> list[Path]:
+    """The directories a broker would make: the outermost missing one up to ``data_dir``
+    when that is missing, else those of ``inside`` that are."""
+    missing = None
+    for candidate in (data_dir, *data_dir.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return [missing] if missing is not None else [p for p in inside if not p.exists()]
+
+
 class Broker:
     """A RocketMQ-style broker running in-process on a store plugin.
 
@@ -153,8 +165,28 @@ class Broker:
             **self.config.delay_scheduler_options,
         )
         self.timer_scheduler = self._timer_scheduler()
+        self.kernel.registries["store"].get(store)  # an unknown name: before any file too
         self.data_dir = Path(data_dir)
+        # What is refused further on (a slave without its master, a store's own options)
+        # leaves nothing behind: the directories made here are removed again.
+        made = _not_there(self.data_dir, self.data_dir / "store", self.data_dir / "config")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._open(store)
+        except BaseException:
+            for path in made:
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        self._housekeeper = threading.Thread(
+            target=self._housekeeping, name=f"mqcore-broker-{self.config.broker_name}", daemon=True
+        )
+        self._housekeeper.start()
+        log.info(
+            "broker_started", broker=self.config.broker_name, store=store, data_dir=str(data_dir)
+        )
+
+    def _open(self, store: str) -> None:
+        # __init__'s part that makes files: the store, the tables, replication.
         store_options = {"store_host": self.config.store_host, **self.config.store_options}
         if self.config.message_delay_level != DEFAULT_MESSAGE_DELAY_LEVEL:
             # The store stamps held messages with their deliver time by the same table (only
@@ -197,13 +229,6 @@ class Broker:
                 self.ha.close()
             self.store.close()
             raise
-        self._housekeeper = threading.Thread(
-            target=self._housekeeping, name=f"mqcore-broker-{self.config.broker_name}", daemon=True
-        )
-        self._housekeeper.start()
-        log.info(
-            "broker_started", broker=self.config.broker_name, store=store, data_dir=str(data_dir)
-        )
 
     def _timer_scheduler(self) -> Any:
         """The scheduler of timer messages, or None when they are turned off."""

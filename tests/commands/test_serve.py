@@ -61,6 +61,31 @@ def test_cli_bad_setting_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--store", "nope"], "unknown store 'nope'"),
+        (["--set", "broker_role=SLAVE"], "a SLAVE needs ha_master_address"),
+        (["--set", "delay_scheduler=nope"], "unknown delay_scheduler 'nope'"),
+    ],
+)
+def test_a_refused_serve_leaves_no_directory_behind(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """Refused settings, some found only once the store is open: nothing made is left, and a
+    directory that was there before is kept as it was."""
+    fresh, kept = tmp_path / "new" / "data", tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    for data_dir in (fresh, kept):
+        result = CliRunner().invoke(
+            main, ["serve", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", *args]
+        )
+        assert result.exit_code == 1 and message in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
+
+
 def test_remote_clients_through_an_in_process_server(tmp_path: Path) -> None:
     with Server(tmp_path, "127.0.0.1:0") as server:
         server.broker.create_topic("T", queue_nums=2)
