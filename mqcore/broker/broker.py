@@ -902,8 +902,14 @@ class Broker:
             delay_level = delay_level or 3 + times
         self.topics.ensure(topic, 1)
         retry = msg.to_message(topic=topic, properties=props, delay_level=delay_level)
+        # As RocketMQ: the copy keeps its producer's born host and time, not this broker's.
         result = self._put(
-            topic, 0, [retry], born_timestamp=msg.born_timestamp, reconsume_times=times + 1
+            topic,
+            0,
+            [retry],
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=times + 1,
         )[0]
         log.info("message_sent_back", group=group, topic=topic, reconsume_times=times + 1)
         return result

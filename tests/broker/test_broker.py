@@ -234,6 +234,20 @@ def test_send_back_goes_to_retry_then_dlq(broker: Broker) -> None:
     assert dlq.properties["RETRY_TOPIC"] == "T"
 
 
+def test_sent_back_copies_keep_the_producer_s_born_host(broker: Broker) -> None:
+    """The retry and dead-letter copies name the producer that made the message, as the
+    original does (RocketMQ's sendMessageBack), not the broker that copied it."""
+    producer = "10.1.2.3:4567"
+    (orig,) = broker.send_message("T", 0, [Message(topic="T", body=b"x")], born_host=producer)
+    assert broker.view_message_by_id(orig.msg_id).born_host == producer
+    r = broker.consumer_send_msg_back("cg", orig.commitlog_offset)
+    r2 = broker.consumer_send_msg_back("cg", r.commitlog_offset, max_reconsume_times=1)
+    retry, dlq = broker.view_message_by_id(r.msg_id), broker.view_message_by_id(r2.msg_id)
+    assert dlq.topic == "%DLQ%cg"
+    assert (retry.born_host, dlq.born_host) == (producer, producer)
+    assert dlq.store_host != producer
+
+
 def test_queue_locks(broker: Broker) -> None:
     mqs = [MessageQueue("T", "broker-a", i) for i in range(2)]
     assert broker.lock_batch_mq("cg", "c1", mqs) == set(mqs)
