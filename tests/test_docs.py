@@ -8,9 +8,11 @@ cluster, a path of the reader's, or shows an excerpt) is preceded by the line
 
 from __future__ import annotations
 
+import codeop
 import contextlib
 import threading
 import unittest
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +112,50 @@ def test_readme_tells_the_size_of_the_first_segment(tmp_path: Path) -> None:
             producer.send(Message(topic="T", body=b"hi"))
     segments = list((tmp_path / "data" / "store" / "commitlog").iterdir())
     assert [s.stat().st_size for s in segments] == [64 * 1024 * 1024]
+
+
+#: The walk-throughs a newcomer pastes into an interactive Python, block by block.
+PASTED = ["README.md", "docs/guide.md"]
+
+
+def _fences(text: str) -> list[tuple[int, list[str]]]:
+    """Each ```python block: its first line number and its lines."""
+    found: list[tuple[int, list[str]]] = []
+    current: tuple[int, list[str]] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if current is None and line.strip() == "```python":
+            current = (number + 1, [])
+        elif current is not None and line.strip() == "```":
+            found.append(current)
+            current = None
+        elif current is not None:
+            current[1].append(line)
+    return found
+
+
+def _paste(lines: list[str]) -> None:
+    """Feed ``lines`` to the interactive interpreter's compiler as a REPL reads a paste (an
+    empty line ends a compound statement, and a statement that follows one without it is
+    refused); raises SyntaxError where the REPL would."""
+    buffer: list[str] = []
+    for line in [*lines, ""]:
+        if not buffer and not line.strip():
+            continue
+        buffer.append(line)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes and the like: not this check's
+            if codeop.compile_command("\n".join(buffer), "<stdin>", "single") is not None:
+                buffer = []
+
+
+@pytest.mark.parametrize("name", PASTED)
+def test_blocks_paste_into_a_repl(name: str) -> None:
+    """Each block of the walk-throughs works pasted into Python's REPL (3.11's reads a paste
+    line by line: an empty line must end each loop or ``with`` before what follows)."""
+    for start, lines in _fences((ROOT / name).read_text(encoding="utf-8")):
+        try:
+            _paste(lines)
+        except SyntaxError as exc:
+            raise AssertionError(
+                f"{name}, block at line {start}: line {exc.lineno} of it fails pasted ({exc.msg})"
+            ) from None
