@@ -8,6 +8,7 @@ cluster, a path of the reader's, or shows an excerpt) is preceded by the line
 
 from __future__ import annotations
 
+import ast
 import codeop
 import contextlib
 import threading
@@ -20,7 +21,8 @@ import pytest
 from sybil import Sybil
 from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
 
-from mqcore import Broker, Message, Producer, PullConsumer, PushConsumer
+import mqcore
+from mqcore import Broker, Kernel, Message, Producer, PullConsumer, PushConsumer
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
@@ -159,3 +161,45 @@ def test_blocks_paste_into_a_repl(name: str) -> None:
             raise AssertionError(
                 f"{name}, block at line {start}: line {exc.lineno} of it fails pasted ({exc.msg})"
             ) from None
+
+
+def test_readme_names_every_bundled_delay_scheduler() -> None:
+    """The README names each delay scheduler by the name `mqcore plugins` lists and the
+    configuration takes (``delay_scheduler=``, ``timer_scheduler=``)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    names = Kernel(autoload=False).names("delay_scheduler")
+    missing = [name for name in names if f"`{name}`" not in readme]
+    assert not missing, f"README.md does not name the delay schedulers {missing}"
+
+
+def _unimported(source: str) -> set[str]:
+    """The names of mqcore's public API that ``source`` uses without importing or binding."""
+    tree = ast.parse(source)
+    bound: set[str] = set()
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else used).add(node.id)
+    return (used & set(mqcore.__all__)) - bound
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_blocks_import_the_mqcore_names_they_use(name: str) -> None:
+    """A reader may paste any block alone: each one that runs imports the classes it uses
+    (the variables of earlier blocks, such as ``broker``, it may take as given)."""
+    document = SYBIL.parse(ROOT / name)
+    skip_next = False  # the documents skip with "skip: next" alone (an excerpt follows)
+    for example in document.examples():
+        if "skip" in repr(example.region.evaluator).lower():
+            skip_next = True
+            continue
+        source = example.region.parsed
+        if skip_next or not isinstance(source, str):  # an excerpt, or a doctest
+            skip_next = False
+            continue
+        missing = _unimported(source)
+        assert not missing, f"{name}, line {example.line}: uses {sorted(missing)} unimported"
