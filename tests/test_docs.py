@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import codeop
 import contextlib
+import tempfile
 import threading
 import unittest
 import warnings
@@ -56,7 +57,13 @@ def _blocks(text: str) -> int:
 @pytest.mark.parametrize("name", DOCUMENTS)
 def test_python_blocks_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every Python block of the document runs, in order, in a fresh directory."""
-    monkeypatch.chdir(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    # The blocks' temporary files go here, where the test sees what they leave behind.
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     document = SYBIL.parse(ROOT / name)
     threads = set(threading.enumerate())
     try:
@@ -71,6 +78,8 @@ def test_python_blocks_run(name: str, tmp_path: Path, monkeypatch: pytest.Monkey
         _close_all(document.namespace)
     left = [t.name for t in set(threading.enumerate()) - threads if t.is_alive()]
     assert not left, f"{name}: its blocks leave threads running: {left}"
+    kept = sorted(p.name for p in temp.iterdir())
+    assert not kept, f"{name}: its blocks leave temporary files behind: {kept}"
 
 
 def test_every_python_block_is_found() -> None:

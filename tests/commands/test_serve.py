@@ -213,3 +213,38 @@ def test_cluster_info_names_the_server_as_its_own_name_server(tmp_path: Path) ->
             "brokerAddrs": {"0": server.address},
         }
     }
+
+
+def test_the_docs_show_what_serve_prints(tmp_path: Path) -> None:
+    """docs/remote.md's sample of `mqcore serve`'s first lines is what it prints."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "remote.md"
+    sample = [
+        line[2:] for line in docs.read_text().splitlines() if line.startswith("# mqcore serve:")
+    ]
+    assert sample
+    cmd = [sys.executable, "-c", "from mqcore.cli import main; main()", "serve"]
+    proc = subprocess.Popen(
+        [*cmd, "--listen", "127.0.0.1:0", "--data-dir", "mq-data"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    try:
+        first = proc.stdout.readline()  # listening: the lines before "stopped" are printed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=30)
+    printed = (first + rest).splitlines()
+    assert printed[-1] == "mqcore serve: stopped"
+    printed = printed[:-1]
+
+    def shape(line: str) -> str:
+        return re.sub(r"\d+\.\d+\.\d+\.\d+:\d+", "HOST:PORT", line)
+
+    assert [shape(line) for line in printed] == [shape(line) for line in sample]
