@@ -11,6 +11,7 @@ nothing but memory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import random
@@ -48,6 +49,10 @@ _SYS_FLAG_KEPT = COMPRESSED_FLAG  # the only sender sys flag bit a stored record
 RUNNING_INFO_TIMEOUT_S = 5.0  # how long the broker waits for a client's running info
 
 Reply = RemotingCommand | Awaitable[RemotingCommand] | None
+
+# How long a request that created a topic waits for the name servers to hear of it before it
+# is answered anyway (below the clients' 3 s call timeout).
+_REGISTER_WAIT_S = 2.0
 Handler = Callable[["BrokerProcessor", RemotingCommand, Any, Any], Reply]
 
 #: request code -> (handler, request header class or None)
@@ -144,6 +149,9 @@ class BrokerProcessor:
     def __init__(self, broker: Broker, address: str) -> None:
         self.broker = broker
         self.address = address
+        #: What keeps the broker registered with its name servers (``mqcore serve
+        #: --namesrv``: a :class:`~mqcore.broker.registration.NamesrvRegistrar`), or None.
+        self.registrar: Any = None
         # Run on the server's event loop, without a hop to a worker thread: these only read or
         # append in memory (the store's maps, offset tables). With SYNC_FLUSH a send waits for
         # the disk, so sends then go to the worker pool with the other slow operations.
@@ -169,6 +177,24 @@ class BrokerProcessor:
             }
         #: codes the remoting server may run on its event loop (see mqcore.remoting.server)
         self.inline_codes = frozenset(int(c) for c in inline)
+
+    def _registered(self, req: RemotingCommand, version: int) -> Reply:
+        """``req``'s answer, once the name servers know of the topics created since the topic
+        table was at ``version`` (a route asked right after names every master that has
+        them; see :mod:`mqcore.broker.registration`)."""
+        registrar = self.registrar
+        if registrar is None or self.broker.topics.version == version:
+            return _ok(req)
+        registered = registrar.register_now()
+
+        async def answer() -> RemotingCommand:
+            with contextlib.suppress(asyncio.TimeoutError):  # a name server is slow or down
+                await asyncio.wait_for(
+                    asyncio.shield(asyncio.wrap_future(registered)), _REGISTER_WAIT_S
+                )
+            return _ok(req)
+
+        return answer()
 
     def connection_closed(self, connection: Any) -> None:
         """A client's connection ended: it leaves its groups at once (RocketMQ's
@@ -216,6 +242,7 @@ class BrokerProcessor:
 
     @_op(RequestCode.UPDATE_AND_CREATE_TOPIC)
     def _create_topic(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        version = self.broker.topics.version
         self.broker.create_topic(
             h.topic,
             read_queue_nums=h.read_queue_nums,
@@ -223,7 +250,7 @@ class BrokerProcessor:
             perm=h.perm,
             order=h.order,
         )
-        return _ok(req)
+        return self._registered(req, version)
 
     @_op(RequestCode.DELETE_TOPIC_IN_BROKER)
     def _delete_topic(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
@@ -382,13 +409,14 @@ class BrokerProcessor:
         bind = getattr(conn, "bind_client_id", None)
         if bind is not None:
             bind(data.client_id)
+        version = self.broker.topics.version  # a group's first heartbeat creates its retry topic
         self.broker.heartbeat(
             data.client_id,
             [_consumer_data(c) for c in data.consumer_data_set],
             [p.group_name for p in data.producer_data_set],
             channel,
         )
-        return _ok(req)
+        return self._registered(req, version)
 
     @_op(RequestCode.CHECK_CLIENT_CONFIG)
     def _check_client_config(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:

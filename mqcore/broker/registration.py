@@ -3,10 +3,17 @@
 Every ``register_name_server_period_ms`` (30 s), and as soon as its topic table changes, the
 broker sends REGISTER_BROKER to each name server in ``namesrv_addr`` (``;``-separated): its
 group, id, address, replication address and topics. On close it unregisters.
+
+A request that creates a topic (a group's first heartbeat creates its retry topic, an admin
+creates one) is answered once the name servers know of it (:meth:`NamesrvRegistrar.register_now`),
+as RocketMQ's broker registers before it answers: a client that asks for the route right
+after would otherwise find the topic on the masters that registered it first and not yet on
+the others, and keep that partial route for 30 s.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
@@ -49,6 +56,9 @@ class NamesrvRegistrar:
         self.period = cfg.register_name_server_period_ms / 1000
         self._client = RemotingClient()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._waiting: list[concurrent.futures.Future[None]] = []
+        self._waiting_lock = threading.Lock()
         self._counter = 0
         self._thread = threading.Thread(
             target=self._run, name=f"mqcore-register-{cfg.broker_name}", daemon=True
@@ -90,19 +100,46 @@ class NamesrvRegistrar:
                 log.info("namesrv_register_failed", namesrv=addr, error=str(exc))
         return topics
 
+    def register_now(self) -> concurrent.futures.Future[None]:
+        """Register again at once: the future is done when a registration that read the topic
+        table after this call has been sent to every name server (each answered or failed)."""
+        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._waiting_lock:
+            if self._stop.is_set():
+                fut.set_result(None)
+                return fut
+            self._waiting.append(fut)
+        self._wake.set()
+        return fut
+
     def _run(self) -> None:
         registered: dict[str, Any] | None = None
         due = 0.0
-        while not self._stop.is_set():
-            now = time.monotonic()
-            if registered is None or now >= due or self._topics() != registered:
-                registered = self.register_once()
-                due = now + self.period
-            self._stop.wait(_CHECK_S)
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                self._wake.clear()
+                with self._waiting_lock:
+                    waiting, self._waiting = self._waiting, []
+                if waiting or registered is None or now >= due or self._topics() != registered:
+                    try:
+                        registered = self.register_once()
+                    finally:
+                        for fut in waiting:
+                            fut.set_result(None)
+                    due = now + self.period
+                self._wake.wait(_CHECK_S)
+        finally:
+            with self._waiting_lock:
+                waiting, self._waiting = self._waiting, []
+            for fut in waiting:
+                fut.set_result(None)  # closing: nobody waits for a registration any more
 
     def close(self) -> None:
         """Stop, unregister from every name server (best effort), close the connections."""
-        self._stop.set()
+        with self._waiting_lock:
+            self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=10)
         cfg = self.broker.config
         header = UnregisterBrokerRequestHeader(

@@ -102,6 +102,8 @@ class TopicManager:
         self.path = path
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
+        #: Counts the table's changes (a topic created, updated or deleted).
+        self.version = 0
         data: dict[str, Any] = read_json(path, {})
         for item in data.get("topicConfigTable", {}).values():
             cfg = TopicConfig.from_json(item)
@@ -144,6 +146,7 @@ class TopicManager:
         with self._lock:
             old = self._topics.get(cfg.topic_name)
             self._topics[cfg.topic_name] = cfg
+            self.version += 1
             self._persist()
         log.info("topic_updated" if old else "topic_created", topic=cfg.topic_name)
         if old is not None and cfg.read_queue_nums < old.read_queue_nums:
@@ -172,6 +175,7 @@ class TopicManager:
                     perm=perm,
                 )
                 self._topics[topic] = cfg
+                self.version += 1
                 self._persist()
                 log.info("topic_created", topic=topic, queue_nums=queue_nums)
         return cfg
@@ -181,9 +185,12 @@ class TopicManager:
         with self._lock:
             found = self._topics.pop(topic, None) is not None
             if found:
+                self.version += 1
                 self._persist()
         return found
 
     def all(self) -> list[TopicConfig]:
         """Every topic, sorted by name."""
-        return [self._topics[name] for name in sorted(self._topics)]
+        with self._lock:  # a topic created meanwhile must not break the iteration
+            names = sorted(self._topics)
+            return [self._topics[name] for name in names]

@@ -37,12 +37,13 @@ from mqcore.errors import (
 )
 from mqcore.kernel import Kernel
 from mqcore.logs import get_logger
-from mqcore.message import Message, MessageExt, MessageQueue
+from mqcore.message import Message, MessageExt, MessageModel, MessageQueue
 from mqcore.protocol import bodies, headers
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import loads
 from mqcore.protocol.heartbeat import ConsumerData
+from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import MASTER_ID, TopicRoute
 from mqcore.protocol.send import encode_batch, wire_properties
@@ -443,6 +444,7 @@ class RemoteTransport:
             self._each(
                 brokers, RequestCode.HEART_BEAT, None, body, "heartbeat_failed", level="warning"
             )
+            self._forget_partial_retry_routes(consumer_data, brokers)
             return
         # No broker known yet (no route found): mqcore serve answers as broker on its name
         # server address, so register there; a plain RocketMQ name server refuses the code,
@@ -461,6 +463,30 @@ class RemoteTransport:
                 _check(resp)
         if failed and len(failed) == len(self.namesrv_addrs):
             raise failed[0]
+
+    def _forget_partial_retry_routes(
+        self, consumer_data: list[ConsumerData], masters: list[str]
+    ) -> None:
+        """Drop the cached route of a clustering group's retry topic that does not name every
+        master the heartbeat went to.
+
+        Each master creates the group's retry topic on its first heartbeat (RocketMQ), and
+        answers once the name servers know of it. A route asked before (the heartbeat's own
+        route lookups come first; another member's heartbeat may have reached one master
+        only) can name some masters only; kept for 30 s, the rebalance would leave the other
+        masters' retry queues unowned, and the messages sent back to them would wait.
+        """
+        for data in consumer_data:
+            if data.message_model is not MessageModel.CLUSTERING:
+                continue
+            topic = RETRY_GROUP_TOPIC_PREFIX + data.group_name
+            with self._lock:
+                cached = self._routes.get(topic)
+                if cached is None:
+                    continue
+                named = {b.master_addr for b in cached[1].broker_datas}
+                if not named.issuperset(masters):
+                    del self._routes[topic]
 
     def unregister_client(
         self, client_id: str, producer_group: str | None = None, consumer_group: str | None = None

@@ -203,6 +203,7 @@ class Server:
             from mqcore.broker.registration import NamesrvRegistrar
 
             self.registrar = NamesrvRegistrar(self.broker, self.address, self.ha_address)
+            self.processor.registrar = self.registrar  # topics it creates: registered first
 
     def close(self) -> None:
         """Close every connection, then the broker (offsets and delay progress persisted)."""

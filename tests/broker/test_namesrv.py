@@ -733,3 +733,91 @@ def test_two_groups_with_slaves_a_master_killed_mid_run_nothing_acknowledged_is_
         for node in nodes.values():
             node.stop()
         namesrv.stop()
+
+
+@contextlib.contextmanager
+def _busy(on: bool):
+    """A CPU-bound child process while inside, when ``on`` (the machine under load)."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
+    try:
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def _new_group_round(namesrv: str, group: str, interval: float) -> str | None:
+    """Two members of ``group`` start at once; None when, within ``interval`` of their start,
+    they own T 4/4 over all 8 queues and the retry topic's queue on each master, else what
+    they own."""
+    everything = {MessageQueue("T", f"broker-{g}", q) for g in "ab" for q in range(4)}
+    retry_topic = f"%RETRY%{group}"
+    retry = {MessageQueue(retry_topic, f"broker-{g}", 0) for g in "ab"}
+    members = [
+        PushConsumer(
+            group, namesrv_addr=namesrv, instance_name=f"m{i}", rebalance_interval=interval
+        )
+        for i in range(2)
+    ]
+    for c in members:
+        c.subscribe("T", "*")
+        c.register_message_listener(lambda msgs, ctx: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+    try:
+        for c in members:
+            c.start()
+        deadline = time.monotonic() + interval
+        while True:
+            owned = [c.assigned_queues("T") for c in members]
+            retried = [c.assigned_queues(retry_topic) for c in members]
+            if (
+                sorted(map(len, owned)) == [4, 4]
+                and set().union(*owned) == everything
+                and sum(map(len, retried)) == 2
+                and set().union(*retried) == retry
+            ):
+                return None
+            if time.monotonic() >= deadline:
+                return (
+                    f"T {[sorted(str(q) for q in o) for o in owned]}, "
+                    f"{retry_topic} {[sorted(q.broker_name for q in o) for o in retried]}"
+                )
+            time.sleep(0.05)
+    finally:
+        for c in members:
+            c.shutdown()
+
+
+def test_a_new_group_of_two_splits_both_groups_queues_at_its_first_rebalance(tmp_path):
+    """Issue 38: ``mqcore namesrv``, two masters with topic T (4 queues each), and round after
+    round a new group of two members starting at once, with the machine idle and busy.
+
+    Within one rebalance interval of their start the members own T 4/4 over all 8 queues,
+    and the group's retry topic (one queue on each master) has both its queues owned. The
+    members' first heartbeat makes each master create the retry topic; a route asked while
+    one master had registered it with the name server and the other not yet named one group
+    only, and the rebalance allocated over it until the cached route expired (30 s).
+    """
+    interval = 5.0
+    namesrv = Namesrv()
+    nodes: list[Serve] = []
+    try:
+        for name in ("broker-a", "broker-b"):
+            nodes.append(
+                Serve(tmp_path / name, "--broker-name", name, "--namesrv", namesrv.address)
+            )
+            with MQAdmin(nodes[-1].address) as admin:
+                admin.create_topic("T", 4)
+        _wait(lambda: set(_route(namesrv.address, "T")) == {"broker-a", "broker-b"})
+        failures: list[str] = []
+        for loaded in (False, True):
+            with _busy(loaded):
+                for n in range(8):
+                    failed = _new_group_round(namesrv.address, f"cg{int(loaded)}{n}", interval)
+                    if failed is not None:
+                        failures.append(f"{'busy' if loaded else 'idle'} round {n}: {failed}")
+        assert failures == []
+    finally:
+        for b in nodes:
+            b.stop()
+        namesrv.stop()
