@@ -262,6 +262,37 @@ def test_a_master_a_route_names_anew_gets_the_last_heartbeat_at_once(tmp_path, m
         assert live_a.get_consumer_list_by_group("cg") == ["c@1"]
 
 
+def test_a_retry_route_asked_before_the_heartbeat_reached_every_master_is_asked_again(tmp_path):
+    """A member's heartbeat looks its group's retry topic up before it goes out; another
+    member's heartbeat may have had one master create it by then, and the route names that
+    master alone. Once this heartbeat has reached every master (each answers after telling
+    the name server of the topic it created), that route is asked again, not kept 30 s."""
+    retry = "%RETRY%cg"
+    retry_topics = {**_TOPICS, retry: {**_TOPICS["T"], "topicName": retry}}
+    with (
+        Broker(tmp_path / "a") as live_a,
+        Broker(tmp_path / "b") as live_b,
+        NamesrvServer("127.0.0.1:0") as ns,
+        _served(live_a) as (_, address_a),
+        _served(live_b) as (_, address_b),
+    ):
+        for live in (live_a, live_b):
+            live.create_topic("T", 1)
+        ns.tables.register(_header("broker-a", address_a), retry_topics)  # the other member's
+        ns.tables.register(_header("broker-b", address_b), _TOPICS)  # heartbeat reached a only
+        transport = RemoteTransport(ns.address)
+        try:
+            subs = [SubscriptionData(topic="T"), SubscriptionData(topic=retry)]
+            data = ConsumerData(group_name="cg", subscriptions=subs)
+            transport.heartbeat("c@1", consumer_data=[data])
+            assert live_b.topics.get(retry) is not None  # created by this heartbeat
+            ns.tables.register(_header("broker-b", address_b), retry_topics)  # before its answer
+            route = transport.get_route_info_by_topic(retry)
+            assert [b.broker_name for b in route.broker_datas] == ["broker-a", "broker-b"]
+        finally:
+            transport.close()
+
+
 class Serve:
     """``mqcore serve`` in a child process (a free port unless ``listen`` names one)."""
 
