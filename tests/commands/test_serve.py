@@ -239,7 +239,11 @@ def test_the_docs_show_what_serve_prints(tmp_path: Path) -> None:
         first = proc.stdout.readline()  # listening: the lines before "stopped" are printed
     finally:
         proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=30)
+        # Read through the same buffered reader: readline() may have buffered the next lines
+        # already, which communicate(timeout=...) would skip (it reads the raw descriptor).
+        rest = proc.stdout.read()
+        proc.stdout.close()
+        proc.wait(timeout=30)
     printed = (first + rest).splitlines()
     assert printed[-1] == "mqcore serve: stopped"
     printed = printed[:-1]
