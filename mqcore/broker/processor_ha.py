@@ -46,7 +46,6 @@ def runtime_info(processor: BrokerProcessor) -> dict[str, str]:
     return table
 
 
-
 def _timer_facts(timer: Any) -> dict[str, str]:
     """What ``mqcore timer stats --server`` shows, when the broker runs a timer scheduler
     (a slave's does not run: nothing then)."""
@@ -56,7 +55,9 @@ def _timer_facts(timer: Any) -> dict[str, str]:
         stats = timer.stats().as_dict()
     except MQError:
         return {}
-    return {key: str(stats[name]) for name, key in TIMER_RUNTIME_KEYS.items() if stats[name] is not None}
+    return {
+        key: str(stats[name]) for name, key in TIMER_RUNTIME_KEYS.items() if stats[name] is not None
+    }
 
 
 @_op(RequestCode.GET_BROKER_RUNTIME_INFO)
