@@ -28,6 +28,7 @@ from mqcore.errors import MQError, RemotingConnectError, RemotingTimeoutError, T
 __all__ = [
     "DEFAULT_SERVER",
     "admin_options",
+    "cli_errors",
     "connect",
     "emit",
     "format_time",
@@ -68,11 +69,10 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
 
 
 @contextlib.contextmanager
-def connect(server: str) -> Iterator[MQAdmin]:
-    """An :class:`MQAdmin` to ``server``; its failures become one-line CLI errors."""
+def cli_errors(server: str) -> Iterator[None]:
+    """mqcore's errors inside the block become one-line CLI errors about ``server``."""
     try:
-        with MQAdmin(server) as admin:
-            yield admin
+        yield
     except MQError as exc:
         refused = _cause(exc, RemotingConnectError)
         if refused is not None:
@@ -85,6 +85,13 @@ def connect(server: str) -> Iterator[MQAdmin]:
                 f"the mqcore server at {server} did not answer in time: {exc}"
             ) from exc
         raise click.ClickException(" ".join(str(exc).split())) from exc
+
+
+@contextlib.contextmanager
+def connect(server: str) -> Iterator[MQAdmin]:
+    """An :class:`MQAdmin` to ``server``; its failures become one-line CLI errors."""
+    with cli_errors(server), MQAdmin(server) as admin:
+        yield admin
 
 
 def _console() -> Console:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 from click.testing import CliRunner, Result
 
@@ -23,22 +22,13 @@ from mqcore import (
 )
 from mqcore.broker.namesrv import RegisterBrokerRequestHeader
 from mqcore.cli import main
-from mqcore.client.transport_remote import RemoteTransport
 from mqcore.commands.namesrv import NamesrvServer
 from mqcore.commands.serve import Server
-from mqcore.errors import TopicNotExistError
 
 pytestmark = pytest.mark.timeout(240)
 
 FAST = {"register_name_server_period_ms": 300}
-
-
-@attrs.define
-class Cluster:
-    """Where the commands point (``address``) and the broker groups behind it."""
-
-    address: str
-    brokers: dict[str, Server]
+Cluster = Any  # the `cluster` fixture's (tests/commands/conftest.py)
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -46,34 +36,6 @@ def wait_for(cond: Callable[[], bool], timeout: float = 60.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
-
-
-def routed(address: str, topic: str, groups: int) -> bool:
-    """Whether the name server at ``address`` routes ``topic`` to ``groups`` broker groups."""
-    transport = RemoteTransport(address)
-    try:
-        return len(transport.get_route_info_by_topic(topic).broker_datas) == groups
-    except TopicNotExistError:
-        return False
-    finally:
-        transport.close()
-
-
-@pytest.fixture(params=["namesrv", "serve"])
-def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
-    if request.param == "serve":
-        with Server(tmp_path / "a", "127.0.0.1:0") as srv:
-            yield Cluster(srv.address, {"broker-a": srv})
-        return
-    with NamesrvServer("127.0.0.1:0") as ns:
-        a_settings = {**FAST, "namesrv_addr": ns.address, "broker_name": "broker-a"}
-        b_settings = {**a_settings, "broker_name": "broker-b"}
-        with (
-            Server(tmp_path / "a", "127.0.0.1:0", settings=a_settings) as a,
-            Server(tmp_path / "b", "127.0.0.1:0", settings=b_settings) as b,
-        ):
-            wait_for(lambda: len(ns.tables.cluster_info()["brokerAddrTable"]) == 2)
-            yield Cluster(ns.address, {"broker-a": a, "broker-b": b})
 
 
 def run(cluster: Cluster, *args: str) -> Result:
@@ -120,7 +82,7 @@ def test_every_admin_command(cluster: Cluster) -> None:
     assert run(cluster, "topic", "create", "T", "--queues", "2").stdout.endswith(
         f"on {', '.join(names)}\n"
     )
-    wait_for(lambda: routed(cluster.address, "T", n))
+    cluster.wait_routed("T")
     listed = {t["topic"]: t for t in ok_json(cluster, "topic", "list")}
     assert listed["T"]["brokers"] == names and listed["T"]["read_queue_nums"] == 2 * n
 
