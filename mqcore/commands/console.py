@@ -14,6 +14,7 @@ import base64
 import binascii
 import contextlib
 import json
+import signal
 import sys
 import threading
 import time
@@ -245,13 +246,15 @@ class _Printer:
         self.limit = limit
         self.count = 0
         self.done = threading.Event()
+        self.interrupted = threading.Event()
         self._lock = threading.Lock()
         self._out = sys.stdout.buffer
 
     def take(self, msg: MessageExt) -> bool:
-        """Print ``msg``; False (nothing printed) once ``--max`` messages were."""
+        """Print ``msg``; False (nothing printed) once ``--max`` messages were, or Ctrl-C
+        was pressed."""
         with self._lock:
-            if self.limit is not None and self.count >= self.limit:
+            if self.done.is_set():
                 return False
             if self.as_json:
                 data = (json.dumps(message_line(msg), ensure_ascii=False) + "\n").encode()
@@ -307,6 +310,8 @@ def _read(
                 refreshed = now
             found = False
             for mq, offset in offsets.items():
+                if printer.done.is_set():
+                    return
                 result = consumer.pull(mq, expression, offset, 32, expression_type=expression_type)
                 if result.pull_status in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG,
                                           PullStatus.OFFSET_ILLEGAL):  # fmt: skip
@@ -320,7 +325,27 @@ def _read(
             elif idle_timeout is not None and time.monotonic() - last_message >= idle_timeout:
                 return
             else:
-                time.sleep(_IDLE_WAIT_S)
+                printer.done.wait(_IDLE_WAIT_S)
+
+
+def _place_new_group(server: str, topic: str, group: str, start: str | int) -> None:
+    """A group no broker knows yet starts at ``--from``: its offsets are committed there
+    first. (Without them a broker answers 0, a queue's start, for a queue whose first message
+    is still stored, as RocketMQ's does, whatever the consumer's consumeFromWhere.)"""
+    from mqcore.client.admin import MQAdmin
+
+    with MQAdmin(server) as admin:
+        if group in admin.groups():
+            return  # it goes on from its committed offsets
+        transport = admin.transport
+        for mq in transport.get_route_info_by_topic(topic).read_queues():
+            if start == "first":
+                offset = transport.get_min_offset(mq)
+            elif start == "last":
+                offset = transport.get_max_offset(mq)
+            else:
+                offset = transport.search_offset_by_timestamp(mq, int(start))
+            transport.update_consumer_offset(group, mq, offset)
 
 
 def _consume_as_group(
@@ -345,6 +370,7 @@ def _consume_as_group(
     stamp = None
     if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
         stamp = datetime.fromtimestamp(int(start) / 1000).strftime("%Y%m%d%H%M%S")
+    _place_new_group(server, topic, group, start)
     last_message = [time.monotonic()]
 
     def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
@@ -397,7 +423,7 @@ def _consume_as_group(
 @click.option(
     "--from", "start", default="last", show_default=True,
     help="Where to start: first, last (only new messages), or a time (now, -10m, ms since the "
-    "epoch, 2026-01-31T12:00:00). With --group: only where the group has no offset yet.",
+    "epoch, 2026-01-31T12:00:00). With --group: for a group the brokers do not know yet.",
 )  # fmt: skip
 @click.option("--max", "max_messages", type=click.IntRange(min=1), help="Stop after N messages.")
 @click.option(
@@ -428,10 +454,32 @@ def consume(
     printer = _Printer(as_json, max_messages)
     args = (expression, filter_type.upper(), where, printer, idle_timeout)
     try:
-        with _interruptible(), cli_errors(server):
+        with _interruptible(), _stop_on_ctrl_c(printer), cli_errors(server):
             if group is None:
                 _read(server, topic, *args)
             else:
                 _consume_as_group(server, topic, group, *args)
     finally:
         click.echo(f"consumed {printer.count} messages", err=True)
+    if printer.interrupted.is_set():
+        raise click.exceptions.Exit(EXIT_INTERRUPTED)
+
+
+@contextlib.contextmanager
+def _stop_on_ctrl_c(printer: _Printer) -> Iterator[None]:
+    """Ctrl-C ends the consumer's loop between two messages (rather than raising wherever
+    the main thread is, mid-print or mid-request), and the consumer shuts down as usual."""
+
+    def stop(signum: int, frame: Any) -> None:
+        printer.interrupted.set()
+        printer.done.set()
+
+    try:
+        previous = signal.signal(signal.SIGINT, stop)
+    except ValueError:  # not the main thread: Ctrl-C cannot reach it here anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -119,6 +119,15 @@ def test_send_and_consume_round_trip(cluster: Cluster) -> None:
                 "--max", "1")  # fmt: skip
     assert second.stdout == "seventh\n"
 
+    # A new group starts at --from: "last" skips what is stored (a broker would otherwise
+    # start a group without offsets at a queue's first message).
+    late = ok(cluster, "consume", "--topic", "T", "--group", "lg", "--timeout", "1")
+    assert late.stdout == ""
+    ok(cluster, "send", "--topic", "T", "--body", "eighth")
+    after = ok(cluster, "consume", "--topic", "T", "--group", "lg", "--from", "first",
+               "--max", "1")  # fmt: skip
+    assert after.stdout == "eighth\n"
+
 
 def test_bad_input_is_one_line(cluster: Cluster) -> None:
     make_topic(cluster, "T")
