@@ -166,6 +166,8 @@ class MQAdmin:
             groups = {n: groups[n] for n in sorted(set(names))}
         out: list[_Member] = []
         for name, members in groups.items():
+            if not members:
+                continue  # brokers() leaves out a group without members: never picked from
             if MASTER_ID in members:
                 out.append(_Member(name, members[MASTER_ID], True))
             elif write:
