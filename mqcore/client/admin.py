@@ -125,7 +125,11 @@ class MQAdmin:
     # -- brokers ------------------------------------------------------------------------------
 
     def brokers(self) -> dict[str, dict[int, str]]:
-        """Every broker group the name server knows: broker name -> member id -> address.
+        """The brokers this admin talks to, by group: broker name -> member id -> address.
+
+        Through a name server: every group registered with it, with all its members. A single
+        ``mqcore serve`` answers as its own name server, naming itself among its group's
+        members: then it alone is asked (a slave's own topics and offsets, not its master's).
 
         :raises BrokerError: a name server with no broker registered.
         """
@@ -146,6 +150,10 @@ class MQAdmin:
                 f"`mqcore serve --namesrv {self.server}`, or point --server at `mqcore serve`",
                 code=ResponseCode.SYSTEM_ERROR,
             )
+        for name, members in groups.items():
+            for member_id, addr in members.items():
+                if addr in self.transport.namesrv_addrs:
+                    return {name: {member_id: addr}}
         return groups
 
     def _members(self, names: Sequence[str] | None = None, *, write: bool = False) -> list[_Member]:
@@ -170,6 +178,13 @@ class MQAdmin:
                 continue  # brokers() leaves out a group without members: never picked from
             if MASTER_ID in members:
                 out.append(_Member(name, members[MASTER_ID], True))
+            elif write and members.get(min(members)) in self.transport.namesrv_addrs:
+                raise BrokerError(
+                    f"the server at {self.server} is a slave (broker {name!r}, id "
+                    f"{min(members)}) and takes no writes: point --server at its master or at "
+                    f"the name server",
+                    code=ResponseCode.SERVICE_NOT_AVAILABLE,
+                )
             elif write:
                 raise BrokerError(
                     f"broker group {name!r} has no master now and takes no writes; start its "

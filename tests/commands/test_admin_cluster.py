@@ -197,3 +197,33 @@ def test_a_broker_group_down_is_left_out(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert [t["brokers"] for t in json.loads(result.stdout) if t["topic"] == "A"] == [["broker-a"]]
     assert "admin_broker_unreachable" in result.stderr and dead in result.stderr
+
+
+def test_a_slave_server_is_asked_itself(tmp_path: Path) -> None:
+    """--server naming a slave's own address: its own topics, not its master's; a write is
+    refused in one line that says to ask the master."""
+    slow_sync = {"slave_synchronize_interval_ms": 600_000}
+    with Server(tmp_path / "m", "127.0.0.1:0") as master:
+        slave_settings = {
+            **slow_sync,
+            "broker_role": "SLAVE",
+            "broker_id": 1,
+            "ha_master_address": master.ha_address,
+        }
+        with Server(tmp_path / "s", "127.0.0.1:0", settings=slave_settings) as slave:
+            wait_for(lambda: len(master.broker.cluster_info()["brokerAddrTable"]["broker-a"]
+                                 ["brokerAddrs"]) == 2)  # fmt: skip
+            master.broker.create_topic("OnlyOnMaster", queue_nums=1)
+
+            def names(server: Server) -> list[str]:
+                result = CliRunner().invoke(
+                    main, ["topic", "list", "--json", "--server", server.address]
+                )
+                assert result.exit_code == 0, result.output
+                return [t["topic"] for t in json.loads(result.stdout)]
+
+            assert "OnlyOnMaster" in names(master)
+            assert "OnlyOnMaster" not in names(slave)  # not synchronised yet
+            refused = CliRunner().invoke(main, ["topic", "create", "X", "--server", slave.address])
+            assert refused.exit_code == 1
+            assert f"the server at {slave.address} is a slave" in refused.stderr
