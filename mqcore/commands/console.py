@@ -5,7 +5,7 @@ RocketMQ's ``mqadmin sendMessage`` / ``consumeMessage``).
 Both start from ``--server`` (a name server, or a single ``mqcore serve``) as the admin
 commands do. With ``--json``, messages are JSON objects, one a line, their bodies base64 both
 ways: what ``consume --json`` prints, ``send --json`` reads, so binary bodies round-trip.
-Ctrl-C stops either cleanly, with exit code 130.
+Ctrl-C stops either cleanly, with exit code 130; a reader gone (``| head -1``) with 141.
 """
 
 from __future__ import annotations
@@ -55,16 +55,6 @@ def _server_option(func: Any) -> Any:
         metavar="HOST:PORT",
         help="Name server: `mqcore namesrv`, or a single `mqcore serve` (env MQCORE_SERVER).",
     )(func)
-
-
-@contextlib.contextmanager
-def _interruptible() -> Iterator[None]:
-    """Ctrl-C inside the block ends the command with exit code 130 and no traceback (what
-    the block opened is closed on the way out by its own ``with``)."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
 
 
 def _user_properties(props: dict[str, str]) -> dict[str, str]:
@@ -222,7 +212,8 @@ def send(
         if sys.stdin is not None and sys.stdin.isatty():
             click.echo("type one message a line; Ctrl-D to end", err=True)
         messages = _stdin_messages(as_json, defaults)
-    with _interruptible(), cli_errors(server), Producer(PRODUCER_GROUP, namesrv_addr=server) as p:
+    # Ctrl-C (KeyboardInterrupt) is the mqcore command group's: status 130, one line.
+    with cli_errors(server), Producer(PRODUCER_GROUP, namesrv_addr=server) as p:
         for fields in messages:
             result = p.send(Message(topic=topic, **fields))
             line = _result_line(topic, result)
@@ -247,6 +238,7 @@ class _Printer:
         self.count = 0
         self.done = threading.Event()
         self.interrupted = threading.Event()
+        self.broken_pipe = False
         self._lock = threading.Lock()
         self._out = sys.stdout.buffer
 
@@ -260,8 +252,13 @@ class _Printer:
                 data = (json.dumps(message_line(msg), ensure_ascii=False) + "\n").encode()
             else:
                 data = bytes(msg.body) + b"\n"  # the body as is, as Kafka's console consumer
-            self._out.write(data)
-            self._out.flush()
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except BrokenPipeError:  # the reader is gone (perhaps in a consumer's thread)
+                self.broken_pipe = True
+                self.done.set()
+                return False
             self.count += 1
             if self.limit is not None and self.count >= self.limit:
                 self.done.set()
@@ -454,14 +451,17 @@ def consume(
     printer = _Printer(as_json, max_messages)
     args = (expression, filter_type.upper(), where, printer, idle_timeout)
     try:
-        with _interruptible(), _stop_on_ctrl_c(printer), cli_errors(server):
+        with _stop_on_ctrl_c(printer), cli_errors(server):
             if group is None:
                 _read(server, topic, *args)
             else:
                 _consume_as_group(server, topic, group, *args)
     finally:
         click.echo(f"consumed {printer.count} messages", err=True)
+    if printer.broken_pipe:
+        raise BrokenPipeError  # `mqcore consume | head -1`: the command group ends it quietly
     if printer.interrupted.is_set():
+        click.echo("Aborted!", err=True)  # as the mqcore command group says it
         raise click.exceptions.Exit(EXIT_INTERRUPTED)
 
 

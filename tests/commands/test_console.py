@@ -201,3 +201,30 @@ def test_ctrl_c_stops_send_cleanly(tmp_path: Any) -> None:
                 proc.kill()
                 proc.wait(timeout=30)
         assert code == 130 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("group", [None, "cg"])
+def test_a_reader_gone_ends_consume_quietly(tmp_path: Any, group: str | None) -> None:
+    """`mqcore consume | head -1`: the next message it prints finds the pipe closed; it
+    stops with status 141 (128 + SIGPIPE) and no traceback, its consumer shut down."""
+    with Server(tmp_path / "data", "127.0.0.1:0") as server:
+        server.broker.create_topic("T", queue_nums=1)
+        proc = _spawn(server, "consume", "--topic", "T", "--from", "first",
+                      *(["--group", group] if group else []))  # fmt: skip
+        try:
+            send = ["send", "--topic", "T", "--server", server.address]
+            CliRunner().invoke(main, [*send, "--body", "one"])
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"one\n"
+            proc.stdout.close()  # as head does after its line
+            CliRunner().invoke(main, [*send, "--body", "two"])
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        assert proc.returncode == 141
+        assert "Traceback" not in err.decode()
+        if group:
+            with MQAdmin(server.address) as admin:
+                assert admin.connections(group) is None
