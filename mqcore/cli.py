@@ -175,3 +175,8 @@ from mqcore.commands.admin_messages import dlq, message  # noqa: E402
 
 for _admin_command in (topic, group, lag, offset, message, dlq):
     main.add_command(_admin_command)
+
+from mqcore.commands.console import consume, send  # noqa: E402
+
+main.add_command(send)
+main.add_command(consume)

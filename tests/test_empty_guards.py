@@ -46,6 +46,10 @@ REVIEWED = {
         "self._all_brokers()[0]",
     ): "_all_brokers() falls back to the first name server, and there is always one",
     (
+        "mqcore/client/admin.py",
+        "self.transport.namesrv_addrs[0]",
+    ): "RemoteTransport.__init__ refuses an address string with no name server in it",
+    (
         "plugins/allocate.py",
         "divmod(len(kept), len(cids))",
     ): "cids comes from check_allocate_args(), which refuses an empty cid_all",

@@ -1,5 +1,6 @@
 """Remoting handlers for replication and cluster status: GET_BROKER_RUNTIME_INFO (28) with
-the broker's role, commit-log offsets and replication state, as a RocketMQ ``KVTable``."""
+the broker's role, commit-log offsets, replication state and timer messages, as a RocketMQ
+``KVTable``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 from mqcore.broker.ha import HAMaster, HASlave
 from mqcore.broker.processor import BrokerProcessor, Reply, _ok, _op
+from mqcore.errors import MQError
+from mqcore.protocol.admin_bodies import TIMER_RUNTIME_KEYS
 from mqcore.protocol.codes import RequestCode
 from mqcore.remoting.command import RemotingCommand
 
@@ -39,7 +42,22 @@ def runtime_info(processor: BrokerProcessor) -> dict[str, str]:
         table["haConnected"] = str(ha.connected.is_set()).lower()
         if ha.last_error is not None:  # why the master cannot be reached now
             table["haMasterError"] = ha.last_error
+    table.update(_timer_facts(broker.timer_scheduler))
     return table
+
+
+def _timer_facts(timer: Any) -> dict[str, str]:
+    """What ``mqcore timer stats --server`` shows, when the broker runs a timer scheduler
+    (a slave's does not run: nothing then)."""
+    if timer is None:
+        return {}
+    try:
+        stats = timer.stats().as_dict()
+    except MQError:
+        return {}
+    return {
+        key: str(stats[name]) for name, key in TIMER_RUNTIME_KEYS.items() if stats[name] is not None
+    }
 
 
 @_op(RequestCode.GET_BROKER_RUNTIME_INFO)

@@ -1,9 +1,11 @@
 """Admin commands over the remoting protocol: ``mqcore topic``, ``group``, ``lag``, ``offset``.
 
-Each command talks to ``mqcore serve`` at ``--server HOST:PORT`` (default 127.0.0.1:9876, or
-the ``MQCORE_SERVER`` environment variable) through :class:`~mqcore.client.admin.MQAdmin`,
-prints a table (rich), or with ``--json`` one JSON document for scripts, and reports an
-unreachable server, an unknown topic or group in one line on stderr with exit code 1.
+Each command starts from the name server at ``--server HOST:PORT`` (default 127.0.0.1:9876,
+or the ``MQCORE_SERVER`` environment variable): ``mqcore namesrv`` and the broker groups
+registered with it, or a single ``mqcore serve`` (its own name server). It works through
+:class:`~mqcore.client.admin.MQAdmin`, prints a table (rich), or with ``--json`` one JSON
+document for scripts, and reports an unreachable server, an unknown topic or group in one line
+on stderr with exit code 1.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from mqcore.client.admin import MQAdmin, TopicInfo
 from mqcore.errors import MQError, RemotingConnectError, RemotingTimeoutError, TopicNotExistError
 
 __all__ = [
+    "DEFAULT_SERVER",
     "admin_options",
+    "cli_errors",
     "connect",
     "emit",
     "format_time",
@@ -50,7 +54,7 @@ def admin_options(func: F) -> F:
         default=DEFAULT_SERVER,
         show_default=True,
         metavar="HOST:PORT",
-        help="Address of `mqcore serve` (env MQCORE_SERVER).",
+        help="Name server: `mqcore namesrv`, or a single `mqcore serve` (env MQCORE_SERVER).",
     )(func)
     return func
 
@@ -65,23 +69,29 @@ def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | Non
 
 
 @contextlib.contextmanager
-def connect(server: str) -> Iterator[MQAdmin]:
-    """An :class:`MQAdmin` to ``server``; its failures become one-line CLI errors."""
+def cli_errors(server: str) -> Iterator[None]:
+    """mqcore's errors inside the block become one-line CLI errors about ``server``."""
     try:
-        with MQAdmin(server) as admin:
-            yield admin
+        yield
     except MQError as exc:
         refused = _cause(exc, RemotingConnectError)
         if refused is not None:
             raise click.ClickException(
-                f"cannot reach the mqcore server at {server} ({refused}); is `mqcore serve` "
-                f"running there? Point --server or MQCORE_SERVER at it"
+                f"cannot reach the mqcore server at {server} ({refused}); is `mqcore namesrv` "
+                f"or `mqcore serve` running there? Point --server or MQCORE_SERVER at it"
             ) from exc
         if _cause(exc, RemotingTimeoutError) is not None:
             raise click.ClickException(
                 f"the mqcore server at {server} did not answer in time: {exc}"
             ) from exc
         raise click.ClickException(" ".join(str(exc).split())) from exc
+
+
+@contextlib.contextmanager
+def connect(server: str) -> Iterator[MQAdmin]:
+    """An :class:`MQAdmin` to ``server``; its failures become one-line CLI errors."""
+    with cli_errors(server), MQAdmin(server) as admin:
+        yield admin
 
 
 def _console() -> Console:
@@ -148,7 +158,7 @@ def _perm(perm: int) -> str:
 
 @click.group()
 def topic() -> None:
-    """List, create, delete topics and show their queues (on `mqcore serve`)."""
+    """List, create, delete topics and show their queues (on every broker group)."""
 
 
 @topic.command("list")
@@ -164,13 +174,14 @@ def topic_list(server: str, as_json: bool) -> None:
             "write_queue_nums": t.write_queue_nums,
             "perm": t.perm,
             "order": t.order,
+            "brokers": list(t.brokers),
         }
         for t in topics
     ]
 
     def table() -> Table:
         out = Table(title=f"topics on {server}")
-        for name in ("topic", "read queues", "write queues", "perm", "order"):
+        for name in ("topic", "read queues", "write queues", "perm", "order", "brokers"):
             out.add_column(name, no_wrap=True)
         for t in topics:
             out.add_row(
@@ -179,6 +190,7 @@ def topic_list(server: str, as_json: bool) -> None:
                 str(t.write_queue_nums),
                 _perm(t.perm),
                 "yes" if t.order else "no",
+                ", ".join(t.brokers),
             )
         return out
 
@@ -203,6 +215,13 @@ def topic_list(server: str, as_json: bool) -> None:
     is_flag=True,
     help="Update an existing topic even to fewer queues (consumers stop reading the rest).",
 )
+@click.option(
+    "--broker",
+    "broker_names",
+    multiple=True,
+    metavar="NAME",
+    help="Only on this broker group (repeatable; default: every group).",
+)
 @admin_options
 def topic_create(
     name: str,
@@ -212,18 +231,22 @@ def topic_create(
     perm: str,
     order: bool,
     force: bool,
+    broker_names: tuple[str, ...],
     server: str,
     as_json: bool,
 ) -> None:
-    """Create topic NAME (or update its queues and permission).
+    """Create topic NAME (or update its queues and permission) on every broker group.
 
-    An existing topic keeps its queues unless --force: fewer read queues hide the messages
-    of the others from every consumer."""
+    Each group's master gets that many queues (--broker NAME: only those groups). An
+    existing topic keeps its queues unless --force: fewer read queues hide the messages of
+    the others from every consumer."""
     bits = {"rw": 6, "r": 4, "w": 2}[perm.lower()]
     with connect(server) as admin:
         before = _existing_topic(admin, name)
         if before is not None and not force:
-            _refuse_shrink(admin, before, read_queues or queues, write_queues or queues)
+            _refuse_shrink(
+                admin, before, read_queues or queues, write_queues or queues, broker_names
+            )
         info = admin.create_topic(
             name,
             queues,
@@ -231,6 +254,7 @@ def topic_create(
             write_queue_nums=write_queues,
             perm=bits,
             order=order,
+            brokers=broker_names or None,
         )
     data = {
         "topic": info.topic,
@@ -238,6 +262,7 @@ def topic_create(
         "write_queue_nums": info.write_queue_nums,
         "perm": info.perm,
         "order": info.order,
+        "brokers": list(info.brokers),
     }
     if before is not None:
         data["before"] = {
@@ -256,7 +281,8 @@ def topic_create(
         )
         click.echo(
             f"topic {info.topic}: {info.read_queue_nums} read / {info.write_queue_nums} write "
-            f"queues{was}, perm {_perm(info.perm)}{', ordered' if info.order else ''}"
+            f"queues{was}, perm {_perm(info.perm)}{', ordered' if info.order else ''}, "
+            f"on {', '.join(info.brokers)}"
         )
 
 
@@ -267,23 +293,34 @@ def _existing_topic(admin: MQAdmin, name: str) -> TopicInfo | None:
         return None
 
 
-def _refuse_shrink(admin: MQAdmin, before: TopicInfo, read: int, write: int) -> None:
-    """A click error when ``read``/``write`` queues are fewer than the topic has now."""
-    if read >= before.read_queue_nums and write >= before.write_queue_nums:
-        return
-    hidden = ""
-    if read < before.read_queue_nums:
-        stats = admin.topic_stats(before.topic).offset_table
-        held = sum(o.max_offset - o.min_offset for mq, o in stats.items() if mq.queue_id >= read)
-        hidden = (
-            f"; consumers would stop reading queues {read}..{before.read_queue_nums - 1}, "
-            f"which hold {held} message(s)"
+def _refuse_shrink(
+    admin: MQAdmin, before: TopicInfo, read: int, write: int, brokers: tuple[str, ...] = ()
+) -> None:
+    """A click error when ``read``/``write`` queues are fewer than the topic has now on one
+    of the broker groups the update goes to (``brokers``, or every group)."""
+    for name, had_read, had_write in before.queue_nums:
+        if brokers and name not in brokers:
+            continue
+        if read >= had_read and write >= had_write:
+            continue
+        where = f" on {name}" if len(before.queue_nums) > 1 else ""
+        hidden = ""
+        if read < had_read:
+            stats = admin.topic_stats(before.topic).offset_table
+            held = sum(
+                o.max_offset - o.min_offset
+                for mq, o in stats.items()
+                if mq.broker_name == name and mq.queue_id >= read
+            )
+            hidden = (
+                f"; consumers would stop reading queues {read}..{had_read - 1}{where}, "
+                f"which hold {held} message(s)"
+            )
+        raise click.ClickException(
+            f"topic {before.topic} exists with {had_read} read / {had_write} write queues"
+            f"{where}; {read} read / {write} write is fewer{hidden}. Pass --force to shrink it "
+            f"anyway"
         )
-    raise click.ClickException(
-        f"topic {before.topic} exists with {before.read_queue_nums} read / "
-        f"{before.write_queue_nums} write queues; {read} read / {write} write is fewer"
-        f"{hidden}. Pass --force to shrink it anyway"
-    )
 
 
 @topic.command("delete")
@@ -345,7 +382,7 @@ def topic_stats(name: str, server: str, as_json: bool) -> None:
 
 @click.group()
 def group() -> None:
-    """Consumer groups (on `mqcore serve`)."""
+    """Consumer groups (of every broker group)."""
 
 
 @group.command("list")
@@ -443,7 +480,7 @@ def lag(group_name: str, topic_name: str | None, server: str, as_json: bool) -> 
 
 @click.group()
 def offset() -> None:
-    """Consumer offsets (on `mqcore serve`)."""
+    """Consumer offsets (on every broker group of a topic)."""
 
 
 @offset.command("reset")

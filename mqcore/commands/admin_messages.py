@@ -157,11 +157,13 @@ def dlq_list(group_name: str, include_resent: bool, limit: int, server: str, as_
 @click.option("--group", "group_name", required=True, help="The consumer group.")
 @admin_options
 def dlq_resend(group_name: str, server: str, as_json: bool) -> None:
-    """Send the group's dead letters back to their original topics, to be consumed again.
+    """Send the group's dead letters back to the group alone, to be consumed again.
 
-    Each goes through the ordinary send path with its body, tags, keys, user properties and
-    unique id; the group's offset in its dead-letter queue moves past it, so running this
-    again resends only newer dead letters."""
+    Each goes to the group's retry topic %RETRY%<group> with its body, tags, keys, user
+    properties and unique id, and reaches the group's members under its original topic, with
+    a fresh count of retries; other groups of that topic do not get it again. The group's
+    offset in its dead-letter queue moves past it, so running this again resends only newer
+    dead letters."""
     with connect(server) as admin:
         result = admin.resend_dead_letters(group_name)
     data = {
@@ -173,10 +175,10 @@ def dlq_resend(group_name: str, server: str, as_json: bool) -> None:
     if as_json:
         emit(True, data)
         return
-    where = ", ".join(f"{n} to {t}" for t, n in sorted(result.by_topic.items()))
+    where = ", ".join(f"{n} of topic {t}" for t, n in sorted(result.by_topic.items()))
     click.echo(
         f"resent {result.resent} dead letters of group {group_name}"
-        + (f" ({where})" if where else "")
+        + (f" through %RETRY%{group_name} ({where})" if where else "")
     )
     if result.skipped:
         click.echo(f"skipped {result.skipped} without an original topic")

@@ -35,6 +35,7 @@ from mqcore.protocol.bodies import (
 from mqcore.protocol.fastjson import dumps, loads
 
 __all__ = [
+    "TIMER_RUNTIME_KEYS",
     "Connection",
     "ConsumeStats",
     "ConsumerConnection",
@@ -47,6 +48,17 @@ __all__ = [
 ]
 
 V = TypeVar("V")
+
+#: A timer scheduler's stats (``TimerStats`` fields) under the keys a broker's runtime info
+#: (GET_BROKER_RUNTIME_INFO) gives them.
+TIMER_RUNTIME_KEYS = {
+    "pending": "timerPending",
+    "in_wheel": "timerInWheel",
+    "enqueue_backlog": "timerEnqueueBacklog",
+    "next_due_ms": "timerNextDueMs",
+    "lag_ms": "timerLagMs",
+    "read_ms": "timerReadMs",
+}
 
 
 def _body(body: bytes | bytearray | memoryview | str, what: str) -> Mapping[str, Any]:

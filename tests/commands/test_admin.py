@@ -108,7 +108,7 @@ def consumer(group: str, broker: Any, listener: Recorder, **options: Any) -> Pus
 def test_topic_create_list_stats_delete(server: Server) -> None:
     created = ok_json(server, "topic", "create", "T", "--queues", "4")
     assert created == {"topic": "T", "read_queue_nums": 4, "write_queue_nums": 4, "perm": 6,
-                       "order": False}  # fmt: skip
+                       "order": False, "brokers": ["broker-a"]}  # fmt: skip
     listed = {t["topic"]: t for t in ok_json(server, "topic", "list")}
     assert listed["T"]["write_queue_nums"] == 4
     sent = send(server, "T", 7)
@@ -371,8 +371,64 @@ def test_dlq_list_and_resend(server: Server) -> None:
         c.shutdown()
     assert sorted(fixed.bodies) == [b"m0", b"m1", b"m2", b"m3"]
     copies = ok_json(server, "message", "--id", sent[0].msg_id)
-    assert {m["topic"] for m in copies} >= {"T", "%DLQ%dg"}  # the original, its dead letter...
-    assert [m["topic"] for m in copies].count("T") == 2  # ...and the resent copy
+    # The original, its dead letter, and the copy resent through the group's retry topic.
+    assert sorted(m["topic"] for m in copies) == ["%DLQ%dg", "%RETRY%dg", "T"]
+
+
+def test_dlq_resend_reaches_the_group_alone(server: Server) -> None:
+    """Two groups consume T; dg dead-letters what hg consumed. The resend goes through
+    %RETRY%dg: dg gets the messages again (under topic T), hg gets nothing, T is unchanged."""
+    server.broker.create_topic("T", queue_nums=2)
+    send(server, "T", 3)
+    healthy = Recorder()
+    h = consumer("hg", server.address, healthy)
+    h.start()
+    try:
+        _dead_letter_and_resend(server, healthy)
+    finally:
+        h.shutdown()
+    assert sorted(healthy.bodies) == [b"m0", b"m1", b"m2"]  # hg never got them again
+    assert ok_json(server, "lag", "--group", "hg", "--topic", "T")["total_lag"] == 0
+
+
+def _dead_letter_and_resend(server: Server, healthy: Recorder) -> None:
+    failing = Recorder(fail=True)
+    d = consumer("dg", server.address, failing, max_reconsume_times=0)
+    d.start()
+    try:
+        wait_for(lambda: len(ok_json(server, "dlq", "list", "--group", "dg")) == 3)
+        wait_for(lambda: sorted(healthy.bodies) == [b"m0", b"m1", b"m2"])
+    finally:
+        d.shutdown()
+    stored = sum(r["messages"] for r in ok_json(server, "topic", "stats", "T"))
+
+    resent = ok_json(server, "dlq", "resend", "--group", "dg")
+    assert resent == {"group": "dg", "resent": 3, "by_topic": {"T": 3}, "skipped": 0}
+    assert sum(r["messages"] for r in ok_json(server, "topic", "stats", "T")) == stored
+    again = run(server, "dlq", "resend", "--group", "dg")
+    assert again.stdout.startswith("resent 0 dead letters of group dg")
+
+    seen: list[tuple[str, bytes, int]] = []
+
+    def record(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+        seen.extend((m.topic, m.body, m.reconsume_times) for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    fixed = PushConsumer(
+        "dg",
+        namesrv_addr=server.address,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    fixed.subscribe("T", "*")
+    fixed.register_message_listener(record)
+    fixed.start()
+    try:
+        wait_for(lambda: len(seen) == 3)
+        # Each shows under its original topic, with its retries counted afresh.
+        assert sorted(seen) == [("T", b"m0", 0), ("T", b"m1", 0), ("T", b"m2", 0)]
+        wait_for(lambda: ok_json(server, "lag", "--group", "dg")["total_lag"] == 0)
+    finally:
+        fixed.shutdown()
 
 
 # -- time arguments -------------------------------------------------------------------------------
