@@ -387,6 +387,23 @@ class CommitLog:
             self.warmer.wake()
         return chunks
 
+    def append_copy(self, data: memoryview) -> int:
+        """Append bytes of another commit log (a slave copies its master's) at the end, as
+        they lie there, segment by segment; returns the new end.
+
+        Segment ends come as the other log wrote them (a blank marker, then zeros), so with
+        the same ``segment_size`` a chunk never runs past a segment.
+        """
+        pos = 0
+        while pos < len(data):
+            mf = self._writable()
+            n = min(mf.file_size - mf.wrote_position, len(data) - pos)
+            mf.append(data[pos : pos + n])
+            pos += n
+        if self.warmer is not None:
+            self.warmer.wake()
+        return self.max_offset
+
     def commit(self) -> int:
         """Move transient buffers into the files, oldest first; returns the committed offset."""
         buffered = self._buffered

@@ -12,14 +12,15 @@
    :class:`~mqcore.errors.StoreCorruptedError` names the file and offset. (RocketMQ cuts
    there too; mqcore refuses, because cutting would silently drop acknowledged messages.)
 3. Truncate consume-queue units and index entries pointing at or past the cut.
-4. Re-dispatch the records the consume queues (and the index) miss, in commit-log order.
+4. Re-dispatch the records the consume queues (and the index) miss, in commit-log order,
+   through the store's :class:`~.dispatch.Dispatcher`.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mqcore.codec import (
     BLANK,
@@ -28,22 +29,17 @@ from mqcore.codec import (
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
     check_record,
-    record_tags_code,
     scan_valid,
 )
 from mqcore.errors import CodecError, StoreCorruptedError
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt
-from mqcore.store import SCHEDULE_TOPIC, deliver_timestamp
-from mqcore.uniqkey import record_index_keys
 
 from . import queueends
-from .checkpoint import had_abnormal_shutdown
-from .consumequeue import UNIT
+from .checkpoint import StoreCheckpoint, had_abnormal_shutdown
+from .dispatch import Dispatcher
 from .mappedfile import MappedFile, segment_name
-
-if TYPE_CHECKING:
-    from .store import MmapStore
+from .parts import QueueKey, StoreParts
 
 __all__ = ["find_end", "recover"]
 
@@ -212,17 +208,17 @@ def iter_records(
             pos += size
 
 
-def recover(store: MmapStore) -> None:
+def recover(parts: StoreParts, dispatcher: Dispatcher, checkpoint: StoreCheckpoint | None) -> None:
     """Bring commit log, consume queues and index to a consistent state (see module doc)."""
-    commitlog = store._commitlog
+    commitlog = parts.commitlog
     files = commitlog.files
-    cqs = store._cqs
-    index = store._index
-    abnormal = had_abnormal_shutdown(store.path)
-    cp = store._checkpoint
-    flushed_ts = cp.physic_msg_timestamp if cp is not None else 0
+    index = parts.index
+    abnormal = had_abnormal_shutdown(parts.path)
+    flushed_ts = checkpoint.physic_msg_timestamp if checkpoint is not None else 0
     if not files:
-        held = sorted(f"{t}-{q}" for (t, q), cq in cqs.items() if cq.max_physical_offset >= 0)
+        held = sorted(
+            f"{t}-{q}" for (t, q), cq in parts.queues.items() if cq.max_physical_offset >= 0
+        )
         if flushed_ts or held:
             what = (
                 f"consume queues {', '.join(held[:5])} point into it"
@@ -236,12 +232,14 @@ def recover(store: MmapStore) -> None:
                 path=str(commitlog.directory),
                 offset=0,
             )
-        for cq in cqs.values():
+        for cq in parts.queues.values():
             cq.truncate_dirty(0)
         index.truncate(0)
         return
-    start = safe_start(files, abnormal, cp.min_timestamp_index if cp is not None else 0)
-    dispatched = max((cq.max_physical_offset for cq in cqs.values()), default=-1)
+    start = safe_start(
+        files, abnormal, checkpoint.min_timestamp_index if checkpoint is not None else 0
+    )
+    dispatched = parts.dispatched_end()
     first = files[0].file_from_offset
     if dispatched < first:
         start = 0  # nothing (still stored) was dispatched: rebuild from the first segment
@@ -249,16 +247,14 @@ def recover(store: MmapStore) -> None:
         holder = commitlog.file_for(max(first, dispatched - 1))
         if holder is not None:
             start = min(start, files.index(holder))
-    acked_start = -1
-    for cq in cqs.values():
-        last = cq.unit_at(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
-        if last is not None and last[0] > acked_start:
-            acked_start = last[0]
+    newest = parts.newest_unit()
+    # A put returns only after its units are written: nothing after this was acknowledged.
+    acked_start = newest[0] if newest is not None else -1
     if not abnormal:
         acked_start = 2**63 - 1  # no batch is torn without a crash: a hole is damage
     end_index, end_pos = find_end(files, start, 0, acked_start)
     end = files[end_index].file_from_offset + end_pos
-    _check_complete(store, files, end, abnormal, flushed_ts)
+    _check_complete(parts, files, end, abnormal, flushed_ts)
     if end_index + 1 < len(files) or end_pos < files[end_index].wrote_position or abnormal:
         log.warning(
             "commitlog_recovered",
@@ -268,21 +264,20 @@ def recover(store: MmapStore) -> None:
         )
     commitlog.truncate(end)
     # After a clean close a unit past the end is damage (the log is complete: checked above).
-    past_end = {key for key, cq in cqs.items() if cq.max_physical_offset > end}
-    for cq in cqs.values():
+    past_end = {key for key, cq in parts.queues.items() if cq.max_physical_offset > end}
+    for cq in parts.queues.values():
         cq.truncate_dirty(end)
     index.truncate(end)
-    recorded = {} if abnormal else queueends.load(store.path)
-    repair_from = _damaged_queues(store, recorded, past_end if not abnormal else set())
-    _redispatch(store, files[start].file_from_offset, end, abnormal, repair_from)
+    recorded = {} if abnormal else queueends.load(parts.path)
+    repair_from = _damaged_queues(parts, recorded, past_end if not abnormal else set())
+    _redispatch(parts, dispatcher, files[start].file_from_offset, end, abnormal, repair_from)
     # Units below the first stored record point at segments retention deleted.
-    for cq in store._cqs.values():
-        cq.correct_min_offset(commitlog.min_offset)
+    parts.correct_min_offsets()
     commitlog.release_cold_pages()  # the scan mapped pages it will not read again
 
 
 def _check_complete(
-    store: MmapStore, files: list[MappedFile], end: int, abnormal: bool, flushed_ts: int
+    parts: StoreParts, files: list[MappedFile], end: int, abnormal: bool, flushed_ts: int
 ) -> None:
     """Refuse a commit log whose newest data is missing (a deleted or lost newest segment).
 
@@ -292,46 +287,47 @@ def _check_complete(
     file holding those records was lost.
     """
     last = files[-1]
+    directory = parts.commitlog.directory
     if abnormal:
-        beyond = max((cq.max_physical_offset for cq in store._cqs.values()), default=-1)
+        beyond = parts.dispatched_end()
         if beyond > last.file_end_offset:
             missing = segment_name(last.file_end_offset)
             raise StoreCorruptedError(
-                f"commit log {str(store._commitlog.directory)!r} ends with file "
+                f"commit log {str(directory)!r} ends with file "
                 f"{last.path.name} but consume queues point at offset {beyond - 1}: segment "
                 f"{missing} (and any after it) is missing; restore it from a replica or "
                 "backup, or move the store aside",
-                path=str(store._commitlog.directory / missing),
+                path=str(directory / missing),
                 offset=last.file_end_offset,
             )
     # A clean close records where the log ended: ending before that now means lost files
     # (store times alone cannot tell when the newest records share one millisecond).
-    recorded_end = -1 if abnormal else queueends.load_log_end(store.path)
+    recorded_end = -1 if abnormal else queueends.load_log_end(parts.path)
     if recorded_end > last.file_end_offset:
         missing = segment_name(last.file_end_offset)
         raise StoreCorruptedError(
-            f"commit log {str(store._commitlog.directory)!r} ended at offset {recorded_end} "
+            f"commit log {str(directory)!r} ended at offset {recorded_end} "
             f"at its last clean close but now ends with file {last.path.name}: the newest "
             f"segment ({missing} or later) is missing; restore it from a replica or backup, "
             "or move the store aside",
-            path=str(store._commitlog.directory / missing),
+            path=str(directory / missing),
             offset=last.file_end_offset,
         )
-    if flushed_ts and not _holds_newer(store, end, flushed_ts):
+    if flushed_ts and not _holds_newer(parts, end, flushed_ts):
         missing = segment_name(last.file_end_offset)
         raise StoreCorruptedError(
             f"the checkpoint records messages flushed up to store time {flushed_ts}, but the "
-            f"commit log {str(store._commitlog.directory)!r} ends at offset {end} (file "
+            f"commit log {str(directory)!r} ends at offset {end} (file "
             f"{last.path.name}) with older records: the newest segment ({missing} or later) "
             "is missing or was cut; restore it from a replica or backup, or move the store "
             "aside",
-            path=str(store._commitlog.directory / missing),
+            path=str(directory / missing),
             offset=end,
         )
 
 
 def _damaged_queues(
-    store: MmapStore, recorded: dict[tuple[str, int], int], past_end: set[tuple[str, int]]
+    parts: StoreParts, recorded: dict[QueueKey, int], past_end: set[QueueKey]
 ) -> int | None:
     """Where to re-dispatch from so that damaged consume queues are rebuilt, or None.
 
@@ -339,14 +335,15 @@ def _damaged_queues(
     before the end recorded at the last clean close (or is missing), or when its units pointed
     past the end of a complete log.
     """
-    commitlog = store._commitlog
-    for key in recorded.keys() - store._cqs.keys():
-        store._cq_for_write(*key)  # its directory is gone: rebuild it whole
+    for key in recorded.keys() - parts.queues.keys():
+        parts.queue_for_write(*key)  # its directory is gone: rebuild it whole
     frm: int | None = None
-    for key, cq in store._cqs.items():
+    for key, cq in parts.queues.items():
         if cq.damaged_at is None and cq.max_offset >= recorded.get(key, 0) and key not in past_end:
             continue
-        start = cq.max_physical_offset if cq.max_physical_offset >= 0 else commitlog.min_offset
+        start = (
+            cq.max_physical_offset if cq.max_physical_offset >= 0 else parts.commitlog.min_offset
+        )
         log.warning(
             "consume_queue_rebuilding",
             topic=key[0],
@@ -360,15 +357,19 @@ def _damaged_queues(
 
 
 def _redispatch(
-    store: MmapStore, scan_from: int, end: int, abnormal: bool, repair_from: int | None = None
+    parts: StoreParts,
+    dispatcher: Dispatcher,
+    scan_from: int,
+    end: int,
+    abnormal: bool,
+    repair_from: int | None = None,
 ) -> None:
-    commitlog = store._commitlog
-    index = store._index
+    commitlog = parts.commitlog
+    index = parts.index
     files = commitlog.files
-    cqs = store._cqs
     # Dispatch runs in commit-log order, so every record before the furthest unit of any
     # queue was dispatched; the index may lag one batch behind (keys are indexed last).
-    dispatched = max((cq.max_physical_offset for cq in cqs.values()), default=-1)
+    dispatched = parts.dispatched_end()
     index_end = index.end_phy_offset
     if dispatched < 0:
         frm = commitlog.min_offset
@@ -387,89 +388,29 @@ def _redispatch(
     if index.rebuild:
         frm = commitlog.min_offset  # consume-queue units already present are skipped
         log.warning("index_rebuilding", from_offset=frm, to_offset=end)
-    pending: dict[tuple[str, int], tuple[int, bytearray]] = {}
-    keyed: list[tuple[str, list[str], int, int]] = []
-    last_ts = 0
-    count = 0
+    feed = dispatcher.from_log(
+        index_after=index_end,
+        advice="delete the consumequeue directory to rebuild every queue from the commit log",
+    )
     for mf, pos in iter_records(files, frm, end):
-        msg = MessageExt(mf.view, pos)
-        phys = mf.file_from_offset + pos
-        last_ts = msg.store_timestamp
-        if phys > index_end:
-            keys = record_index_keys(msg)  # the keys and the unique id
-            if keys:
-                keyed.append((msg.topic, keys, phys, last_ts))
-            if len(keyed) >= 65536:  # a rebuild may index the whole log: bounded memory
-                index.put_keys(keyed)
-                keyed.clear()
-        key = (msg.topic, msg.queue_id)
-        cq = cqs.get(key)
-        if cq is None:
-            cq = store._cq_for_write(*key)
-            cqs = store._cqs
-        queued = pending.get(key)
-        next_offset = queued[0] if queued is not None else cq.max_offset
-        qoff = msg.queue_offset
-        if qoff < next_offset or phys < cq.max_physical_offset:
-            continue  # already dispatched
-        if qoff > next_offset:
-            if queued is None and cq.min_offset == cq.max_offset:
-                cq.append_units(qoff, b"", fill_gap=True)  # a queue whose head was deleted
-            else:
-                raise StoreCorruptedError(
-                    f"consume queue {msg.topic}-{msg.queue_id} ends at offset {next_offset} "
-                    f"but the commit log continues at queue offset {qoff} (commit-log offset "
-                    f"{phys}); delete the consumequeue directory to rebuild every queue "
-                    "from the commit log",
-                    path=str(cq.directory),
-                    offset=phys,
-                )
-        if queued is None:
-            queued = (qoff, bytearray())
-        units = queued[1]
-        if msg.topic == SCHEDULE_TOPIC and msg.delay_level > 0:
-            # As the put did: a held message's tags code is its deliver time.
-            code = deliver_timestamp(store._delays, msg.delay_level, msg.store_timestamp)
-        else:  # in the timer topic, the deliver time
-            code = record_tags_code(msg)
-        units += UNIT.pack(phys, msg.store_size, code)
-        pending[key] = (qoff + 1, units)
-        count += 1
-        if len(units) >= 1 << 20:
-            _drain(store, pending)
-    _drain(store, pending)
-    if keyed:
-        index.put_keys(keyed)
-    if last_ts:
-        store._last_store_ts = last_ts
-    else:
-        store._last_store_ts = _last_timestamp(files, end)
-    if count:
-        log.info("records_redispatched", count=count, from_offset=frm, to_offset=end)
+        feed.add(MessageExt(mf.view, pos), mf.file_from_offset + pos)
+    feed.finish()
+    if not feed.last_ts:
+        parts.last_store_ts = _last_timestamp(files, end)
+    if feed.count:
+        log.info("records_redispatched", count=feed.count, from_offset=frm, to_offset=end)
 
 
-def _drain(store: MmapStore, pending: dict[tuple[str, int], tuple[int, bytearray]]) -> None:
-    for key, (next_offset, units) in pending.items():
-        cq = store._cqs[key]
-        first = next_offset - len(units) // UNIT.size
-        cq.append_units(first, units)
-    pending.clear()
-
-
-def _holds_newer(store: MmapStore, end: int, ts: int) -> bool:
+def _holds_newer(parts: StoreParts, end: int, ts: int) -> bool:
     """Whether the commit log before ``end`` holds a record stored at ``ts`` or later.
 
     The newest record a consume queue points at usually answers at once; otherwise the
     newest segments are read back to their last record.
     """
-    newest = None
-    for cq in store._cqs.values():
-        unit = cq.unit_at(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
-        if unit is not None and unit[0] + unit[1] <= end and (newest is None or unit > newest):
-            newest = unit
-    if newest is not None and store._store_timestamp(newest[0], newest[1]) >= ts:
+    newest = parts.newest_unit(end)
+    if newest is not None and parts.store_timestamp(newest[0]) >= ts:
         return True
-    return _last_record_timestamp(store._commitlog.files, end) >= ts
+    return _last_record_timestamp(parts.commitlog.files, end) >= ts
 
 
 def _last_record_timestamp(files: list[MappedFile], end: int) -> int:

@@ -1,8 +1,9 @@
 """Replication support for the mmap store: commit-log bytes out of a master, into a slave.
 
 A master hands out its commit log as it lies on disk (:func:`read`); a slave appends those
-bytes unchanged at the same offsets (:func:`append`) and dispatches the complete records
-among them into its own consume queues and key index (:func:`dispatch`), as RocketMQ's
+bytes unchanged at the same offsets (:meth:`Replica.append`) and dispatches the complete
+records among them into its own consume queues and key index (:meth:`Replica.dispatch`, through
+the store's :class:`~.dispatch.Dispatcher`), as RocketMQ's
 ReputMessageService does on a slave. Records therefore sit at the same commit-log offsets on
 both sides, and their message ids (store host + offset) stay valid on the slave.
 
@@ -14,94 +15,78 @@ again from the end of its last complete record.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
 
-from mqcore.codec import BLANK_MAGIC_CODE, HEADER_SIZE, MESSAGE_MAGIC_CODE, record_tags_code
-from mqcore.errors import InvalidArgumentError, StoreCorruptedError, StoreError
+from mqcore.codec import BLANK_MAGIC_CODE, HEADER_SIZE, MESSAGE_MAGIC_CODE
+from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.message import MessageExt
-from mqcore.store import SCHEDULE_TOPIC, deliver_timestamp
-from mqcore.uniqkey import record_index_keys
 
-from .consumequeue import UNIT
+from .commitlog import CommitLog
+from .dispatch import Dispatcher
+from .parts import QueueKey
 
-if TYPE_CHECKING:
-    from .store import MmapStore
-
-__all__ = ["append", "dispatch", "read"]
+__all__ = ["Replica", "read"]
 
 _SIZE_MAGIC = struct.Struct(">ii")
-_DISPATCH_BATCH = 1 << 20  # bytes of units gathered per queue before they are appended
 
 
-def read(store: MmapStore, offset: int, max_bytes: int) -> bytes | None:
-    """Up to ``max_bytes`` of the commit log from ``offset``, within one segment.
+def read(commitlog: CommitLog, offset: int, max_bytes: int) -> bytes | None:
+    """Up to ``max_bytes`` of ``commitlog`` from ``offset``, within one segment.
 
     Returns ``b""`` when nothing was appended past ``offset`` yet, ``None`` when ``offset``
     is not stored (below the oldest segment, or past the end).
     """
-    log = store._commitlog
-    end = log.max_offset
+    end = commitlog.max_offset
     if offset == end:
         return b""
-    mf = log.file_for(offset)
+    mf = commitlog.file_for(offset)
     if mf is None or offset > end:
         return None
     stop = min(end, mf.file_end_offset, offset + max_bytes)
-    view = log.read(offset, stop - offset)
+    view = commitlog.read(offset, stop - offset)
     if view is None:
         return b""  # retention or a roll moved under us: the caller asks again
     return bytes(view)
 
 
-def append(store: MmapStore, offset: int, data: bytes | memoryview) -> int:
-    """Append ``data`` (commit-log bytes of a master) at ``offset``; returns the new end.
+class Replica:
+    """A slave's side: its master's commit-log bytes in, their records dispatched.
 
-    ``offset`` must be the end of this store's commit log: a replica never has holes.
-    Segment ends come as the master wrote them (a blank marker, then zeros), so a chunk
-    never runs past a segment when both sides use the same ``segment_size``.
+    The store calls both methods with its write lock held.
     """
-    if store.read_only:
-        raise StoreError(f"mmap store {str(store.path)!r} is open read-only; cannot replicate")
-    view = memoryview(data)
-    with store._write_lock:
-        store._check_open()
-        log = store._commitlog
-        end = log.max_offset
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._commitlog = dispatcher.parts.commitlog
+        #: the commit-log offset dispatched up to (-1 until the first call: recovery
+        #: dispatched every complete record below the end at opening)
+        self.dispatched = -1
+
+    def append(self, offset: int, data: bytes | memoryview) -> int:
+        """Append ``data`` (commit-log bytes of a master) at ``offset``; returns the new end.
+
+        ``offset`` must be the end of this store's commit log: a replica never has holes.
+        """
+        end = self._commitlog.max_offset
         if offset != end:
             raise InvalidArgumentError(
                 f"replicated bytes start at commit-log offset {offset}, but this store's "
                 f"commit log ends at {end}; the slave must ask its master from its own end"
             )
-        if store._replica_dispatched < 0:
-            # Recovery dispatched every complete record below the end at opening.
-            store._replica_dispatched = end
-        pos = 0
-        while pos < len(view):
-            mf = log._writable()
-            n = min(mf.file_size - mf.wrote_position, len(view) - pos)
-            mf.append(view[pos : pos + n])
-            pos += n
-        new_end = log.max_offset
-        if log.warmer is not None:
-            log.warmer.wake()
-    return new_end
+        if self.dispatched < 0:
+            self.dispatched = end
+        return self._commitlog.append_copy(memoryview(data))
 
-
-def dispatch(store: MmapStore) -> set[tuple[str, int]]:
-    """Build consume-queue units and index entries for the complete records appended since
-    the last call; returns the ``(topic, queue_id)`` pairs that got new messages."""
-    touched: set[tuple[str, int]] = set()
-    with store._write_lock:
-        store._check_open()
-        log = store._commitlog
-        frm = store._replica_dispatched
+    def dispatch(self) -> set[QueueKey]:
+        """Build consume-queue units and index entries for the complete records appended
+        since the last call; returns the ``(topic, queue_id)`` pairs that got new messages."""
+        log = self._commitlog
+        frm = self.dispatched
         if frm < 0:
-            # First call since opening: recovery dispatched everything that was complete.
-            frm = store._replica_dispatched = log.max_offset
+            frm = self.dispatched = log.max_offset
         end = log.max_offset
-        pending: dict[tuple[str, int], tuple[int, bytearray]] = {}
-        keyed: list[tuple[str, list[str], int, int]] = []
-        last_ts = 0
+        feed = self._dispatcher.from_log(
+            advice="move the slave's store aside and let it copy the log again"
+        )
         while frm < end:
             mf = log.file_for(frm)
             if mf is None:
@@ -127,57 +112,8 @@ def dispatch(store: MmapStore) -> set[tuple[str, int]]:
             rec = log.read(frm, size)
             if rec is None:
                 break
-            msg = MessageExt(rec)
-            key = (msg.topic, msg.queue_id)
-            queued = pending.get(key)
-            cq = store._cqs.get(key) or store._cq_for_write(*key)
-            next_offset = queued[0] if queued is not None else cq.max_offset
-            qoff = msg.queue_offset
-            if qoff >= next_offset:
-                if qoff > next_offset and not (queued is None and cq.min_offset == cq.max_offset):
-                    raise StoreCorruptedError(
-                        f"consume queue {msg.topic}-{msg.queue_id} ends at offset "
-                        f"{next_offset} but the replicated record at commit-log offset {frm} "
-                        f"has queue offset {qoff}; move the slave's store aside and let it "
-                        "copy the log again",
-                        path=str(cq.directory),
-                        offset=frm,
-                    )
-                if queued is None:
-                    if qoff > next_offset:
-                        cq.append_units(qoff, b"", fill_gap=True)
-                    queued = (qoff, bytearray())
-                units = queued[1]
-                ts = msg.store_timestamp
-                if msg.topic == SCHEDULE_TOPIC and msg.delay_level > 0:
-                    code = deliver_timestamp(store._delays, msg.delay_level, ts)
-                else:  # in the timer topic, the deliver time
-                    code = record_tags_code(msg)
-                units += UNIT.pack(frm, size, code)
-                pending[key] = (qoff + 1, units)
-                keys = record_index_keys(msg)
-                if keys:
-                    keyed.append((msg.topic, keys, frm, ts))
-                last_ts = ts
-                if len(units) >= _DISPATCH_BATCH:
-                    _drain(store, pending, touched)
+            feed.add(MessageExt(rec), frm)
             frm += size
-        _drain(store, pending, touched)
-        if keyed:
-            store._index.put_keys(keyed)
-        if last_ts:
-            store._last_store_ts = max(store._last_store_ts, last_ts)
-        store._replica_dispatched = frm
-    return touched
-
-
-def _drain(
-    store: MmapStore,
-    pending: dict[tuple[str, int], tuple[int, bytearray]],
-    touched: set[tuple[str, int]],
-) -> None:
-    for key, (next_offset, units) in pending.items():
-        first = next_offset - len(units) // UNIT.size
-        store._cqs[key].append_units(first, units)
-        touched.add(key)
-    pending.clear()
+        touched = feed.finish()
+        self.dispatched = frm
+        return touched

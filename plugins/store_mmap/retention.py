@@ -14,15 +14,19 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mqcore.logs import get_logger
 
-if TYPE_CHECKING:
-    from .store import MmapStore
+from .parts import StoreParts
 
-__all__ = ["CLEAN_INTERVAL", "CleanService", "delete_expired_files", "disk_used_ratio"]
+__all__ = [
+    "CLEAN_INTERVAL",
+    "CleanService",
+    "delete_oldest",
+    "disk_used_ratio",
+    "expired_count",
+]
 
 log = get_logger(__name__)
 
@@ -37,18 +41,20 @@ def disk_used_ratio(path: str | os.PathLike[str]) -> float:
     return 100.0 * usage.used / capacity if capacity else 0.0
 
 
-def delete_expired_files(store: MmapStore, now: float | None = None) -> int:
-    """One retention pass over ``store``; returns the number of segments deleted."""
-    now = time.time() if now is None else now
-    opts = store.options
-    reserved = float(opts.file_reserved_time_hours) * 3600.0
-    commitlog = store._commitlog
-    files = commitlog.files
+def expired_count(
+    parts: StoreParts, now: float, reserved_hours: float, max_used_ratio: float
+) -> int:
+    """How many of the oldest segments a retention pass deletes (see the module docstring).
+
+    Reads file times and disk usage only: the store calls it without its write lock.
+    """
+    reserved = float(reserved_hours) * 3600.0
+    files = parts.commitlog.files
     if len(files) < 2:
         return 0
-    usage = shutil.disk_usage(store.path)
+    usage = shutil.disk_usage(parts.path)
     used = usage.used
-    limit = (usage.used + usage.free) * float(opts.disk_max_used_space_ratio) / 100.0
+    limit = (usage.used + usage.free) * float(max_used_ratio) / 100.0
     count = 0
     for mf in files[:-1]:  # never the segment being written
         try:
@@ -64,27 +70,36 @@ def delete_expired_files(store: MmapStore, now: float | None = None) -> int:
         count += 1
         used -= mf.file_size
         log.info("segment_expiring", path=str(mf.path), reason=reason, age_s=round(age))
-    if not count:
+    return count
+
+
+def delete_oldest(parts: StoreParts, count: int) -> int:
+    """Delete up to ``count`` of the oldest segments, never the last, after moving the
+    consume queues and the index past them; returns how many went (write lock held)."""
+    commitlog = parts.commitlog
+    files = commitlog.files
+    count = min(count, len(files) - 1)
+    if count <= 0:
         return 0
-    with store._write_lock:
-        if store._closed:
-            return 0
-        files = commitlog.files
-        count = min(count, len(files) - 1)
-        new_min = files[count].file_from_offset
-        # Queues first: readers must never follow a unit into a deleted segment.
-        for cq in list(store._cqs.values()):
-            cq.delete_expired(new_min)
-        store._index.delete_expired(new_min)
-        gone = commitlog.delete_segments(count)
+    new_min = files[count].file_from_offset
+    # Queues first: readers must never follow a unit into a deleted segment.
+    for cq in list(parts.queues.values()):
+        cq.delete_expired(new_min)
+    parts.index.delete_expired(new_min)
+    gone = commitlog.delete_segments(count)
     log.info("segments_deleted", count=len(gone), min_offset=commitlog.min_offset)
     return len(gone)
 
 
-class CleanService:
-    """The cleaner thread: a retention pass every :data:`CLEAN_INTERVAL` seconds."""
+class _Expiring(Protocol):
+    def delete_expired_files(self, now: float | None = None) -> int: ...
 
-    def __init__(self, store: MmapStore, interval: float = CLEAN_INTERVAL) -> None:
+
+class CleanService:
+    """The cleaner thread: a retention pass of ``store`` every :data:`CLEAN_INTERVAL`
+    seconds."""
+
+    def __init__(self, store: _Expiring, interval: float = CLEAN_INTERVAL) -> None:
         self._store = store
         self.interval = interval
         self._stop = threading.Event()

@@ -18,23 +18,19 @@ consume queues publish, which is always behind complete records.
 from __future__ import annotations
 
 import os
-import re
 import struct
 import threading
 import time
 from collections.abc import Sequence
 from functools import partial
-from itertools import accumulate, repeat
-from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from mqcore import batch
 from mqcore.codec import (
     BLANK_SIZE,
     HEADER_SIZE,
     MESSAGE_MAGIC_CODE,
-    POS_STORE_TIMESTAMP,
     body_crc_ok,
     cached_host_bytes,
     check_record,
@@ -68,17 +64,17 @@ from mqcore.store import (
     position_status,
 )
 from mqcore.storekind import check_store_kind
-from mqcore.uniqkey import index_keys, record_index_keys, uniq_ids
+from mqcore.uniqkey import record_index_keys, uniq_ids
 
 from . import queueends, recovery, replica, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
-from .commitlog import CommitLog
 from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
+from .dispatch import Dispatcher
 from .flushservice import CommitService, FlushService
-from .indexfile import IndexService
 from .mappedfile import TransientStorePool
 from .options import MAX_BODY_SIZE, MmapStoreOptions
 from .pagewarmer import PageWarmer
+from .parts import StoreParts
 
 __all__ = ["MmapStore"]
 
@@ -86,11 +82,8 @@ log = get_logger(__name__)
 
 _I64 = struct.Struct(">q")
 _SIZE_MAGIC = struct.Struct(">ii")
-_BAD_TOPIC = re.compile(r"[/\\\x00]")
 _make_put = partial(tuple.__new__, PutResult)
 _pack_unit = UNIT.pack
-_get_code = itemgetter(9)  # Prepared.tags_code
-_get_keys = itemgetter(10)  # Prepared.keys
 _MAX_FILTER_UNITS = 16000 // UNIT_SIZE  # RocketMQ's maxFilterMessageCount, in units
 
 
@@ -124,6 +117,9 @@ class MmapStore:
       mismatch is a :class:`~mqcore.errors.StoreCorruptedError` naming file and offset.
     """
 
+    #: the commit log, consume queues and index (set once the directory is open)
+    _parts: StoreParts
+
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         self.options = opts = MmapStoreOptions.from_options(options)
         self.path = Path(path)
@@ -138,9 +134,7 @@ class MmapStore:
         self._flush_lock = threading.Lock()
         self._store_host = host_bytes(opts.store_host)
         self._msgid_prefix = message_id_prefix(self._store_host)
-        self._delays = parse_delay_levels(opts.message_delay_level)
         self._check_crc = bool(opts.check_crc_on_read)
-        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         # Read-only openers: the highest queue offset per queue whose record is verified.
         self._visible: dict[tuple[str, int], int] = {}
         self._lock: StoreLock | None = None
@@ -150,8 +144,7 @@ class MmapStore:
         self._warmer: PageWarmer | None = None
         self._cleaner: retention.CleanService | None = None
         self._checkpoint: StoreCheckpoint | None = None
-        self._last_store_ts = 0
-        self._replica_dispatched = -1  # slaves: commit-log offset dispatched up to
+        self._replica: replica.Replica | None = None  # slaves: the master's log coming in
         self._error: BaseException | None = None
         if self.read_only:
             if not self.path.is_dir():
@@ -185,27 +178,22 @@ class MmapStore:
         pool = None
         if opts.transient_store_pool and not self.read_only:
             pool = TransientStorePool(self.segment_size)
-        self._commitlog = CommitLog(
-            self.path, self.segment_size, read_only=self.read_only, pool=pool
+        self._parts = parts = StoreParts(
+            self.path, opts, delays=parse_delay_levels(opts.message_delay_level), pool=pool
         )
-        self._load_consume_queues()
-        self._index = IndexService(
-            self.path,
-            max_hash_slots=int(opts.index_hash_slots),
-            max_index_count=int(opts.index_max_entries),
-            read_only=self.read_only,
-        )
+        self._dispatcher = Dispatcher(parts)
         if self.read_only:
-            self._correct_min_offsets()
+            parts.correct_min_offsets()
             self._verify_visible()
             return
         self._checkpoint = StoreCheckpoint.load(self.path)
-        recovery.recover(self)
+        recovery.recover(parts, self._dispatcher, self._checkpoint)
         create_abort_marker(self.path)
-        if not self._commitlog.files:
+        commitlog = parts.commitlog
+        if not commitlog.files:
             # A new store: create and map its first segment now rather than inside the first
             # put (a few milliseconds of preallocation and readahead a producer would wait on).
-            self._commitlog.prepare_first_segment()
+            commitlog.prepare_first_segment()
         self._flusher = FlushService(
             self._flush_log,
             self._flush_all,
@@ -217,63 +205,55 @@ class MmapStore:
         if self._flusher.sync:
             self._group_commit = self._flusher
         if pool is not None:
-            self._committer = CommitService(self._commitlog.commit).start()
+            self._committer = CommitService(commitlog.commit).start()
         elif opts.warm_mapped_file:
             # Transient buffers take the writes off the map; otherwise warm it ahead if asked.
-            self._warmer = PageWarmer(self._commitlog.current).start()
-            self._commitlog.warmer = self._warmer if self._warmer.enabled else None
+            self._warmer = PageWarmer(commitlog.current).start()
+            commitlog.warmer = self._warmer if self._warmer.enabled else None
         self._cleaner = retention.CleanService(self).start()
         log.info(
             "mmap_store_opened",
             path=str(self.path),
-            max_offset=self._commitlog.max_offset,
-            queues=len(self._cqs),
+            max_offset=commitlog.max_offset,
+            queues=len(parts.queues),
         )
-
-    def _load_consume_queues(self) -> None:
-        root = self.path / "consumequeue"
-        if not root.is_dir():
-            return
-        for topic_dir in sorted(root.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if queue_dir.is_dir() and queue_dir.name.isdigit():
-                    key = (topic_dir.name, int(queue_dir.name))
-                    if key not in self._cqs:
-                        self._cqs[key] = self._new_cq(*key)
-
-    def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        return ConsumeQueue(
-            self.path,
-            topic,
-            queue_id,
-            units_per_file=int(self.options.consume_queue_units),
-            read_only=self.read_only,
-            # Real blocks: a write through the map into a hole on a full disk is a SIGBUS.
-            preallocate=not self.read_only,
-        )
-
-    def _cq_for_write(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = self._cqs.get((topic, queue_id))
-        if cq is None:
-            bad = not topic or len(topic.encode()) > 127 or topic in (".", "..")
-            if bad or _BAD_TOPIC.search(topic):
-                raise InvalidArgumentError(
-                    f"topic {topic!r} cannot be stored: use 1..127 bytes without '/', '\\' "
-                    "or NUL, and not '.' or '..'"
-                )
-            if not isinstance(queue_id, int) or queue_id < 0:
-                raise InvalidArgumentError(f"queue id {queue_id!r} must be an int >= 0")
-            with self._cq_lock:
-                cq = self._cqs.get((topic, queue_id))
-                if cq is None:
-                    cq = self._new_cq(topic, queue_id)
-                    # Replace the dict: readers iterate it without a lock.
-                    self._cqs = {**self._cqs, (topic, queue_id): cq}
-        return cq
 
     # --- writing ----------------------------------------------------------------------
+
+    def put(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+        sys_flag: int = 0,
+    ) -> list[PutResult]:
+        """Append ``messages`` to ``topic``/``queue_id`` (one write); see the module docstring.
+
+        Returns after the flush mode is met. Raises :class:`InvalidArgumentError` for a body
+        over 4 MiB or a record larger than a segment, :class:`DiskFullError` when the disk is
+        full (nothing of the batch is then stored).
+        """
+        if self._closed or self.read_only:
+            self._refuse_write()
+        if not messages:
+            return []
+        now = time.time_ns() // 1_000_000
+        try:
+            prepared = prepare(
+                messages,
+                now if born_timestamp is None else born_timestamp,
+                topic=topic,
+                reconsume_times=reconsume_times,
+                sys_flag=sys_flag,
+            )
+        except CodecError as exc:
+            raise InvalidArgumentError(str(exc)) from exc
+        # Unique ids are indexed like keys (None: no properties).
+        return self._append(topic, queue_id, prepared, uniq_ids(messages), messages, born_host, now)
 
     def put_prepared(
         self,
@@ -297,49 +277,33 @@ class MmapStore:
             raise InvalidArgumentError(
                 f"mmap store: put_prepared() cannot write {topic!r}; put() the messages"
             )
-        return self.put(topic, queue_id, (), born_host=born_host, _prepared=prepared, _uniqs=uniqs)
+        if self._closed or self.read_only:
+            self._refuse_write()
+        if not prepared:
+            return []
+        return self._append(
+            topic, queue_id, prepared, uniqs, (), born_host, time.time_ns() // 1_000_000
+        )
 
-    def put(
+    def _refuse_write(self) -> NoReturn:
+        self._check_open()
+        raise StoreError(
+            f"mmap store {str(self.path)!r} is open read-only; open it without "
+            "read_only=True to write"
+        )
+
+    def _append(
         self,
         topic: str,
         queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None,
         messages: Sequence[Message],
-        *,
-        born_timestamp: int | None = None,
-        born_host: str | None = None,
-        reconsume_times: int = 0,
-        sys_flag: int = 0,
-        _prepared: list[Any] | None = None,
-        _uniqs: list[str | None] | None = None,
+        born_host: str | None,
+        now: int,
     ) -> list[PutResult]:
-        """Append ``messages`` to ``topic``/``queue_id`` (one write); see the module docstring.
-
-        Returns after the flush mode is met. Raises :class:`InvalidArgumentError` for a body
-        over 4 MiB or a record larger than a segment, :class:`DiskFullError` when the disk is
-        full (nothing of the batch is then stored).
-        """
-        if self._closed or self.read_only:
-            self._check_open()
-            raise StoreError(
-                f"mmap store {str(self.path)!r} is open read-only; open it without "
-                "read_only=True to write"
-            )
-        if not messages and not _prepared:
-            return []
-        now = time.time_ns() // 1_000_000
-        try:
-            prepared = _prepared or prepare(
-                messages,
-                now if born_timestamp is None else born_timestamp,
-                topic=topic,
-                reconsume_times=reconsume_times,
-                sys_flag=sys_flag,
-            )
-        except CodecError as exc:
-            raise InvalidArgumentError(str(exc)) from exc
+        """Write ``prepared`` (of ``messages``, when a put gave them) and dispatch it."""
         count = len(prepared)
-        # Unique ids are indexed like keys (None: no properties).
-        uniqs = _uniqs if _prepared else uniq_ids(messages)
         if count == 1:  # one message per put is common: skip the batch machinery
             sizes: list[int] = []
             total = biggest = prepared[0][0]
@@ -350,68 +314,36 @@ class MmapStore:
         if biggest > self._size_alarm:
             self._check_sizes(prepared)
         born = cached_host_bytes(born_host) if born_host else None
+        parts = self._parts
         with self._write_lock:
             if self._closed:
                 raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
-            cq = self._cqs.get((topic, queue_id))
+            cq = parts.queues.get((topic, queue_id))
             if cq is None:
-                cq = self._cq_for_write(topic, queue_id)
+                cq = parts.queue_for_write(topic, queue_id)
             qoff = cq.max_offset
             # One clock read per put; the wall clock stepping back must not show in the log.
-            store_ts = now if now >= self._last_store_ts else self._last_store_ts
+            last = parts.last_store_ts
+            store_ts = now if now >= last else last
             if topic == SCHEDULE_TOPIC:  # held messages: their deliver time as tags code
-                prepared = batch.with_deliver_times(prepared, messages, self._delays, store_ts)
+                prepared = batch.with_deliver_times(prepared, messages, parts.delays, store_ts)
             # Files the units will need exist before the log is written (a full disk fails
             # here, with nothing written). Mid-file, the file holding qoff - 1 is there.
             into = qoff % cq.units_per_file
             if into == 0 or into + count > cq.units_per_file:
                 cq.reserve(count)
+            commitlog = parts.commitlog
             try:
-                chunks = self._commitlog.put_batch(
+                chunks = commitlog.put_batch(
                     prepared, total, queue_id, qoff, store_ts, self._store_host, born
                 )
-                keyed = None
-                if count == 1:
-                    first = prepared[0]
-                    offsets = [chunks[0][0]]
-                    end = offsets[0] + total
-                    if first[10] or uniqs:
-                        keys = index_keys(first[10], uniqs[0] if uniqs else None)
-                        if keys:
-                            keyed = [(topic, keys, offsets[0], store_ts)]
-                else:
-                    # Offsets and units for the whole batch in one call (C when built;
-                    # see mqcore.batch): no Python bytecode per message.
-                    if len(chunks) == 1:
-                        units, offsets, end = batch.units(prepared, chunks[0][0])
-                    else:  # the batch rolled onto a new segment: a blank lies between
-                        offsets = []
-                        i = 0
-                        for phys, n in chunks:
-                            part = list(accumulate(sizes[i : i + n], initial=phys))
-                            end = part.pop()
-                            offsets += part
-                            i += n
-                        units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
-                    if uniqs is not None or any(map(_get_keys, prepared)):
-                        keyed = [
-                            (topic, index_keys(p[10], uniq), phys, store_ts)
-                            for p, uniq, phys in zip(
-                                prepared, uniqs or repeat(None), offsets, strict=False
-                            )
-                            if p[10] or uniq
-                        ]
-                if count == 1:
-                    cq.append_unit(qoff, offsets[0], total, first[9])
-                else:
-                    cq.append_units(qoff, units)
-                if keyed:
-                    self._index.put_keys(keyed)
-                self._last_store_ts = store_ts
+                offsets, end = self._dispatcher.put_batch(
+                    topic, cq, qoff, prepared, uniqs, chunks, sizes, total, store_ts
+                )
             except BaseException:
                 # Typically a full disk when a consume-queue or index file had to grow:
                 # undo the batch so that nothing of it stays, half-dispatched, in the log.
-                self._rollback(cq, self._commitlog.batch_start)
+                self._rollback(cq, commitlog.batch_start)
                 raise
         prefix = self._msgid_prefix
         if count == 1:
@@ -426,9 +358,7 @@ class MmapStore:
     def _rollback(self, cq: ConsumeQueue, start_phys: int) -> None:
         """Remove a failed batch (write lock held): units, index entries and records."""
         try:
-            cq.truncate_dirty(start_phys)
-            self._index.truncate(start_phys)
-            self._commitlog.truncate(start_phys)
+            self._parts.rollback(cq, start_phys)
         except Exception as exc:  # the original error is the one to report
             log.error("put_rollback_failed", error=str(exc), offset=start_phys)
 
@@ -455,7 +385,7 @@ class MmapStore:
     def _bounds(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
         if self._closed:
             self._check_open()
-        cq = self._cqs.get((topic, queue_id))
+        cq = self._parts.queues.get((topic, queue_id))
         if cq is None:
             return None, 0, 0
         high = cq.max_offset
@@ -500,7 +430,7 @@ class MmapStore:
         mf: Any = None
         view: Any = None
         direct = True
-        file_for = self._commitlog.file_for
+        file_for = self._parts.commitlog.file_for
         tags_ok = message_filter.matches_tags_code if message_filter is not None else None
         props_ok = (
             message_filter.matches_properties
@@ -537,7 +467,7 @@ class MmapStore:
                 total += size
             if picked:
                 status = GetStatus.FOUND
-                self._commitlog.note_io(total)
+                self._parts.commitlog.note_io(total)
         finally:
             units.release()
         return status, picked, offset + scanned, low, high
@@ -657,11 +587,11 @@ class MmapStore:
             n = lo
             units = units[: n * UNIT_SIZE]
             phys, size, _ = UNIT.unpack_from(units, (n - 1) * UNIT_SIZE)
-        file_for = self._commitlog.file_for
+        file_for = self._parts.commitlog.file_for
         mf = file_for(first)
         if mf is None or mf.uses_buffer or file_for(phys) is not mf:
             return None
-        self._commitlog.note_io(phys + size - first)
+        self._parts.commitlog.note_io(phys + size - first)
         span = (mf.view, units, mf.file_from_offset)
         return RawSpans(GetStatus.FOUND, [span], n, offset + n, low, high)
 
@@ -696,13 +626,13 @@ class MmapStore:
 
     def _record_at(self, phys: int) -> memoryview | None:
         """The complete, published record starting at ``phys`` (validated), else None."""
-        head = self._commitlog.read(phys, 8)
+        head = self._parts.commitlog.read(phys, 8)
         if head is None:
             return None
         size, magic = _SIZE_MAGIC.unpack(head)
         if magic != MESSAGE_MAGIC_CODE or size < HEADER_SIZE:
             return None
-        rec = self._commitlog.read(phys, size)
+        rec = self._parts.commitlog.read(phys, size)
         if rec is None:
             return None
         try:
@@ -717,7 +647,7 @@ class MmapStore:
         try:
             check_record(buf, pos, pos + size, base_offset=phys - pos, check_crc=True)
         except CodecError as exc:
-            path = str(mf.path) if mf is not None else str(self._commitlog.directory)
+            path = str(mf.path) if mf is not None else str(self._parts.commitlog.directory)
             raise StoreCorruptedError(
                 f"commit-log file {path!r} holds a damaged record at offset {phys} ({exc}); "
                 "restore the file from a replica or backup, or move the store aside",
@@ -725,18 +655,12 @@ class MmapStore:
                 offset=phys,
             ) from exc
 
-    def _store_timestamp(self, phys: int, size: int) -> int:
-        rec = self._commitlog.read(phys, HEADER_SIZE)
-        if rec is None:
-            return 0  # deleted by retention: older than anything still stored
-        return int(_I64.unpack_from(rec, POS_STORE_TIMESTAMP)[0])
-
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset whose store timestamp is >= ``timestamp_ms`` (max if none)."""
         cq, low, high = self._bounds(topic, queue_id)
         if cq is None or low >= high:
             return high
-        found = cq.offset_for_timestamp(timestamp_ms, self._store_timestamp, "lower")
+        found = cq.offset_for_timestamp(timestamp_ms, self._parts.store_timestamp, "lower")
         return max(low, min(found, high))
 
     def message_at(self, commitlog_offset: int) -> MessageExt | None:
@@ -748,7 +672,7 @@ class MmapStore:
         if rec is None:
             return None
         if self._check_crc:
-            mf = self._commitlog.file_for(commitlog_offset)
+            mf = self._parts.commitlog.file_for(commitlog_offset)
             self._verify_crc(mf, rec, 0, len(rec), commitlog_offset)
         msg = MessageExt(bytes(rec))
         # Only dispatched records exist for readers: the unit must be published.
@@ -763,7 +687,7 @@ class MmapStore:
         if max_count <= 0 or not key:
             return []
         # Hashes collide, so ask for more than needed and check topic and keys.
-        offsets = self._index.query(topic, key, max_count * 4 + 16)
+        offsets = self._parts.index.query(topic, key, max_count * 4 + 16)
         found: list[MessageExt] = []
         for phys in sorted(set(offsets)):
             msg = self.message_at(phys)
@@ -774,18 +698,19 @@ class MmapStore:
     def topics(self) -> list[str]:
         """Topics with at least one queue in the store."""
         self._check_open()
-        return sorted({topic for topic, _ in self._cqs})
+        return sorted({topic for topic, _ in self._parts.queues})
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of ``topic`` present in the store."""
         self._check_open()
-        return sorted(qid for t, qid in self._cqs if t == topic)
+        return sorted(qid for t, qid in self._parts.queues if t == topic)
 
     # --- durability -------------------------------------------------------------------
 
     def _flush_log(self) -> int:
-        self._commitlog.commit()
-        return self._commitlog.flush()
+        commitlog = self._parts.commitlog
+        commitlog.commit()
+        return commitlog.flush()
 
     def _flush_all(self) -> None:
         """Flush commit log, consume queues and index, then record progress in the checkpoint."""
@@ -794,12 +719,8 @@ class MmapStore:
             self._flush_all_locked()
 
     def _flush_all_locked(self) -> None:
-        ts = self._last_store_ts
-        self._flush_log()
-        for cq in list(self._cqs.values()):
-            cq.flush()
-        self._index.flush()
-        self._commitlog.release_cold_pages()
+        ts = self._parts.last_store_ts
+        self._parts.flush()
         cp = self._checkpoint
         if cp is not None and ts and ts != cp.physic_msg_timestamp:
             cp.physic_msg_timestamp = cp.logics_msg_timestamp = cp.index_msg_timestamp = ts
@@ -818,18 +739,14 @@ class MmapStore:
         self._check_open()
         if not self.read_only:
             return
-        self._commitlog.refresh()
-        self._load_consume_queues()
-        for cq in list(self._cqs.values()):
+        parts = self._parts
+        parts.commitlog.refresh()
+        parts.load_queues()
+        for cq in list(parts.queues.values()):
             cq.refresh()
-        self._index.refresh()
-        self._correct_min_offsets()
+        parts.index.refresh()
+        parts.correct_min_offsets()
         self._verify_visible()
-
-    def _correct_min_offsets(self) -> None:
-        low = self._commitlog.min_offset
-        for cq in list(self._cqs.values()):
-            cq.correct_min_offset(low)
 
     def _verify_visible(self) -> None:
         """Read-only: per queue, the highest offset whose record is complete and CRC-valid.
@@ -838,7 +755,7 @@ class MmapStore:
         complete; only the last units can be torn, and they are checked from the end.
         """
         visible = dict(self._visible)
-        for key, cq in list(self._cqs.items()):
+        for key, cq in list(self._parts.queues.items()):
             cq_max = cq.max_offset
             floor = max(cq.min_offset, visible.get(key, 0))
             end = cq_max
@@ -852,7 +769,7 @@ class MmapStore:
 
     def _unit_matches(self, key: tuple[str, int], queue_offset: int, unit: Any) -> bool:
         phys, size, _ = unit
-        rec = self._commitlog.read(phys, size)
+        rec = self._parts.commitlog.read(phys, size)
         if rec is None:
             return False
         try:
@@ -867,23 +784,29 @@ class MmapStore:
     def commitlog_max_offset(self) -> int:
         """Offset one past the last commit-log byte appended."""
         self._check_open()
-        return int(self._commitlog.max_offset)
+        return int(self._parts.commitlog.max_offset)
 
     def commitlog_min_offset(self) -> int:
         """Offset of the first commit-log byte still stored."""
         self._check_open()
-        return int(self._commitlog.min_offset)
+        return int(self._parts.commitlog.min_offset)
 
     def read_commitlog(self, offset: int, max_bytes: int) -> bytes | None:
         """Master side: commit-log bytes from ``offset`` (see :func:`replica.read`)."""
         self._check_open()
-        return replica.read(self, offset, max_bytes)
+        return replica.read(self._parts.commitlog, offset, max_bytes)
 
     def append_commitlog(self, offset: int, data: bytes | memoryview) -> set[tuple[str, int]]:
         """Slave side: append a master's commit-log bytes at ``offset`` and dispatch the
         complete records; returns the ``(topic, queue_id)`` pairs with new messages."""
-        replica.append(self, offset, data)
-        return replica.dispatch(self)
+        if self.read_only:
+            raise StoreError(f"mmap store {str(self.path)!r} is open read-only; cannot replicate")
+        with self._write_lock:
+            self._check_open()
+            if self._replica is None:
+                self._replica = replica.Replica(self._dispatcher)
+            self._replica.append(offset, data)
+            return self._replica.dispatch()
 
     # --- retention --------------------------------------------------------------------
 
@@ -894,7 +817,19 @@ class MmapStore:
         """
         if self._closed or self.read_only:
             return 0
-        return retention.delete_expired_files(self, now)
+        opts = self.options
+        count = retention.expired_count(
+            self._parts,
+            time.time() if now is None else now,
+            opts.file_reserved_time_hours,
+            opts.disk_max_used_space_ratio,
+        )
+        if not count:
+            return 0
+        with self._write_lock:
+            if self._closed:
+                return 0
+            return retention.delete_oldest(self._parts, count)
 
     # --- closing ----------------------------------------------------------------------
 
@@ -923,16 +858,15 @@ class MmapStore:
             try:
                 self._flush_all()
                 # Before the marker goes: the next open trusts the queues only with it.
-                queueends.save(self.path, self._cqs.values(), self._commitlog.max_offset)
+                queueends.save(
+                    self.path, self._parts.queues.values(), self._parts.commitlog.max_offset
+                )
                 remove_abort_marker(self.path)
             except BaseException as exc:  # still release everything, then report
                 error = exc
-        for name in ("_index", "_commitlog"):
-            part = getattr(self, name, None)
-            if part is not None:
-                part.close()
-        for cq in list(self._cqs.values()):
-            cq.close()
+        parts = getattr(self, "_parts", None)  # None when opening failed before them
+        if parts is not None:
+            parts.close()
         if self._lock is not None:
             self._lock.release()
         self._closed = True

@@ -71,7 +71,7 @@ def test_scheduler_is_chosen_by_name(tmp_path: Path, store_name: str) -> None:
 def test_configured_levels_and_clamping(tmp_path: Path, store_name: str) -> None:
     clock = FakeClock()
     with _open(tmp_path, store_name, clock, message_delay_level="2s 4s") as b:
-        assert b.store._delays == (2000, 4000)  # the store stamps deliver times by it too
+        assert b.store._parts.delays == (2000, 4000)  # the store stamps deliver times by it too
         (r,) = b.send_message("T", 1, [Message(topic="T", body=b"x", delay_level=9)])
         assert b.get_max_offset(SCHEDULE_TOPIC, 1) == 1 and _bodies(b, "T", 1) == []
         clock.now = r.store_timestamp + 3999

@@ -224,7 +224,7 @@ def test_safe_start_follows_rocketmq(tmp_path, kernel):
     with kernel.open_store("mmap", path, **OPTIONS) as store:
         for _ in range(40):
             store.put("R", 0, [Message(topic="R", body=b"x" * 300)])
-        files = store._commitlog.files
+        files = store._parts.commitlog.files
         assert len(files) >= 4
         assert recovery.safe_start(files, False, 0) == len(files) - 3
         assert recovery.safe_start(files, True, 0) == 0  # no checkpoint: everything
@@ -262,7 +262,7 @@ def test_interrupted_batch_copy_with_zero_head_is_a_torn_tail(kernel, tmp_path):
     _copy_killed_before_its_head(segment, end, 32)
     with kernel.open_store("mmap", crashed, **OPTIONS) as store:
         assert [m.msg_id for m in _all(store)] == [r.msg_id for r in acked]
-        assert store._commitlog.max_offset == int(segment.name) + end
+        assert store._parts.commitlog.max_offset == int(segment.name) + end
 
 
 def test_interrupted_batch_copy_with_a_partly_stored_head_is_a_torn_tail(kernel, tmp_path):
@@ -281,7 +281,7 @@ def test_interrupted_batch_copy_with_a_partly_stored_head_is_a_torn_tail(kernel,
     assert data[end + 4 : end + 8] != bytes(4)  # some of the magic code is there
     with kernel.open_store("mmap", crashed, **OPTIONS) as store:
         assert [m.msg_id for m in _all(store)] == [r.msg_id for r in acked]
-        assert store._commitlog.max_offset == int(segment.name) + end
+        assert store._parts.commitlog.max_offset == int(segment.name) + end
 
 
 @pytest.mark.parametrize(

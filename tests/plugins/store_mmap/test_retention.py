@@ -46,7 +46,7 @@ def store(tmp_path: Path) -> Any:
 
 def _age(store: Any, count: int, hours: float) -> list[Path]:
     """Make the ``count`` oldest segments ``hours`` old."""
-    segments = [mf.path for mf in store._commitlog.files[:count]]
+    segments = [mf.path for mf in store._parts.commitlog.files[:count]]
     old = time.time() - hours * HOUR
     for path in segments:
         os.utime(path, (old, old))
@@ -55,9 +55,9 @@ def _age(store: Any, count: int, hours: float) -> list[Path]:
 
 def test_young_files_are_kept(store):
     """Nothing is older than file_reserved_time_hours: nothing is deleted."""
-    before = len(store._commitlog.files)
+    before = len(store._parts.commitlog.files)
     assert store.delete_expired_files() == 0
-    assert len(store._commitlog.files) == before
+    assert len(store._parts.commitlog.files) == before
     assert store.min_offset("R", 0) == 0
 
 
@@ -65,11 +65,11 @@ def test_expired_segments_go_and_queues_follow(store):
     """Old segments are deleted oldest first; min offsets and statuses move forward."""
     old_view = store.get_raw("R", 0, 0).records[0]
     old_message = store.get("R", 0, 0).messages[0]
-    first_kept = store._commitlog.files[3].file_from_offset
+    first_kept = store._parts.commitlog.files[3].file_from_offset
     gone = _age(store, 3, 100)
     assert store.delete_expired_files() == 3
     assert not any(path.exists() for path in gone)
-    assert store._commitlog.min_offset == first_kept
+    assert store._parts.commitlog.min_offset == first_kept
     for qid in (0, 1):
         low = store.min_offset("R", qid)
         assert low > 0
@@ -90,7 +90,7 @@ def test_expired_segments_go_and_queues_follow(store):
 
 def test_expiry_stops_at_the_first_young_segment(store):
     """Deletion is oldest first: an old segment after a young one waits its turn."""
-    files = store._commitlog.files
+    files = store._parts.commitlog.files
     old = time.time() - 100 * HOUR
     os.utime(files[1].path, (old, old))
     assert store.delete_expired_files() == 0
@@ -99,17 +99,17 @@ def test_expiry_stops_at_the_first_young_segment(store):
 
 def test_the_segment_being_written_is_never_deleted(store):
     """Even when everything is expired, the last segment stays and writing continues."""
-    files = store._commitlog.files
+    files = store._parts.commitlog.files
     _age(store, len(files), 1000)
     assert store.delete_expired_files() == len(files) - 1
-    assert len(store._commitlog.files) == 1
+    assert len(store._parts.commitlog.files) == 1
     result = store.put("R", 0, [Message(topic="R", body=b"later")])
     assert store.get("R", 0, result[0].queue_offset).messages[0].body == b"later"
 
 
 def test_disk_pressure_deletes_regardless_of_age(store, monkeypatch):
     """Over disk_max_used_space_ratio, the oldest segments go until usage is below it."""
-    files = store._commitlog.files
+    files = store._parts.commitlog.files
     usage = namedtuple("usage", "total used free")
     total = 1000 * 4096
     # 75 % of used + free is the limit; pretend to be two segments above it. ``total`` is
@@ -121,7 +121,7 @@ def test_disk_pressure_deletes_regardless_of_age(store, monkeypatch):
     store.options = attrs.evolve(store.options, disk_max_used_space_ratio=75)
     assert retention.disk_used_ratio(store.path) > 75
     assert store.delete_expired_files() == 2
-    assert store._commitlog.min_offset == files[2].file_from_offset
+    assert store._parts.commitlog.min_offset == files[2].file_from_offset
 
 
 def test_reopen_after_retention_keeps_min_offsets(store, tmp_path):
@@ -144,13 +144,13 @@ def test_cleaner_thread_runs_and_stops_with_the_store(tmp_path, monkeypatch):
     monkeypatch.setattr(retention, "CLEAN_INTERVAL", 0.01)
     monkeypatch.setattr(retention.CleanService.__init__, "__defaults__", (0.01,))
     calls = []
-    real = retention.delete_expired_files
+    real = retention.expired_count
 
-    def counting(store: Any, now: float | None = None) -> int:
+    def counting(parts: Any, now: float, *limits: float) -> int:
         calls.append(now)
-        return real(store, now)
+        return real(parts, now, *limits)
 
-    monkeypatch.setattr(retention, "delete_expired_files", counting)
+    monkeypatch.setattr(retention, "expired_count", counting)
     with Kernel(autoload=False).open_store("mmap", tmp_path / "s", **OPTIONS) as s:
         s.put("R", 0, [Message(topic="R", body=b"x")])
         deadline = time.monotonic() + 10

@@ -234,7 +234,7 @@ def test_sync_flush_group_commit_serves_many_puts_per_fsync(opened):
     fsyncs = store._flusher.group_commits
     assert 0 < fsyncs < 8 * puts_per_thread
     # Everything acknowledged is flushed.
-    assert store._commitlog.flushed_offset >= store._commitlog.max_offset
+    assert store._parts.commitlog.flushed_offset >= store._parts.commitlog.max_offset
 
 
 @pytest.mark.timeout(60)
@@ -264,14 +264,14 @@ def test_group_commit_delay_gathers_the_concurrent_writers(opened):
 def test_sync_flush_timeout_raises_but_keeps_the_message(opened, monkeypatch):
     """A flush slower than sync_flush_timeout_ms: FlushTimeoutError; the data is stored."""
     store = opened(flush_mode="sync", sync_flush_timeout_ms=50)
-    real = store._commitlog.flush
+    real = store._parts.commitlog.flush
     release = threading.Event()
 
     def slow_flush() -> int:
         release.wait(5)
         return real()
 
-    monkeypatch.setattr(store._commitlog, "flush", slow_flush)
+    monkeypatch.setattr(store._parts.commitlog, "flush", slow_flush)
     with pytest.raises(FlushTimeoutError, match="sync_flush_timeout_ms"):
         store.put("T", 0, _msgs(1))
     release.set()
@@ -284,7 +284,7 @@ def test_async_flush_thread_flushes_in_the_background(opened):
     store = opened(flush_interval_ms=20)
     store.put("T", 0, _msgs(10))
     deadline = time.monotonic() + 10
-    while store._commitlog.flushed_offset < store._commitlog.max_offset:
+    while store._parts.commitlog.flushed_offset < store._parts.commitlog.max_offset:
         assert time.monotonic() < deadline, "background flush never happened"
         time.sleep(0.01)
     assert store._checkpoint is not None
@@ -312,7 +312,7 @@ def test_disk_full_loses_nothing_and_stays_readable(opened, monkeypatch):
     # Nothing of the failed batch stays in the commit log either.
     last = store.get("T", 0, written - 1).messages[0]
     end = last.commitlog_offset + last.store_size
-    assert store._commitlog.max_offset in (end, (end // 4096 + 1) * 4096)
+    assert store._parts.commitlog.max_offset in (end, (end // 4096 + 1) * 4096)
     result = store.get("T", 0, 0, max_count=1000)
     assert [m.queue_offset for m in result.messages] == list(range(written))
     assert result.messages[0].msg_id == acked[0].msg_id
@@ -423,7 +423,7 @@ def test_failed_dispatch_is_rolled_back(opened, monkeypatch, transient):
     """A batch whose consume-queue append fails leaves nothing behind; earlier puts survive."""
     store = opened(transient_store_pool=transient)
     acked = store.put("T", 0, _msgs(7))
-    cq = store._cqs[("T", 0)]
+    cq = store._parts.queues[("T", 0)]
     real = cq.append_units
 
     def full(*args: Any, **kwargs: Any) -> int:
@@ -433,7 +433,7 @@ def test_failed_dispatch_is_rolled_back(opened, monkeypatch, transient):
     with pytest.raises(DiskFullError):
         store.put("T", 0, _msgs(30))  # crosses segments too
     monkeypatch.setattr(cq, "append_units", real)
-    assert store._commitlog.max_offset == acked[-1].commitlog_offset + acked[-1].size
+    assert store._parts.commitlog.max_offset == acked[-1].commitlog_offset + acked[-1].size
     later = store.put("T", 0, _msgs(3))
     assert later[0].queue_offset == 7
     assert later[0].commitlog_offset == acked[-1].commitlog_offset + acked[-1].size
@@ -470,10 +470,10 @@ def test_a_new_store_creates_its_first_segment_when_it_opens(opened, tmp_path):
     store = opened()
     segments = sorted((tmp_path / "s" / "commitlog").iterdir())
     assert [p.name for p in segments] == ["0" * 20]
-    assert store._commitlog.max_offset == 0
+    assert store._parts.commitlog.max_offset == 0
     store.close()
     again = opened()
-    assert again._commitlog.max_offset == 0
+    assert again._parts.commitlog.max_offset == 0
     assert again.topics() == []
     result = again.put("T", 0, _msgs(2))
     assert result[0].commitlog_offset == 0
