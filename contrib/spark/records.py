@@ -22,6 +22,7 @@ from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_TAGS
 from mqcore.spans import RawSpans
 from mqcore.store import GetStatus
+from mqcore.storecaps import SpanReader
 
 from .columns import COLUMNS, Span, TagsFilter, build_batch
 from .layout import Location
@@ -53,6 +54,10 @@ class ReadFilter:
     """
 
     uses_properties = True
+    #: The :class:`~mqcore.interfaces.MessageFilter` fields naming the expression (for logs;
+    #: stores do not read them).
+    expression_type = "SPARK"
+    expression = "the read's pushed-down tags and filter"
 
     def __init__(self, tags: frozenset[str] | None, inner: Any = None) -> None:
         self.tags = tags
@@ -162,13 +167,11 @@ def _spans(
     count: int,
     message_filter: ReadFilter | None,
 ) -> RawSpans:
-    """The records from ``offset`` as spans: the store's ``get_spans`` when it has one,
-    else its ``get_raw`` records joined into one buffer (one more copy)."""
-    get_spans = getattr(store, "get_spans", None)
-    if get_spans is not None:
-        return get_spans(  # type: ignore[no-any-return]
-            part.topic, part.queue_id, offset, count, _MAX_BYTES, message_filter
-        )
+    """The records from ``offset`` as spans: the store's ``get_spans`` when it is a
+    :class:`~mqcore.storecaps.SpanReader`, else its ``get_raw`` records joined into one
+    buffer (one more copy)."""
+    if isinstance(store, SpanReader):
+        return store.get_spans(part.topic, part.queue_id, offset, count, _MAX_BYTES, message_filter)
     got = store.get_raw(part.topic, part.queue_id, offset, count, _MAX_BYTES, message_filter)
     spans: list[Span] = [(b"".join(got.records), None, 0)] if got.records else []
     return RawSpans(

@@ -29,6 +29,7 @@ from mqcore.lockfile import StoreLock
 from mqcore.logs import get_logger
 from mqcore.message import Message, system_message
 from mqcore.protocol.validation import check_copied_properties
+from mqcore.storecaps import PreparedWriter
 
 from .layout import Location, resolve_write
 from .options import WRITE_OPTIONS
@@ -164,21 +165,21 @@ class Writer(DataSourceArrowWriter):
         row = partition  # round-robin start, so that tasks do not all begin at queue 0
         store = self._open()
         # Stores that take prepared records get each batch's rows without a Message each.
-        put_prepared = getattr(store, "put_prepared", None)
+        writer = store if isinstance(store, PreparedWriter) else None
         try:
             for batch in iterator:
                 prepared = None
-                if put_prepared is not None:
+                if writer is not None:
                     prepared = arrow_prepare(batch, self.topic, time.time_ns() // 1_000_000)
                 if prepared is not None:
-                    assert put_prepared is not None  # prepared only for such a store
+                    assert writer is not None  # prepared only for such a store
                     groups: dict[int, list[Any]] = queue_rows(batch, row, self.queue_nums, prepared)
                     uniqs = uniq_ids(batch)  # UNIQ_KEY values, which the store indexes
                     ids = None if uniqs is None else queue_rows(batch, row, self.queue_nums, uniqs)
                     for qid, items in sorted(groups.items()):
                         for i in range(0, len(items), self.batch_size):
                             chunk = items[i : i + self.batch_size]
-                            put_prepared(
+                            writer.put_prepared(
                                 self.topic,
                                 qid,
                                 chunk,

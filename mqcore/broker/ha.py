@@ -41,6 +41,7 @@ from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.pull import PullResponse
 from mqcore.store import PutResult
+from mqcore.storecaps import CommitLogBounds, CommitLogReplica, CommitLogSource
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker
@@ -76,14 +77,14 @@ def read_from_slave(broker: Broker, resp: PullResponse) -> bool:
     The lag is measured from the last record pulled, as RocketMQ's getMessage measures it
     from the last consume-queue unit it read.
     """
-    max_offset = getattr(broker.store, "commitlog_max_offset", None)
-    if max_offset is None:
+    store = broker.store
+    if not isinstance(store, CommitLogBounds):
         return False
     last = resp.records[-1]
     pulled = _OFFSET.unpack_from(last, POS_PHYSICAL_OFFSET)[0]
     cfg = broker.config
     memory = cfg.total_physical_memory_bytes * cfg.access_message_in_memory_max_ratio / 100
-    return bool(max_offset() - pulled > memory)
+    return bool(store.commitlog_max_offset() - pulled > memory)
 
 
 def split_address(address: str, what: str) -> tuple[str, int]:
@@ -229,14 +230,15 @@ class _SlaveConnection:
 class HAMaster:
     """A master's replication port: accepts slaves, pushes the log, tracks what they have.
 
-    :param broker: the master broker (its store must offer ``read_commitlog``).
+    :param broker: the master broker (its store must be a
+        :class:`~mqcore.storecaps.CommitLogSource`).
     :param host: address to listen on.
     :param port: port (0: any free one; :attr:`port` tells which).
     """
 
     def __init__(self, broker: Broker, host: str, port: int) -> None:
         self.broker = broker
-        self.store: Any = broker.store
+        self.store = _source(broker)
         self.config: BrokerConfig = broker.config
         self._lock = threading.Condition()
         self._connections: list[_SlaveConnection] = []
@@ -425,7 +427,8 @@ class HAMaster:
 class HASlave:
     """A slave's side: copies the master's log and, periodically, its metadata.
 
-    :param broker: the slave broker (its store must offer ``append_commitlog``).
+    :param broker: the slave broker (its store must be a
+        :class:`~mqcore.storecaps.CommitLogReplica`).
     :param master: ``host:port`` of the master's HA port.
     :param dispatched: called with the ``(topic, queue_id)`` pairs that got messages.
     """
@@ -437,7 +440,7 @@ class HASlave:
         dispatched: Callable[[set[tuple[str, int]]], None],
     ) -> None:
         self.broker = broker
-        self.store: Any = broker.store
+        self.store = _replica(broker)
         self.config = broker.config
         self.master = split_address(master, "ha_master_address")
         self.master_address: str | None = None  # the master's remoting address, once synced
@@ -628,15 +631,34 @@ class HASlave:
             t.join(timeout=5)
 
 
+def _source(broker: Broker) -> CommitLogSource:
+    """The broker's store as a replication master, or a clear error."""
+    store = broker.store
+    if not isinstance(store, CommitLogSource):
+        raise InvalidArgumentError(
+            f"store {broker.store_name!r} cannot replicate to slaves (no read_commitlog, see "
+            "mqcore.storecaps.CommitLogSource); use the mmap store for a master with slaves"
+        )
+    return store
+
+
+def _replica(broker: Broker) -> CommitLogReplica:
+    """The broker's store as a replication slave, or a clear error."""
+    store = broker.store
+    if not isinstance(store, CommitLogReplica):
+        raise InvalidArgumentError(
+            f"store {broker.store_name!r} cannot be a slave: it has no commit log to "
+            "replicate into (no append_commitlog, see mqcore.storecaps.CommitLogReplica); "
+            "run slaves on the mmap store"
+        )
+    return store
+
+
 def start_replication(broker: Broker) -> HAMaster | HASlave | None:
     """The replication side ``broker``'s role asks for (None: nothing to replicate)."""
     cfg = broker.config
     if cfg.broker_role == "SLAVE":
-        if not hasattr(broker.store, "append_commitlog"):
-            raise InvalidArgumentError(
-                f"store {broker.store_name!r} cannot be a slave: it has no commit log to "
-                "replicate into; run slaves on the mmap store"
-            )
+        _replica(broker)
         if not cfg.ha_master_address:
             raise InvalidArgumentError(
                 "a SLAVE needs ha_master_address (HOST:PORT of its master's HA port)"
@@ -654,9 +676,5 @@ def start_replication(broker: Broker) -> HAMaster | HASlave | None:
                 "a SYNC_MASTER needs ha_listen_port (its slaves' port; 0: any free port)"
             )
         return None
-    if not hasattr(broker.store, "read_commitlog"):
-        raise InvalidArgumentError(
-            f"store {broker.store_name!r} cannot replicate to slaves; use the mmap store "
-            "for a master with slaves"
-        )
+    _source(broker)
     return HAMaster(broker, cfg.ha_listen_host or cfg.broker_ip, cfg.ha_listen_port)

@@ -13,6 +13,7 @@ from mqcore.errors import MQError
 from mqcore.protocol.admin_bodies import TIMER_RUNTIME_KEYS
 from mqcore.protocol.codes import RequestCode
 from mqcore.remoting.command import RemotingCommand
+from mqcore.storecaps import CommitLogBounds
 
 __all__ = ["runtime_info"]
 
@@ -21,16 +22,15 @@ def runtime_info(processor: BrokerProcessor) -> dict[str, str]:
     """The broker's runtime facts, every value a string (RocketMQ's KVTable)."""
     broker = processor.broker
     cfg = broker.config
-    store: Any = broker.store
+    store = broker.store
     table = {
         "brokerName": cfg.broker_name,
         "brokerId": str(cfg.broker_id),
         "brokerRole": cfg.broker_role,
         "brokerAddr": processor.address,
     }
-    max_offset = getattr(store, "commitlog_max_offset", None)
-    if max_offset is not None:
-        table["commitLogMaxOffset"] = str(max_offset())
+    if isinstance(store, CommitLogBounds):
+        table["commitLogMaxOffset"] = str(store.commitlog_max_offset())
         table["commitLogMinOffset"] = str(store.commitlog_min_offset())
     ha = broker.ha
     if isinstance(ha, HAMaster):

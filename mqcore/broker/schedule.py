@@ -60,6 +60,7 @@ from mqcore.store import (
     RawGetResult,
     UnitsResult,
 )
+from mqcore.storecaps import PreparedWriter, UnitReader
 
 __all__ = ["DelayService", "is_timer_message", "py_hold_timers"]
 
@@ -267,6 +268,9 @@ class DelayService:
         data_dir: Path | None = None,
     ) -> None:
         self.store = store
+        # The store's optional capabilities this service uses (see mqcore.storecaps).
+        self._prepared_writer = store if isinstance(store, PreparedWriter) else None
+        self._unit_reader = store if isinstance(store, UnitReader) else None
         self.scheduler = scheduler
         self.timer = timer
         self.config_dir = config_dir
@@ -409,9 +413,10 @@ class DelayService:
         reconsume_times: int,
     ) -> list[PutResult] | None:
         """A batch of timer messages held in one C call (see :func:`py_hold_timers`) and
-        stored with ``put_prepared``; None when the general path must hold it."""
-        put_prepared = getattr(self.store, "put_prepared", None)
-        if put_prepared is None or _hold_timers is None:
+        stored with the store's ``put_prepared`` (a
+        :class:`~mqcore.storecaps.PreparedWriter`); None when the general path must hold it."""
+        writer = self._prepared_writer
+        if writer is None or _hold_timers is None:
             return None
         assert self.timer is not None
         held = _hold_timers(
@@ -429,7 +434,7 @@ class DelayService:
         if held is None:
             return None
         prepared, uniqs = held
-        got: list[PutResult] = put_prepared(TIMER_TOPIC, 0, prepared, uniqs, born_host=born_host)
+        got = writer.put_prepared(TIMER_TOPIC, 0, prepared, uniqs, born_host=born_host)
         self._stored(TIMER_TOPIC, 0, got)
         return got
 
@@ -536,12 +541,11 @@ class DelayService:
     def read_timer_units(self, offset: int, max_count: int) -> UnitsResult | None:
         """The timer topic's consume-queue units from ``offset``, whose tags codes are the
         held messages' deliver times (see :func:`mqcore.codec.timer_tags_code`), or None
-        when the store offers no ``get_units`` (then :meth:`read_timers` serves)."""
-        get_units = getattr(self.store, "get_units", None)
-        if get_units is None:
+        when the store is no :class:`~mqcore.storecaps.UnitReader` (then :meth:`read_timers`
+        serves)."""
+        if self._unit_reader is None:
             return None
-        got: UnitsResult = get_units(TIMER_TOPIC, 0, offset, max_count)
-        return got
+        return self._unit_reader.get_units(TIMER_TOPIC, 0, offset, max_count)
 
     def timer_max_offset(self) -> int:
         """One past the last held timer message."""

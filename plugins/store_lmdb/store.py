@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import add
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import lmdb
 
@@ -262,7 +262,12 @@ class LmdbStore:
             raise InvalidArgumentError(
                 f"LMDB store: put_prepared() cannot write {topic!r}; put() the messages"
             )
-        return self.put(topic, queue_id, (), born_host=born_host, _prepared=prepared, _uniqs=uniqs)
+        if self.read_only:
+            self._refuse_write()
+        prefix = layout.queue_prefix(topic, queue_id)
+        if not prepared:
+            return []
+        return self._append(prefix, topic, queue_id, prepared, uniqs, (), born_host, _now_ms())
 
     def put(
         self,
@@ -274,23 +279,40 @@ class LmdbStore:
         born_host: str | None = None,
         reconsume_times: int = 0,
         sys_flag: int = 0,
-        _prepared: list[Any] | None = None,
-        _uniqs: list[str | None] | None = None,
     ) -> list[PutResult]:
         """Append a batch to one queue in one write transaction; honours the flush mode."""
         if self.read_only:
-            raise StoreError(f"store {str(self.path)!r} was opened read_only; it cannot put")
+            self._refuse_write()
         prefix = layout.queue_prefix(topic, queue_id)
-        if not messages and not _prepared:
+        if not messages:
             return []
         now = _now_ms()
-        prepared = _prepared or codec.prepare(
+        prepared = codec.prepare(
             messages,
             now if born_timestamp is None else born_timestamp,
             topic=topic,
             reconsume_times=reconsume_times,
             sys_flag=sys_flag,
         )
+        uniqs = uniq_ids(messages)
+        return self._append(prefix, topic, queue_id, prepared, uniqs, messages, born_host, now)
+
+    def _refuse_write(self) -> NoReturn:
+        raise StoreError(f"store {str(self.path)!r} was opened read_only; it cannot put")
+
+    def _append(
+        self,
+        prefix: bytes,
+        topic: str,
+        queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None,
+        messages: Sequence[Message],
+        born_host: str | None,
+        now: int,
+    ) -> list[PutResult]:
+        """Write ``prepared`` (of ``messages``, when a put gave them) in one transaction
+        under the queue's key ``prefix``."""
         born = codec.cached_host_bytes(born_host) if born_host else None
         with self._lock:
             self._check_open()
@@ -320,7 +342,7 @@ class LmdbStore:
                 next_q,
                 ts,
                 self._id_prefix,
-                (_uniqs if _prepared else uniq_ids(messages)),
+                uniqs,
             )
             log_key = _OFFSET_PACK(start_cl)
             cq_key = prefix + _OFFSET_PACK(next_q + len(prepared) - 1)

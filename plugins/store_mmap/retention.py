@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from typing import Protocol
 
 from mqcore.logs import get_logger
+from mqcore.storecaps import ExpiringStore
 
 from .parts import StoreParts
 
@@ -91,15 +91,11 @@ def delete_oldest(parts: StoreParts, count: int) -> int:
     return len(gone)
 
 
-class _Expiring(Protocol):
-    def delete_expired_files(self, now: float | None = None) -> int: ...
-
-
 class CleanService:
     """The cleaner thread: a retention pass of ``store`` every :data:`CLEAN_INTERVAL`
     seconds."""
 
-    def __init__(self, store: _Expiring, interval: float = CLEAN_INTERVAL) -> None:
+    def __init__(self, store: ExpiringStore, interval: float = CLEAN_INTERVAL) -> None:
         self._store = store
         self.interval = interval
         self._stop = threading.Event()

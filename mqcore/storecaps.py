@@ -1,0 +1,130 @@
+"""Optional store capabilities: what a store may offer besides the :class:`~mqcore.store.Store`
+operations, and who uses it.
+
+A store implements :class:`~mqcore.store.Store` and is complete with it: the broker, the
+clients and the Spark source work with any such store. A store that also has the methods of
+one of these protocols gets the faster or wider path that uses them; users test for it with
+``isinstance(store, Capability)`` (each protocol is runtime-checkable) and fall back when it
+is missing. Both bundled stores offer :class:`PreparedWriter`, :class:`UnitReader`,
+:class:`SpanReader` and :class:`ExpiringStore`; the mmap store also the commit-log ones
+(:class:`CommitLogBounds`, :class:`CommitLogSource`, :class:`CommitLogReplica`), which
+replication needs. The contract suite (``tests/contract/``) checks each capability a store
+declares this way.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from mqcore.interfaces import MessageFilter
+from mqcore.spans import RawSpans
+from mqcore.store import DEFAULT_MAX_BYTES, PutResult, UnitsResult
+
+__all__ = [
+    "CommitLogBounds",
+    "CommitLogReplica",
+    "CommitLogSource",
+    "ExpiringStore",
+    "PreparedWriter",
+    "SpanReader",
+    "UnitReader",
+]
+
+
+@runtime_checkable
+class PreparedWriter(Protocol):
+    """Stores records prepared ahead (the broker's batched timer hold, the Spark sink)."""
+
+    def put_prepared(
+        self,
+        topic: str,
+        queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None = None,
+        *,
+        born_host: str | None = None,
+    ) -> list[PutResult]:
+        """Append records prepared ahead as ``put`` stores the messages they stand for.
+
+        ``prepared`` holds the tuples :func:`mqcore.codec.prepare` returns for ``topic`` (or
+        tuples built the same way); ``uniqs`` the records' ``UNIQ_KEY`` properties (None
+        where one has none; None for none at all), indexed as ``put`` indexes them. Not for
+        ``SCHEDULE_TOPIC_XXXX``: raises :class:`~mqcore.errors.InvalidArgumentError`.
+        """
+        ...
+
+
+@runtime_checkable
+class UnitReader(Protocol):
+    """Reads a queue's consume-queue units alone (the timer scheduler's scan)."""
+
+    def get_units(self, topic: str, queue_id: int, offset: int, max_count: int = 32) -> UnitsResult:
+        """Up to ``max_count`` units from ``offset`` (see :class:`~mqcore.store.UnitsResult`),
+        without reading the records."""
+        ...
+
+
+@runtime_checkable
+class SpanReader(Protocol):
+    """Reads records as spans (see :mod:`mqcore.spans`; the Spark source)."""
+
+    def get_spans(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        message_filter: MessageFilter | None = None,
+    ) -> RawSpans:
+        """Like :meth:`~mqcore.store.Store.get_raw`, the records as spans."""
+        ...
+
+
+@runtime_checkable
+class ExpiringStore(Protocol):
+    """Deletes old data on demand as well as on its own schedule (retention)."""
+
+    def delete_expired_files(self, now: float | None = None) -> int:
+        """One retention pass; returns how many units of storage (segments, batches) went.
+
+        ``now`` (seconds since the epoch, default the current time) is for tests.
+        """
+        ...
+
+
+@runtime_checkable
+class CommitLogBounds(Protocol):
+    """Has one commit log for every queue, addressed by byte offset (the broker's runtime
+    facts and its rule for sending a lagging reader to a slave)."""
+
+    def commitlog_min_offset(self) -> int:
+        """Offset of the first commit-log byte still stored."""
+        ...
+
+    def commitlog_max_offset(self) -> int:
+        """Offset one past the last commit-log byte appended."""
+        ...
+
+
+@runtime_checkable
+class CommitLogSource(CommitLogBounds, Protocol):
+    """Hands out its commit log as it lies on disk: a replication master."""
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to ``max_bytes`` from ``offset``; ``b""`` when nothing lies past it yet,
+        ``None`` when ``offset`` is not stored (below the oldest byte, or past the end)."""
+        ...
+
+
+@runtime_checkable
+class CommitLogReplica(CommitLogBounds, Protocol):
+    """Appends a master's commit-log bytes unchanged and dispatches them: a replication
+    slave."""
+
+    def append_commitlog(self, offset: int, data: bytes | memoryview) -> set[tuple[str, int]]:
+        """Append ``data`` at ``offset`` (this store's commit-log end) and dispatch the
+        complete records; returns the ``(topic, queue_id)`` pairs with new messages."""
+        ...
