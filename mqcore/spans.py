@@ -2,7 +2,8 @@
 
 :meth:`~mqcore.store.Store.get_raw` returns one memoryview per record: fine for a pull, a
 Python object per record for a bulk reader. A store may also offer ``get_spans`` (same
-arguments, same status rules) returning :class:`RawSpans`: the records as a few spans
+arguments, same status rules; the :class:`~mqcore.storecaps.SpanReader` capability)
+returning :class:`RawSpans`: the records as a few spans
 ``(buffer, units, base)``, where
 
 - ``units`` is ``None`` and ``buffer`` holds the records back to back, or

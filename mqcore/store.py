@@ -7,6 +7,7 @@ manager. Common options every backend accepts:
 - ``read_only``: open without writing; see newer data after :meth:`Store.refresh`.
 - ``store_host``: ``"ip:port"`` written into records and message ids.
 
+What a store may offer besides these operations is declared in :mod:`mqcore.storecaps`.
 The contract test suite in ``tests/contract/`` runs against every registered store.
 """
 
@@ -173,8 +174,9 @@ class RawGetResult:
 
 @attrs.frozen
 class UnitsResult:
-    """A queue's consume-queue units from an offset (``get_units``, which a store may offer
-    besides the :class:`Store` operations; both bundled stores do).
+    """A queue's consume-queue units from an offset (``get_units`` of the
+    :class:`~mqcore.storecaps.UnitReader` capability, which a store may offer besides the
+    :class:`Store` operations; both bundled stores do).
 
     ``units`` holds them back to back, 20 bytes each as RocketMQ lays them out: commit-log
     offset (8), record size (4), tags code (8), big-endian; the first is the unit at the
