@@ -117,7 +117,7 @@ def kernel_or_exit() -> Kernel:
     help="names: one tab-separated line per registration (kind, name, plugin, distribution).",
 )
 def plugins(output: str) -> None:
-    """List registered stores, allocators, filters, offset stores and delay schedulers."""
+    """List registered stores, allocators, filters, offset stores, delay and timer schedulers."""
     kernel = kernel_or_exit()
     rows = [
         (kind, reg.name, reg.plugin, reg.distribution or "-")

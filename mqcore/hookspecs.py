@@ -91,18 +91,29 @@ def mqcore_register_offset_stores(register: Register) -> None:
 
 @hookspec
 def mqcore_register_delay_schedulers(register: Register) -> None:
-    """Register delay schedulers (RocketMQ's 18 levels, a timer wheel...).
+    """Register delay-level schedulers (RocketMQ's 18 levels...).
 
-    ``register(name, factory)``; ``factory(**options)`` returns either
+    ``register(name, factory)``; ``factory(message_delay_level=..., **options)`` returns a
+    :class:`mqcore.interfaces.DelayScheduler`, holding messages sent with a delay level (and
+    retries). The broker setting ``delay_scheduler`` names it and passes
+    ``delay_scheduler_options``. Timer schedulers have their own hook,
+    :func:`mqcore_register_timer_schedulers`.
 
-    - a :class:`mqcore.interfaces.DelayScheduler`, holding messages sent with a delay level
-      (and retries): the broker setting ``delay_scheduler`` names it and calls
-      ``factory(message_delay_level=..., **delay_scheduler_options)``; or
-    - a :class:`mqcore.interfaces.TimerScheduler`, holding timer messages (any deliver time,
-      RocketMQ 5's ``TIMER_DELIVER_MS``): the broker setting ``timer_scheduler`` names it and
-      calls ``factory(precision_ms=..., max_delay_sec=..., **timer_scheduler_options)``.
+    :param register: the registration callback.
 
-    A broker runs one of each; one in the wrong setting is refused when the broker starts.
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def mqcore_register_timer_schedulers(register: Register) -> None:
+    """Register timer schedulers (a timer wheel...).
+
+    ``register(name, factory)``; ``factory(precision_ms=..., max_delay_sec=..., **options)``
+    returns a :class:`mqcore.interfaces.TimerScheduler`, holding timer messages (any deliver
+    time, RocketMQ 5's ``TIMER_DELIVER_MS``). The broker setting ``timer_scheduler`` names
+    it and passes ``timer_scheduler_options``. A broker runs one delay-level scheduler and
+    one timer scheduler.
 
     :param register: the registration callback.
 

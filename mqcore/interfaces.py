@@ -141,7 +141,7 @@ class DelayScheduler(Protocol):
     schedule topic, calls :meth:`start` once, :meth:`run_due` from its delivery thread (and
     whenever it likes: calls are serialised), :meth:`persist` periodically and :meth:`stop`
     at shutdown. Factories are called as ``factory(message_delay_level=..., **options)``.
-    Timer messages go to a :class:`TimerScheduler` instead (registered through the same hook).
+    Timer messages go to a :class:`TimerScheduler` instead (registered through its own hook).
     """
 
     name: str
@@ -212,12 +212,12 @@ class TimerHost(DelayHost, Protocol):
 class TimerScheduler(Protocol):
     """Holds timer messages (any deliver time) until due: RocketMQ 5's timer messages.
 
-    Registered through the same hook as a :class:`DelayScheduler`, and run by the broker the
-    same way (:meth:`start` once, :meth:`run_due` from its timer thread, :meth:`persist`
-    periodically, :meth:`stop` at shutdown), but chosen by the broker setting
+    Registered through ``mqcore_register_timer_schedulers`` (a :class:`DelayScheduler` has
+    its own hook), and run by the broker the same way (:meth:`start` once, :meth:`run_due`
+    from its timer thread, :meth:`persist` periodically, :meth:`stop` at shutdown), but
+    chosen by the broker setting
     ``timer_scheduler``: the broker stores every timer message in the timer topic, and the
-    scheduler reads them from there through its :class:`TimerHost`. A scheduler object is a
-    timer scheduler when it has ``max_delay_ms`` and ``stats``; factories are called as
+    scheduler reads them from there through its :class:`TimerHost`. Factories are called as
     ``factory(precision_ms=..., max_delay_sec=..., **options)``.
 
     .. versionadded:: 0.1

@@ -14,7 +14,13 @@ import pluggy
 
 from mqcore.config import KernelConfig
 from mqcore.errors import InvalidArgumentError, MQError, PluginLoadError
-from mqcore.interfaces import AllocateStrategy, DelayScheduler, MessageFilter, OffsetStore
+from mqcore.interfaces import (
+    AllocateStrategy,
+    DelayScheduler,
+    MessageFilter,
+    OffsetStore,
+    TimerScheduler,
+)
 from mqcore.logs import get_logger
 from mqcore.pluginmanager import create_plugin_manager, plugin_distribution
 from mqcore.registry import Registration, Registry
@@ -31,6 +37,7 @@ KINDS: dict[str, str] = {
     "filter": "mqcore_register_filters",
     "offset_store": "mqcore_register_offset_stores",
     "delay_scheduler": "mqcore_register_delay_schedulers",
+    "timer_scheduler": "mqcore_register_timer_schedulers",
 }
 
 _FILTER_CACHE_SIZE = 256
@@ -141,6 +148,10 @@ class Kernel:
     def delay_scheduler(self, name: str, **options: Any) -> DelayScheduler:
         """A new delay scheduler ``name``."""
         return cast(DelayScheduler, self.registries["delay_scheduler"].create(name, **options))
+
+    def timer_scheduler(self, name: str, **options: Any) -> TimerScheduler:
+        """A new timer scheduler ``name``."""
+        return cast(TimerScheduler, self.registries["timer_scheduler"].create(name, **options))
 
     def registrations(self) -> dict[str, list[Registration[Any]]]:
         """Everything registered, per kind, sorted by name."""

@@ -67,7 +67,7 @@ from mqcore.store import GetStatus, UnitsResult
 __all__ = [
     "TimerScheduler",
     "TimerStats",
-    "mqcore_register_delay_schedulers",
+    "mqcore_register_timer_schedulers",
     "py_link_timers",
     "read_stats",
 ]
@@ -731,6 +731,6 @@ def read_stats(data_dir: Path, timer_max_offset: int, now: int | None = None) ->
 
 
 @hookimpl
-def mqcore_register_delay_schedulers(register: Any) -> None:
+def mqcore_register_timer_schedulers(register: Any) -> None:
     """Register the ``timer`` scheduler."""
     register("timer", TimerScheduler)

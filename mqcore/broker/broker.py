@@ -159,11 +159,7 @@ class Broker:
         self.config = _broker_config(config, options)
         self.kernel = kernel or Kernel()
         # First, so that an unknown scheduler name fails before any file is opened.
-        self.delay_scheduler = self.kernel.delay_scheduler(
-            self.config.delay_scheduler,
-            message_delay_level=self.config.message_delay_level,
-            **self.config.delay_scheduler_options,
-        )
+        self.delay_scheduler = self._delay_scheduler()
         self.timer_scheduler = self._timer_scheduler()
         self.kernel.registries["store"].get(store)  # an unknown name: before any file too
         self.data_dir = Path(data_dir)
@@ -230,28 +226,49 @@ class Broker:
             self.store.close()
             raise
 
-    def _timer_scheduler(self) -> Any:
+    def _check_kind(self, kind: str, name: str) -> None:
+        """Refuse a scheduler named in the wrong setting (registered as the other kind)."""
+        other = "timer_scheduler" if kind == "delay_scheduler" else "delay_scheduler"
+        names = self.kernel.names
+        wanted = str(name).lower()
+        if wanted in (n.lower() for n in names(kind)):
+            return
+        if wanted in (n.lower() for n in names(other)):
+            raise InvalidArgumentError(
+                f"{kind} {name!r} is a {other.replace('_', ' ')} (registered with "
+                f"mqcore_register_{other}s), which does not hold "
+                f"{'delay levels' if kind == 'delay_scheduler' else 'timer messages'}; "
+                f"set it as {other}, and {kind} to one of: {', '.join(names(kind))}"
+            )
+
+    def _delay_scheduler(self) -> DelayScheduler:
+        """The scheduler of messages sent with a delay level (and of retries)."""
+        cfg = self.config
+        self._check_kind("delay_scheduler", cfg.delay_scheduler)
+        scheduler = self.kernel.delay_scheduler(
+            cfg.delay_scheduler,
+            message_delay_level=cfg.message_delay_level,
+            **cfg.delay_scheduler_options,
+        )
+        if not isinstance(scheduler, DelayScheduler):
+            raise InvalidArgumentError(
+                f"delay_scheduler {cfg.delay_scheduler!r} does not hold delay levels (it "
+                "needs schedule_queue and deliver_at, see mqcore.interfaces.DelayScheduler)"
+            )
+        return scheduler
+
+    def _timer_scheduler(self) -> TimerScheduler | None:
         """The scheduler of timer messages, or None when they are turned off."""
         cfg = self.config
-        if not isinstance(self.delay_scheduler, DelayScheduler):
-            raise InvalidArgumentError(
-                f"delay_scheduler {cfg.delay_scheduler!r} does not hold delay levels "
-                "(no schedule_queue); a timer scheduler goes in timer_scheduler"
-            )
         if not cfg.timer_scheduler:
             return None
-        try:
-            timer = self.kernel.delay_scheduler(
-                cfg.timer_scheduler,
-                precision_ms=cfg.timer_precision_ms,
-                max_delay_sec=cfg.timer_max_delay_sec,
-                **cfg.timer_scheduler_options,
-            )
-        except TypeError as exc:  # a level scheduler's factory takes none of these
-            raise InvalidArgumentError(
-                f"timer_scheduler {cfg.timer_scheduler!r} is not a timer scheduler: its "
-                f"factory refused precision_ms/max_delay_sec ({exc})"
-            ) from exc
+        self._check_kind("timer_scheduler", cfg.timer_scheduler)
+        timer = self.kernel.timer_scheduler(
+            cfg.timer_scheduler,
+            precision_ms=cfg.timer_precision_ms,
+            max_delay_sec=cfg.timer_max_delay_sec,
+            **cfg.timer_scheduler_options,
+        )
         if not isinstance(timer, TimerScheduler):
             raise InvalidArgumentError(
                 f"timer_scheduler {cfg.timer_scheduler!r} is not a timer scheduler (it needs "

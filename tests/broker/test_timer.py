@@ -231,11 +231,17 @@ def test_timers_turned_off(tmp_path: Path, store_name: str) -> None:
 
 
 def test_a_level_scheduler_cannot_hold_timers(tmp_path: Path, store_name: str) -> None:
-    # A level scheduler's factory refuses the timer options (the kernel names them).
-    with pytest.raises(InvalidArgumentError, match="delay_levels.*precision_ms"):
+    """Each kind has its own registry; a name of the other kind is refused by name, with the
+    setting it belongs in, before anything is built or opened."""
+    with pytest.raises(
+        InvalidArgumentError,
+        match="timer_scheduler 'delay_levels' is a delay scheduler .* set it as delay_scheduler, "
+        "and timer_scheduler to one of: timer",
+    ):
         Broker(tmp_path / "a", store=store_name, timer_scheduler="delay_levels")
-    with pytest.raises(InvalidArgumentError, match="does not hold delay levels"):
+    with pytest.raises(InvalidArgumentError, match="does not hold delay levels; set it as timer"):
         Broker(tmp_path / "b", store=store_name, delay_scheduler="timer")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b" / "store").exists()
 
 
 def test_pending_timers_survive_a_restart_and_arrive_once(tmp_path: Path, store_name: str) -> None:
