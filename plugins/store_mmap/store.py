@@ -130,7 +130,6 @@ class MmapStore:
         self._size_alarm = min(MAX_BODY_SIZE, self.segment_size - BLANK_SIZE)
         self._closed = False
         self._write_lock = threading.Lock()
-        self._cq_lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._store_host = host_bytes(opts.store_host)
         self._msgid_prefix = message_id_prefix(self._store_host)
