@@ -60,6 +60,11 @@ class NamesrvRegistrar:
         self._waiting: list[concurrent.futures.Future[None]] = []
         self._waiting_lock = threading.Lock()
         self._counter = 0
+        # The first round before the constructor returns: a server that says it is up is
+        # already in every reachable name server's routes (a name server that is down gets
+        # it on a later round).
+        self._registered = self.register_once()
+        self._due = time.monotonic() + self.period
         self._thread = threading.Thread(
             target=self._run, name=f"mqcore-register-{cfg.broker_name}", daemon=True
         )
@@ -113,8 +118,8 @@ class NamesrvRegistrar:
         return fut
 
     def _run(self) -> None:
-        registered: dict[str, Any] | None = None
-        due = 0.0
+        registered: dict[str, Any] | None = self._registered
+        due = self._due
         try:
             while not self._stop.is_set():
                 now = time.monotonic()

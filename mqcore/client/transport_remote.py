@@ -228,7 +228,11 @@ class RemoteTransport:
         if self._closed:
             raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
         cmd = RemotingCommand.request(code, header, body)
-        return self.client.invoke(addr, cmd, self.timeout if timeout is None else timeout)
+        # A busy answer (the server starting, or overloaded) is sent again within the call's
+        # time, never raised at once: a client started beside its server must not fail.
+        return self.client.invoke_retry_busy(
+            addr, cmd, self.timeout if timeout is None else timeout
+        )
 
     def _namesrv_call(self, code: int, header: Any) -> RemotingCommand:
         error: Exception | None = None
@@ -641,7 +645,7 @@ class RemoteTransport:
         try:
             if not header.sys_flag & headers.PULL_FLAG_SUSPEND:
                 # Answered at once: a plain call, which reads its own answer.
-                resp = self.client.invoke(addr, request, wait)
+                resp = self.client.invoke_retry_busy(addr, request, wait)
             else:
                 # Held by the broker: cancellable (cancel_pulls) while it waits.
                 # A refused connection (a dead member) raises here, before there is a future.

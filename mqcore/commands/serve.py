@@ -124,28 +124,6 @@ def _role_settings(
     return out
 
 
-class _Deferred:
-    """The server's processor until the broker exists (the broker needs the bound port)."""
-
-    def __init__(self) -> None:
-        self.target: Any = None
-
-    def process(self, cmd: Any, connection: Any) -> Any:
-        target = self.target
-        if target is None:
-            from mqcore.protocol.codes import ResponseCode
-            from mqcore.remoting.command import RemotingCommand
-
-            return RemotingCommand.response(
-                ResponseCode.SYSTEM_BUSY, "the broker is starting; try again"
-            )
-        return target.process(cmd, connection)
-
-    def connection_closed(self, connection: Any) -> None:
-        if self.target is not None:
-            self.target.connection_closed(connection)
-
-
 class Server:
     """A :class:`~mqcore.broker.Broker` behind a remoting server; owns both.
 
@@ -170,9 +148,13 @@ class Server:
 
         host, port = _split_listen(listen)
         settings = dict(settings or {})
-        deferred = _Deferred()
-        self.remoting = RemotingServer(deferred, host, port, **server_options)
-        bound_host, bound_port = self.remoting.start()
+        # The port is taken first (the broker records it, and port 0 picks one), but listened
+        # on only once the broker can serve: until then a client's connection is refused, so
+        # one that connects as soon as the port accepts is answered, never told to wait.
+        self.remoting = RemotingServer(None, host, port, **server_options)
+        bound_host, bound_port = self.remoting.bind()
+        self.registrar: Any = None
+        broker: Broker | None = None
         try:
             # Records name the broker by where clients reach it (their offset message ids).
             public = client_ip() if bound_host in ("0.0.0.0", "::", "") else bound_host
@@ -185,25 +167,31 @@ class Server:
                 wanted = bound_port + 1 if port else 0
                 settings["ha_listen_port"] = wanted if _bindable(bound_host, wanted) else 0
             settings.setdefault("ha_listen_host", bound_host)
-            self.broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
+            self.broker = broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
+            self.address = f"{public}:{bound_port}"
+            from mqcore.broker.ha import HAMaster
+
+            ha = self.broker.ha
+            #: ``host:port`` of the replication port slaves connect to (None: no slaves)
+            self.ha_address = f"{public}:{ha.port}" if isinstance(ha, HAMaster) else None
+            self.processor = BrokerProcessor(self.broker, self.address)
+            self.remoting.processor = self.processor
+            self.remoting.inline_codes = self.processor.inline_codes
+            self.remoting.start()
+            if self.broker.config.namesrv_addr:
+                from mqcore.broker.registration import NamesrvRegistrar
+
+                # Registered before start-up ends: a client that asks the name servers once
+                # this server reports it listens finds the route.
+                self.registrar = NamesrvRegistrar(self.broker, self.address, self.ha_address)
+                self.processor.registrar = self.registrar  # topics it creates: registered first
         except BaseException:
-            self.remoting.close()
+            try:
+                self.remoting.close()
+            finally:
+                if broker is not None:
+                    broker.close()
             raise
-        self.address = f"{public}:{bound_port}"
-        from mqcore.broker.ha import HAMaster
-
-        ha = self.broker.ha
-        #: ``host:port`` of the replication port slaves connect to (None: no slaves)
-        self.ha_address = f"{public}:{ha.port}" if isinstance(ha, HAMaster) else None
-        self.processor = BrokerProcessor(self.broker, self.address)
-        self.remoting.inline_codes = self.processor.inline_codes
-        deferred.target = self.processor
-        self.registrar: Any = None
-        if self.broker.config.namesrv_addr:
-            from mqcore.broker.registration import NamesrvRegistrar
-
-            self.registrar = NamesrvRegistrar(self.broker, self.address, self.ha_address)
-            self.processor.registrar = self.registrar  # topics it creates: registered first
 
     def close(self) -> None:
         """Close every connection, then the broker (offsets and delay progress persisted)."""

@@ -34,7 +34,7 @@ from typing import NamedTuple
 from mqcore.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
-from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, next_opaque
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from mqcore.remoting.futures import settle
 
@@ -52,6 +52,11 @@ _RECV_SIZE = 256 * 1024
 # answers; short, since answers to asynchronous requests wait for it when nobody else reads.
 _LINGER = 0.002
 _HANDLER_THREAD = "mqcore-remoting-client-handler"
+# The pauses between sends of a request the server answered SYSTEM_BUSY: short at first (a
+# server that is finishing its start-up, or a momentary overload), then longer.
+_BUSY_FIRST_PAUSE = 0.01
+_BUSY_MAX_PAUSE = 0.5
+_BUSY_LAST_TRY = 0.05  # the least time a send is given to be answered
 
 
 def _poll_ms(seconds: float) -> int:
@@ -343,6 +348,29 @@ class RemotingClient:
             return fut.result()
         conn.pending.pop(cmd.opaque, None)
         raise self._timeout(addr, cmd.code, timeout) from None
+
+    def invoke_retry_busy(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """:meth:`invoke`, sending ``cmd`` again while the server answers SYSTEM_BUSY.
+
+        A busy server (one still starting, or over its limit of requests in progress) did
+        not serve the request, so sending it again is safe; the pause between sends grows
+        from 10 ms to 0.5 s. Once ``timeout`` seconds have passed since the first send, the
+        last busy answer is returned as it came.
+
+        :raises RemotingTimeoutError: no answer within what is left of ``timeout``.
+        :raises RemotingConnectError: cannot connect, or the connection was lost.
+        """
+        deadline = time.monotonic() + timeout
+        pause = _BUSY_FIRST_PAUSE
+        while True:
+            resp = self.invoke(addr, cmd, max(deadline - time.monotonic(), _BUSY_LAST_TRY))
+            left = deadline - time.monotonic() - _BUSY_LAST_TRY  # kept for the next answer
+            if resp.code != ResponseCode.SYSTEM_BUSY or left <= 0:
+                return resp
+            log.debug("remoting_busy_retry", addr=addr, code=cmd.code, remark=resp.remark)
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _BUSY_MAX_PAUSE)
+            cmd.opaque = next_opaque()  # a new request: the busy answer settled the old one
 
     def invoke_async(
         self, addr: str, cmd: RemotingCommand, timeout: float

@@ -436,12 +436,46 @@ class RemotingServer:
         self._error: BaseException | None = None
         self._in_flight = 0
         self._read_view = memoryview(bytearray(_READ_BUFFER))
+        self._sock: socket.socket | None = None  # bound by bind(), listening from serve()
         self.address: tuple[str, int] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
+    def bind(self) -> tuple[str, int]:
+        """Take the address without listening yet; return the bound (host, port).
+
+        Until :meth:`start` (or :meth:`serve`), a client's connection is refused rather than
+        accepted, so whoever composes the server can learn the port (port 0) and finish
+        what it needs before anyone is served: a client that connects as soon as the port
+        accepts then finds a server ready to answer.
+
+        :raises RemotingConnectError: the address cannot be bound (in use, unknown host).
+        """
+        if self._sock is not None or self._thread is not None or self._loop is not None:
+            raise RemotingError("RemotingServer.bind() called twice, or after start()")
+        where = f"{self.host}:{self.port}"
+        try:
+            family, kind, proto, _, sockaddr = socket.getaddrinfo(
+                self.host or None, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            raise RemotingConnectError(f"cannot listen on {where}: {exc}", addr=where) from exc
+        try:
+            # As asyncio's create_server: a restart may bind while old connections linger.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(sockaddr)
+        except OSError as exc:
+            sock.close()
+            raise RemotingConnectError(f"cannot listen on {where}: {exc}", addr=where) from exc
+        self._sock = sock
+        name = sock.getsockname()
+        self.address = (str(name[0]), int(name[1]))
+        return self.address
+
     def start(self, timeout: float = 10.0) -> tuple[str, int]:
-        """Bind and serve on a thread this server owns; return the bound (host, port)."""
+        """Listen (binding first unless :meth:`bind` did) and serve on a thread this server
+        owns; return the bound (host, port) once connections are accepted."""
         if self._thread is not None:
             raise RemotingError("RemotingServer.start() called twice")
         factory = event_loop_factory(self.use_uvloop)
@@ -460,7 +494,7 @@ class RemotingServer:
 
         self._thread = threading.Thread(target=run, name="mqcore-remoting-server", daemon=True)
         self._thread.start()
-        if not self._bound.wait(timeout) or self.address is None:
+        if not self._bound.wait(timeout) or self._error is not None or self.address is None:
             self.close()
             raise RemotingConnectError(
                 f"remoting server could not listen on {self.host}:{self.port}: {self._error}",
@@ -474,9 +508,13 @@ class RemotingServer:
         self._loop, self._loop_thread_id = loop, threading.get_ident()
         self._stop = asyncio.Event()
         self._executor = WorkerPool(self.workers, "mqcore-remoting-worker")
-        listener = await loop.create_server(
-            lambda: ServerConnection(self), self.host, self.port, reuse_address=True
-        )
+        if self._sock is not None:  # bound beforehand: listening starts now
+            listener = await loop.create_server(lambda: ServerConnection(self), sock=self._sock)
+            self._sock = None  # the listener owns (and closes) it now
+        else:
+            listener = await loop.create_server(
+                lambda: ServerConnection(self), self.host, self.port, reuse_address=True
+            )
         sockname = listener.sockets[0].getsockname()
         self.address = (str(sockname[0]), int(sockname[1]))
         log.info("remoting_listening", host=self.address[0], port=self.address[1])
@@ -511,6 +549,9 @@ class RemotingServer:
             self._done.wait(timeout)
         if self._executor is not None:
             self._executor.shutdown(timeout)
+        if self._sock is not None:  # bound, never listened on
+            self._sock.close()
+            self._sock = None
 
     def __enter__(self) -> RemotingServer:
         self.start()

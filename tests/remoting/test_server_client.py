@@ -265,6 +265,45 @@ def test_overload_answers_system_busy(leak_check: None, processor: ScriptedProce
         assert cli.invoke(addr, _cmd(ECHO), 5).code == 0
 
 
+def test_busy_answers_are_sent_again_within_the_timeout(
+    leak_check: None, processor: ScriptedProcessor
+) -> None:
+    """invoke_retry_busy: a busy server is asked again until it serves, or the time is up."""
+    with RemotingServer(processor, max_pending=1) as srv, RemotingClient() as cli:
+        assert srv.address is not None
+        addr = f"{srv.address[0]}:{srv.address[1]}"
+        parked = cli.invoke_async(addr, _cmd(PARK, ms=1500), 5)
+        time.sleep(0.1)
+        begin = time.monotonic()
+        assert cli.invoke_retry_busy(addr, _cmd(ECHO), 0.3).code == ResponseCode.SYSTEM_BUSY
+        assert 0.25 < time.monotonic() - begin < 1.0  # kept asking, then gave up in time
+        assert cli.invoke_retry_busy(addr, _cmd(ECHO, x=1), 5).code == 0  # once the park ends
+        assert time.monotonic() - begin > 1.0
+        assert parked.result(5).code == 0
+
+
+def test_a_bound_server_refuses_connections_until_it_starts(
+    leak_check: None, processor: ScriptedProcessor
+) -> None:
+    """bind() takes the port without accepting; start() accepts on that very port."""
+    srv = RemotingServer(processor)
+    try:
+        host, port = srv.bind()
+        assert port != 0
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, port), timeout=2).close()
+        assert srv.start() == (host, port)
+        with RemotingClient() as cli:
+            assert cli.invoke(f"{host}:{port}", _cmd(ECHO), 5).code == 0
+    finally:
+        srv.close()
+    never = RemotingServer(processor)
+    host, port = never.bind()
+    never.close()  # bound, never started: the port is free again
+    with RemotingServer(processor, host, port) as again:
+        assert again.address == (host, port)
+
+
 def test_serve_under_asyncio_run(leak_check: None, processor: ScriptedProcessor) -> None:
     srv = RemotingServer(processor)
     bound: list[tuple[str, int]] = []
