@@ -61,9 +61,13 @@ class BrokerConfig:
     :param broker_name: name clients see in :class:`~mqcore.MessageQueue` (``brokerName``).
     :param broker_ip: address written into records as the store host (``brokerIP1``).
     :param listen_port: port written with it (``listenPort``).
-    :param auto_create_topic_enable: create unknown topics on first send with
-        ``default_topic_queue_nums`` queues. RocketMQ defaults to true for development; mqcore
-        defaults to false so that a typo in a topic name is an error, not a new topic.
+    :param auto_create_topic_enable: create an unknown topic when a client first asks for
+        its route or sends to it, with ``default_topic_queue_nums`` queues (RocketMQ's
+        ``autoCreateTopicEnable``, true by default as there). Each topic so created is logged
+        once (``topic_auto_created``). Production deployments usually turn it off: a misspelt
+        topic name then fails instead of quietly becoming a new topic.
+    :param default_topic_queue_nums: queues of a topic created without a count (4: what a
+        RocketMQ topic auto-created by a client's first send gets).
     :param max_message_size: largest body accepted, bytes (``maxMessageSize``, 4 MiB).
     :param suspend_max_time_ms: the longest a pull with nothing new is held (long polling),
         whatever the client asks (30 s: RocketMQ clients give up on a held pull after 30 s,
@@ -125,7 +129,7 @@ class BrokerConfig:
     broker_id: int = 0
     broker_ip: str = "127.0.0.1"
     listen_port: int = 10911
-    auto_create_topic_enable: bool = False
+    auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = 4
     max_message_size: int = 4 * 1024 * 1024
     suspend_max_time_ms: int = 30_000

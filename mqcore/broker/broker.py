@@ -403,7 +403,7 @@ class Broker:
         cfg = self.topics.get(topic)
         if cfg is None and self.config.auto_create_topic_enable:
             validate_topic(topic)
-            cfg = self.topics.ensure(topic, self.config.default_topic_queue_nums)
+            cfg = self.topics.ensure(topic, self.config.default_topic_queue_nums, auto=True)
         if cfg is None:
             cfg = self.topics.require(topic)  # raises TOPIC_NOT_EXIST
         addr = address or self.config.store_host
@@ -516,8 +516,11 @@ class Broker:
         if cfg is None and (
             self.config.auto_create_topic_enable or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
+            retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
             cfg = self.topics.ensure(
-                topic, 1 if topic.startswith("%") else self.config.default_topic_queue_nums
+                topic,
+                1 if topic.startswith("%") else self.config.default_topic_queue_nums,
+                auto=not retry,
             )
         if cfg is None or not cfg.writable:
             cfg = self.topics.require(topic, write=True)

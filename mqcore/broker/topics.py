@@ -160,8 +160,14 @@ class TopicManager:
             )
         return cfg
 
-    def ensure(self, topic: str, queue_nums: int, perm: int = PERM_RW) -> TopicConfig:
-        """The topic's config, creating it with ``queue_nums`` queues when missing."""
+    def ensure(
+        self, topic: str, queue_nums: int, perm: int = PERM_RW, *, auto: bool = False
+    ) -> TopicConfig:
+        """The topic's config, creating it with ``queue_nums`` queues when missing.
+
+        :param auto: the topic is created because a client named it (auto-creation): logged
+            as ``topic_auto_created``, once, by whichever caller created it.
+        """
         cfg = self._topics.get(topic)
         if cfg is not None:
             return cfg
@@ -177,7 +183,8 @@ class TopicManager:
                 self._topics[topic] = cfg
                 self.version += 1
                 self._persist()
-                log.info("topic_created", topic=topic, queue_nums=queue_nums)
+                event = "topic_auto_created" if auto else "topic_created"
+                log.info(event, topic=topic, queue_nums=queue_nums)
         return cfg
 
     def delete(self, topic: str) -> bool:

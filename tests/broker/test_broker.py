@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from mqcore import Broker, Message, MessageQueue
 from mqcore.broker import OPERATIONS, ConsumerData, RequestCode, ResponseCode
@@ -70,16 +71,30 @@ def test_illegal_topic_names(broker: Broker, name: str) -> None:
     assert info.value.code == ResponseCode.MESSAGE_ILLEGAL
 
 
-def test_unknown_topic_is_rocketmqs_error(broker: Broker) -> None:
-    with pytest.raises(TopicNotExistError, match=r"topic\[Nope\] not exist") as info:
-        broker.send_message("Nope", 0, [Message(topic="Nope", body=b"x")])
-    assert info.value.code == ResponseCode.TOPIC_NOT_EXIST
+def test_unknown_topic_is_rocketmqs_error(tmp_path: Path, store_name: str) -> None:
+    """With auto-creation off, a send or a route lookup names the missing topic."""
+    with Broker(tmp_path, store=store_name, auto_create_topic_enable=False) as b:
+        with pytest.raises(TopicNotExistError, match=r"topic\[Nope\] not exist") as info:
+            b.send_message("Nope", 0, [Message(topic="Nope", body=b"x")])
+        assert info.value.code == ResponseCode.TOPIC_NOT_EXIST
+        with pytest.raises(TopicNotExistError):
+            b.get_route_info_by_topic("Nope")
+        assert "Nope" not in [t.topic_name for t in b.list_topics()]
 
 
-def test_auto_create_topic(tmp_path: Path, store_name: str) -> None:
-    with Broker(tmp_path, store=store_name, auto_create_topic_enable=True) as b:
+def test_auto_create_topic_is_on_by_default_and_logged_once(
+    tmp_path: Path, store_name: str
+) -> None:
+    """As RocketMQ's autoCreateTopicEnable: a first send creates the topic with 4 queues."""
+    with Broker(tmp_path, store=store_name) as b, capture_logs() as logs:
+        assert b.config.auto_create_topic_enable is True
+        _send(b, 1, topic="Fresh")
         _send(b, 1, topic="Fresh")
         assert len(b.get_route_info_by_topic("Fresh").write_queues()) == 4
+        assert len(b.get_route_info_by_topic("ByRoute").write_queues()) == 4
+        b.get_route_info_by_topic("ByRoute")
+    created = [e for e in logs if e["event"] == "topic_auto_created"]
+    assert [(e["topic"], e["queue_nums"]) for e in created] == [("Fresh", 4), ("ByRoute", 4)]
 
 
 def test_oversized_body_and_system_topic_are_refused_and_store_unchanged(broker: Broker) -> None:

@@ -160,7 +160,8 @@ def test_unknown_code_answers_3_and_keeps_the_connection(tmp_path: Path) -> None
 
 
 def test_route_of_an_unknown_topic_is_17(tmp_path: Path) -> None:
-    with Server(tmp_path, "127.0.0.1:0") as server:
+    """With auto-creation off (it is on by default, as in RocketMQ)."""
+    with Server(tmp_path, "127.0.0.1:0", settings={"auto_create_topic_enable": False}) as server:
         client = RemotingClient()
         try:
             cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "Nope"})
