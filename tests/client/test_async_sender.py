@@ -15,7 +15,8 @@ from mqcore.errors import MessageIllegalError, MQClientError, SendTimeoutError
 
 @pytest.fixture
 def broker(tmp_path: Path, store_name: str) -> Iterator[Broker]:
-    with Broker(tmp_path, store=store_name) as b:
+    # Topics are created here, and a send to any other is refused (the refusal is tested).
+    with Broker(tmp_path, store=store_name, auto_create_topic_enable=False) as b:
         b.create_topic("T", queue_nums=4)
         b.create_topic("U", queue_nums=2)
         yield b

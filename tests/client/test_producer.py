@@ -24,7 +24,8 @@ from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION
 
 @pytest.fixture
 def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path, store=store_name) as b:
+    # Topics are created here, and a send to any other is refused (the refusal is tested).
+    with Broker(tmp_path, store=store_name, auto_create_topic_enable=False) as b:
         b.create_topic("T", queue_nums=4)
         yield b
 
@@ -91,12 +92,8 @@ def test_failed_send_is_retried_on_another_queue(
         p.send(Message(topic="T", body=b"x"))
 
 
-def test_illegal_message_is_not_retried(tmp_path: Path, store_name: str) -> None:
-    with (
-        Broker(tmp_path / "b", store=store_name, auto_create_topic_enable=False) as broker,
-        Producer("pg", broker=broker) as p,
-    ):
-        broker.create_topic("T", queue_nums=4)
+def test_illegal_message_is_not_retried(broker: Broker) -> None:
+    with Producer("pg", broker=broker) as p:
         with pytest.raises(MessageIllegalError, match="body length is zero"):
             p.send(Message(topic="T", body=b""))
         with pytest.raises(MessageIllegalError, match="over max value"):
