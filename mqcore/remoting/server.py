@@ -455,9 +455,12 @@ class RemotingServer:
             raise RemotingError("RemotingServer.bind() called twice, or after start()")
         where = f"{self.host}:{self.port}"
         try:
-            family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            infos = socket.getaddrinfo(
                 self.host or None, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )[0]
+            )
+            # One socket: IPv4 first when the name has both ("localhost"), as routes name it.
+            infos.sort(key=lambda info: info[0] != socket.AF_INET)
+            family, kind, proto, _, sockaddr = infos[0]
             sock = socket.socket(family, kind, proto)
         except OSError as exc:
             raise RemotingConnectError(f"cannot listen on {where}: {exc}", addr=where) from exc
