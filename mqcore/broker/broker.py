@@ -31,8 +31,10 @@ from mqcore.broker.longpoll import PullWaiters
 from mqcore.broker.offsets import ConsumerOffsetManager
 from mqcore.broker.schedule import DelayService, is_timer_message
 from mqcore.broker.topics import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
+    PERM_INHERIT,
     PERM_RW,
     RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
@@ -211,6 +213,20 @@ class Broker:
         self.locks = RebalanceLockManager(self.config.rebalance_lock_max_live_time_ms)
         self.waiters = PullWaiters()
         self._routes: dict[str, tuple[TopicConfig, TopicRoute, tuple[tuple[int, str], ...]]] = {}
+        n = self.config.default_topic_queue_nums
+        #: RocketMQ's ``TBW102`` while auto-creation is on (else None): the topic whose route a
+        #: producer takes for a topic its name servers do not know yet; its send then creates
+        #: the topic here. Registered with name servers and routed, never stored in the table.
+        self.auto_create_template: TopicConfig | None = (
+            TopicConfig(
+                topic_name=AUTO_CREATE_TOPIC_KEY_TOPIC,
+                read_queue_nums=n,
+                write_queue_nums=n,
+                perm=PERM_RW | PERM_INHERIT,
+            )
+            if self.config.auto_create_topic_enable
+            else None
+        )
         self._closed = False
         self._stop = threading.Event()
         #: the replication side (see mqcore.broker.ha), or None
@@ -401,6 +417,8 @@ class Broker:
         """
         self._check_open()
         cfg = self.topics.get(topic)
+        if cfg is None and topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
+            cfg = self.auto_create_template
         if cfg is None and self.config.auto_create_topic_enable:
             validate_topic(topic)
             cfg = self.topics.ensure(topic, self.config.default_topic_queue_nums, auto=True)

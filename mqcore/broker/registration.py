@@ -71,7 +71,11 @@ class NamesrvRegistrar:
         self._thread.start()
 
     def _topics(self) -> dict[str, Any]:
-        return {t.topic_name: t.to_json() for t in self.broker.topics.all()}
+        topics = {t.topic_name: t.to_json() for t in self.broker.topics.all()}
+        template = self.broker.auto_create_template
+        if template is not None:  # producers take its route for a topic not created yet
+            topics.setdefault(template.topic_name, template.to_json())
+        return topics
 
     def register_once(self) -> dict[str, Any]:
         """Register with every name server now; returns the topics registered."""

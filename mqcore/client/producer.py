@@ -26,7 +26,13 @@ from mqcore.errors import (
 from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
-from mqcore.protocol.names import NOT_ALLOWED_SEND_TOPICS, validate_group, validate_topic
+from mqcore.protocol.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    validate_group,
+    validate_topic,
+)
+from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.validation import check_sent_message
 from mqcore.store import PutResult
 from mqcore.uniqkey import create_uniq_id
@@ -49,6 +55,10 @@ _RETRY_CODES = frozenset(
     }
 )
 
+
+# Queues per broker a producer writes to in a topic not created yet (RocketMQ's
+# DefaultMQProducer.defaultTopicQueueNums); its first send creates the topic with as many.
+DEFAULT_TOPIC_QUEUE_NUMS = 4
 
 #: Response codes of a SYNC_MASTER that stored a send without a slave's confirmation.
 _SLAVE_STATUS = {
@@ -136,6 +146,30 @@ class Producer(ClientBase):
         # list is made once per route the broker hands out, not once per send.
         self._write_queues: dict[str, tuple[Any, list[MessageQueue]]] = {}
         self._sender: AsyncSender | None = None
+
+    def route(self, topic: str, *, fresh: bool = False) -> TopicRoute:
+        """The topic's route; for a topic its name servers do not know yet, the route of
+        the brokers' template topic ``TBW102`` (which they serve while auto-creation is on),
+        cut to 4 queues per broker: the first send creates the topic there. As RocketMQ's
+        ``getDefaultTopicRouteInfoFromNameServer``; without a template,
+        :class:`NoRouteInfoError` for ``topic``."""
+        try:
+            return super().route(topic, fresh=fresh)
+        except NoRouteInfoError as exc:
+            if topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
+                raise
+            missing = exc
+        try:
+            template = super().route(AUTO_CREATE_TOPIC_KEY_TOPIC, fresh=fresh)
+        except (BrokerError, MQClientError):
+            raise missing from None
+        n = DEFAULT_TOPIC_QUEUE_NUMS
+        queues = [
+            attrs.evolve(q, read_queue_nums=min(n, q.read_queue_nums),
+                         write_queue_nums=min(n, q.write_queue_nums))
+            for q in template.queue_datas
+        ]  # fmt: skip
+        return TopicRoute(topic, template.broker_datas, queues)
 
     def start(self) -> None:
         """Register with the broker and start the async-send pool."""

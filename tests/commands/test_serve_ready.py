@@ -112,3 +112,54 @@ def test_busy_answers_at_start_up_are_waited_out(tmp_path: Path) -> None:
             assert 0.4 < time.monotonic() - begin < 2.0
         finally:
             transport.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("auto_create", [True, False])
+def test_first_send_to_a_new_topic_through_a_name_server(tmp_path: Path, auto_create: bool) -> None:
+    """Through a separate name server, which knows only registered topics: the producer takes
+    the template topic TBW102's route and its send creates the topic (RocketMQ's way); with
+    auto-creation off there is no template, and the send fails with "No route info"."""
+    from structlog.testing import capture_logs
+
+    from mqcore.commands.namesrv import NamesrvServer
+    from mqcore.errors import MQClientError
+    from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION
+
+    settings = {"auto_create_topic_enable": auto_create}
+    with (
+        NamesrvServer("127.0.0.1:0") as ns,
+        Server(tmp_path, "127.0.0.1:0", settings={**settings, "namesrv_addr": ns.address}) as srv,
+        capture_logs() as logs,
+    ):
+        if not auto_create:
+            with (
+                Producer("PID_new", namesrv_addr=ns.address) as p,
+                pytest.raises(MQClientError, match="No route info of this topic: Fresh") as info,
+            ):
+                p.send(Message(topic="Fresh", body=b"x"))
+            assert info.value.code == NOT_FOUND_TOPIC_EXCEPTION
+            assert srv.broker.topics.get("Fresh") is None
+            return
+        with Producer("PID_new", namesrv_addr=ns.address) as p:
+            sent = [p.send(Message(topic="Fresh", body=b"%d" % i)) for i in range(8)]
+        assert all(r.send_status is SendStatus.SEND_OK for r in sent)
+        assert {r.message_queue.queue_id for r in sent} == {0, 1, 2, 3}
+        cfg = srv.broker.topics.get("Fresh")
+        assert cfg is not None and cfg.write_queue_nums == 4
+        # The broker registers the new topic: the name server routes it within a moment.
+        transport = RemoteTransport(ns.address)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    route = transport.get_route_info_by_topic("Fresh")
+                    break
+                except Exception:
+                    assert time.monotonic() < deadline, "the name server never learnt Fresh"
+                    time.sleep(0.05)
+            assert len(route.write_queues()) == 4
+        finally:
+            transport.close()
+    created = [e["topic"] for e in logs if e["event"] == "topic_auto_created"]
+    assert created == ["Fresh"]

@@ -129,3 +129,18 @@ def test_first_send_to_a_topic_nobody_created(tmp_path: Path) -> None:
         assert _route_code(addr, "NobodyCreatedThis") == ResponseCode.TOPIC_NOT_EXIST
     finally:
         off.stop()
+
+
+@pytest.mark.timeout(120)
+def test_first_send_to_a_topic_nobody_created_through_a_name_server(tmp_path: Path) -> None:
+    """Through a separate ``mqcore namesrv``: the client takes TBW102's route, as RocketMQ's."""
+    from mqcore.commands.namesrv import NamesrvServer
+    from mqcore.commands.serve import Server
+
+    with (
+        NamesrvServer("127.0.0.1:0") as ns,
+        Server(tmp_path, "127.0.0.1:0", settings={"namesrv_addr": ns.address}) as srv,
+    ):
+        assert _answer(_client(ns.address, "NobodyCreatedThis")) == "status 0"
+        cfg = srv.broker.topics.get("NobodyCreatedThis")
+        assert cfg is not None and cfg.write_queue_nums == 4
