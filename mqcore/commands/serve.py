@@ -127,6 +127,10 @@ def _role_settings(
 class Server:
     """A :class:`~mqcore.broker.Broker` behind a remoting server; owns both.
 
+    The constructor returns once the server can serve: its port accepts connections only
+    after the store has recovered, topics and offsets are loaded and (with ``namesrv_addr``)
+    the first registration with the name servers is done.
+
     :param data_dir: the broker's data directory.
     :param listen: ``HOST:PORT`` to listen on (port 0: any free port).
     :param store: the store plugin's name.
