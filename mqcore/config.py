@@ -61,9 +61,10 @@ class BrokerConfig:
     :param broker_name: name clients see in :class:`~mqcore.MessageQueue` (``brokerName``).
     :param broker_ip: address written into records as the store host (``brokerIP1``).
     :param listen_port: port written with it (``listenPort``).
-    :param auto_create_topic_enable: create an unknown topic when a client first asks for
-        its route or sends to it, with ``default_topic_queue_nums`` queues (RocketMQ's
-        ``autoCreateTopicEnable``, true by default as there). Each topic so created is logged
+    :param auto_create_topic_enable: create an unknown topic when a producer first sends to
+        it, with ``default_topic_queue_nums`` queues; the producer finds no route for it and
+        takes the template topic ``TBW102``'s (RocketMQ's ``autoCreateTopicEnable``, true by
+        default as there; a route lookup alone creates nothing). Each topic so created is logged
         once (``topic_auto_created``). Production deployments usually turn it off: a misspelt
         topic name then fails instead of quietly becoming a new topic.
     :param default_topic_queue_nums: queues of a topic created without a count (4: what a

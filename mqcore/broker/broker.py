@@ -418,10 +418,10 @@ class Broker:
         self._check_open()
         cfg = self.topics.get(topic)
         if cfg is None and topic == AUTO_CREATE_TOPIC_KEY_TOPIC:
+            # Auto-creation as RocketMQ's: a lookup creates nothing (a consumer's or an admin
+            # tool's misspelt topic stays unknown); a producer takes this template's route
+            # and its first send creates the topic.
             cfg = self.auto_create_template
-        if cfg is None and self.config.auto_create_topic_enable:
-            validate_topic(topic)
-            cfg = self.topics.ensure(topic, self.config.default_topic_queue_nums, auto=True)
         if cfg is None:
             cfg = self.topics.require(topic)  # raises TOPIC_NOT_EXIST
         addr = address or self.config.store_host

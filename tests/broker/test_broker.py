@@ -91,10 +91,13 @@ def test_auto_create_topic_is_on_by_default_and_logged_once(
         _send(b, 1, topic="Fresh")
         _send(b, 1, topic="Fresh")
         assert len(b.get_route_info_by_topic("Fresh").write_queues()) == 4
-        assert len(b.get_route_info_by_topic("ByRoute").write_queues()) == 4
-        b.get_route_info_by_topic("ByRoute")
+        # A lookup creates nothing; the template TBW102 is routed for producers instead.
+        with pytest.raises(TopicNotExistError):
+            b.get_route_info_by_topic("ByRoute")
+        assert len(b.get_route_info_by_topic("TBW102").write_queues()) == 4
+        assert [t.topic_name for t in b.list_topics()] == ["Fresh"]
     created = [e for e in logs if e["event"] == "topic_auto_created"]
-    assert [(e["topic"], e["queue_nums"]) for e in created] == [("Fresh", 4), ("ByRoute", 4)]
+    assert [(e["topic"], e["queue_nums"]) for e in created] == [("Fresh", 4)]
 
 
 def test_oversized_body_and_system_topic_are_refused_and_store_unchanged(broker: Broker) -> None:
