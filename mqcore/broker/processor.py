@@ -225,8 +225,10 @@ class BrokerProcessor:
         ClientHousekeepingService), so the others rebalance without waiting for expiry."""
         client_id = getattr(connection, "client_id", None)
         if client_id and not self.broker.closed:
-            for group in self.broker.consumers.groups():
-                self.broker.consumers.unregister(client_id, group)
+            # Only the groups it joined over this connection: another client of the same id
+            # (a producer beside a consumer under one instance name) closing its own must not
+            # take the consumer out of its group until its next heartbeat.
+            self.broker.consumers.unregister_connection(client_id, connection)
 
     def process(self, req: RemotingCommand, connection: Any) -> Reply:
         """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
