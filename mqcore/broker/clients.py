@@ -78,6 +78,23 @@ class ConsumerManager:
             self._notify(group_name)
         return removed
 
+    def unregister_connection(self, client_id: str, connection: object) -> list[str]:
+        """Remove ``client_id`` from each group it heartbeats over ``connection`` (its channel's
+        connection), notifying the rest; returns those groups.
+
+        RocketMQ removes a closed channel's members, not every member of that id: another
+        client of the same id (a producer and a consumer of one process under one instance
+        name) keeps its own connection, and stays in its groups when this one closes.
+        """
+        with self._lock:
+            names = [
+                name
+                for name, group in self._groups.items()
+                if (c := group.clients.get(client_id)) is not None
+                and getattr(c.channel, "connection", None) is connection
+            ]
+        return [name for name in names if self.unregister(client_id, name)]
+
     def client_ids(self, group_name: str) -> list[str]:
         """The group's live client ids, sorted."""
         with self._lock:

@@ -34,6 +34,7 @@ from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
 from mqcore.protocol import admin_bodies, bodies, headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
+from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.send import decode_batch, message_from_wire
 from mqcore.remoting.command import RemotingCommand
 
@@ -74,6 +75,29 @@ def _ok(req: RemotingCommand, header: Any = None, body: Any = None) -> RemotingC
 
 def _error(req: RemotingCommand, code: int, remark: str) -> RemotingCommand:
     return RemotingCommand.response(code, remark, to=req)
+
+
+def _joined(cluster: TopicRoute | None, own: TopicRoute | None) -> TopicRoute:
+    """The name servers' route with this broker's group added when it is missing from it."""
+    if cluster is None:
+        assert own is not None
+        return own
+    if own is None:
+        return cluster
+    names = {b.broker_name for b in cluster.broker_datas}
+    missing = [b for b in own.broker_datas if b.broker_name not in names]
+    if not missing:
+        return cluster
+    added = {b.broker_name for b in missing}
+    return TopicRoute(
+        cluster.topic,
+        sorted([*cluster.broker_datas, *missing], key=lambda b: b.broker_name),
+        sorted(
+            [*cluster.queue_datas, *(q for q in own.queue_datas if q.broker_name in added)],
+            key=lambda q: q.broker_name,
+        ),
+        cluster.order_topic_conf,
+    )
 
 
 class RemoteChannel:
@@ -201,8 +225,10 @@ class BrokerProcessor:
         ClientHousekeepingService), so the others rebalance without waiting for expiry."""
         client_id = getattr(connection, "client_id", None)
         if client_id and not self.broker.closed:
-            for group in self.broker.consumers.groups():
-                self.broker.consumers.unregister(client_id, group)
+            # Only the groups it joined over this connection: another client of the same id
+            # (a producer beside a consumer under one instance name) closing its own must not
+            # take the consumer out of its group until its next heartbeat.
+            self.broker.consumers.unregister_connection(client_id, connection)
 
     def process(self, req: RemotingCommand, connection: Any) -> Reply:
         """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
@@ -231,8 +257,30 @@ class BrokerProcessor:
 
     @_op(RequestCode.GET_ROUTEINFO_BY_TOPIC)
     def _route(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
-        route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
-        return _ok(req, body=route.encode())
+        registrar = self.registrar
+        if registrar is None or not registrar.namesrvs:
+            route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
+            return _ok(req, body=route.encode())
+        # Registered with name servers: this broker is one group of several, and a route of
+        # its own group alone would have a client pointed here (broker="host:port" of one
+        # master) consume the topic's queues on this group only, forever. The name servers'
+        # route names every group; this group is added when they do not know of it yet (a
+        # topic created here a moment ago), and it alone answers when none of them answers.
+
+        async def answer() -> RemotingCommand:
+            loop = asyncio.get_running_loop()
+            cluster = await loop.run_in_executor(None, registrar.route, h.topic)
+            try:
+                own = self.broker.get_route_info_by_topic(h.topic, address=self.address)
+            except MQError as exc:
+                if cluster is None:
+                    code = getattr(exc, "code", None)
+                    return _error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR,
+                                  str(exc))  # fmt: skip
+                own = None
+            return _ok(req, body=_joined(cluster, own).encode())
+
+        return answer()
 
     @_op(RequestCode.GET_BROKER_CLUSTER_INFO)
     def _cluster_info(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:

@@ -26,6 +26,10 @@ from mqcore.broker.namesrv import (
     UnregisterBrokerRequestHeader,
 )
 from mqcore.logs import get_logger
+from mqcore.protocol.codes import RequestCode, ResponseCode
+from mqcore.protocol.fastjson import loads
+from mqcore.protocol.headers import GetRouteInfoRequestHeader
+from mqcore.protocol.route import TopicRoute
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
 
@@ -37,6 +41,7 @@ __all__ = ["NamesrvRegistrar"]
 log = get_logger(__name__)
 
 _CHECK_S = 0.5  # how often the topic table is compared with what was registered
+_ROUTE_TIMEOUT_S = 1.5  # a route asked of the name servers for a client (below its 3 s)
 
 
 class NamesrvRegistrar:
@@ -120,6 +125,22 @@ class NamesrvRegistrar:
             self._waiting.append(fut)
         self._wake.set()
         return fut
+
+    def route(self, topic: str) -> TopicRoute | None:
+        """``topic``'s route as the first name server that knows it answers (every broker
+        group), or None when none knows it or none answers."""
+        request = RemotingCommand.request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic=topic)
+        )
+        for addr in self.namesrvs:
+            try:
+                resp = self._client.invoke(addr, request, _ROUTE_TIMEOUT_S)
+            except Exception as exc:  # that name server is down: the next one
+                log.info("namesrv_route_failed", namesrv=addr, topic=topic, error=str(exc))
+                continue
+            if resp.code == ResponseCode.SUCCESS and resp.body:
+                return TopicRoute.from_json(topic, loads(resp.body))
+        return None
 
     def _run(self) -> None:
         registered: dict[str, Any] | None = self._registered

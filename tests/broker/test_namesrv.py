@@ -852,3 +852,51 @@ def test_a_new_group_of_two_splits_both_groups_queues_at_its_first_rebalance(tmp
         for b in nodes:
             b.stop()
         namesrv.stop()
+
+
+def test_a_group_pointed_at_one_master_splits_every_group_s_queues(tmp_path):
+    """Issue 38's shape: a master registered with a name server answered a route request
+    with its own group alone, so a group whose members were given one master's address
+    (``broker="host:port"``) owned that master's queues 2/2 and never read the other's.
+
+    Now the master answers the name server's route (every group): the two members own T
+    4/4 over all 8 queues within one rebalance interval of their start.
+    """
+    namesrv = Namesrv()
+    nodes: list[Serve] = []
+    members: list[PushConsumer] = []
+    try:
+        for name in ("broker-a", "broker-b"):
+            nodes.append(
+                Serve(tmp_path / name, "--broker-name", name, "--namesrv", namesrv.address)
+            )
+            with MQAdmin(nodes[-1].address) as admin:
+                admin.create_topic("T", 4)
+        _wait(lambda: set(_route(namesrv.address, "T")) == {"broker-a", "broker-b"})
+        assert set(_route(nodes[0].address, "T")) == {"broker-a", "broker-b"}
+        everything = {MessageQueue("T", f"broker-{g}", q) for g in "ab" for q in range(4)}
+        interval = 5.0
+        for i in range(2):
+            c = PushConsumer(
+                "cg", broker=nodes[0].address, instance_name=f"m{i}", rebalance_interval=interval
+            )
+            c.subscribe("T", "*")
+            c.register_message_listener(lambda m, x: ConsumeConcurrentlyStatus.CONSUME_SUCCESS)
+            members.append(c)
+        for c in members:
+            c.start()
+        deadline = time.monotonic() + interval
+        owned = [c.assigned_queues("T") for c in members]
+        while time.monotonic() < deadline:
+            owned = [c.assigned_queues("T") for c in members]
+            if sorted(map(len, owned)) == [4, 4] and set().union(*owned) == everything:
+                break
+            time.sleep(0.05)
+        assert sorted(map(len, owned)) == [4, 4], [sorted(str(q) for q in o) for o in owned]
+        assert set().union(*owned) == everything
+    finally:
+        for c in members:
+            c.shutdown()
+        for b in nodes:
+            b.stop()
+        namesrv.stop()

@@ -145,6 +145,48 @@ def test_explicit_instance_name_in_use_is_refused(broker: Broker) -> None:
         Producer("pg", broker=broker, instance_name="p1").start()
 
 
+def test_a_producer_of_the_consumer_s_id_leaving_keeps_the_consumer_in_its_group(
+    broker: Broker,
+) -> None:
+    """A producer and a consumer of one group name under one instance name share a client id;
+    the producer shutting down (its connection closes) leaves the consumer in its group, and
+    the consumer keeps its queues (the broker took every member of that id out at once, so
+    the group was empty until the consumer's next heartbeat, up to 30 s later)."""
+    consumer = _consumer(broker, [], instance_name="c1")
+    consumer.start()
+    try:
+        assert wait_until(lambda: len(consumer.assigned_queues("T")) == 8)
+        producer = Producer("g", broker=broker, instance_name="c1")
+        producer.start()
+        assert producer.client_id == consumer.client_id
+        producer.shutdown()
+        time.sleep(0.5)  # the broker's connection-closed handling runs on a worker thread
+        assert broker.get_consumer_list_by_group("g") == [consumer.client_id]
+    finally:
+        consumer.shutdown()
+
+
+def test_a_consumer_whose_connection_closes_leaves_its_group_at_once(
+    broker: Broker, transport: str
+) -> None:
+    """Over the network, a member whose connection closes without unregistering (a killed
+    process) is taken out of its group at once, not at expiry (RocketMQ's housekeeping)."""
+    if transport != "remote":
+        pytest.skip("only a remote client has a connection to lose")
+    first = _consumer(broker, [], instance_name="c1")
+    second = _consumer(broker, [], instance_name="c2")
+    first.start()
+    second.start()
+    try:
+        assert wait_until(lambda: len(broker.get_consumer_list_by_group("g")) == 2)
+        second.broker.close()  # its sockets close; no UNREGISTER_CLIENT is sent
+        assert wait_until(lambda: broker.get_consumer_list_by_group("g") == [first.client_id])
+        assert wait_until(lambda: len(first.assigned_queues("T")) == 8)
+    finally:
+        first.shutdown()
+        second.shutdown()
+
+
 def test_broadcasting_keeps_default(broker: Broker, tmp_path: Path) -> None:
     """Broadcasting consumers keep DEFAULT (and so their offset file's directory)."""
     c = _consumer(
