@@ -14,6 +14,7 @@ __all__ = [
     "DelayScheduler",
     "MessageFilter",
     "OffsetStore",
+    "SchedulerState",
     "TimerHost",
     "TimerScheduler",
 ]
@@ -247,4 +248,37 @@ class TimerScheduler(Protocol):
 
     def stats(self) -> Any:
         """Pending timers, next due time, lag (an object with ``as_dict()``)."""
+        ...
+
+
+@runtime_checkable
+class SchedulerState(Protocol):
+    """A scheduler whose progress follows its broker to a slave (optional, for either kind).
+
+    Replication copies the held messages with the commit log; which of them were delivered
+    is the scheduler's own knowledge. A master's broker asks its running scheduler for
+    :meth:`export_state` every ``slave_synchronize_interval_ms`` and sends it to its slaves;
+    a slave's broker hands it to its own scheduler (of the same name, never started on a
+    slave) with :meth:`import_state`, once the slave's log holds every record the state
+    counts. When that slave's data directory is started as a master, the scheduler's
+    :meth:`~DelayScheduler.start` resumes from the imported state: what was delivered is not
+    delivered again, what was pending is delivered on time. A scheduler without these
+    methods starts on a promoted slave from whatever its files there say (none: from the
+    first held message), delivering again what its old master had delivered.
+
+    .. versionadded:: 0.1
+    """
+
+    name: str
+
+    def export_state(self) -> Any:
+        """The running scheduler's progress as JSON-compatible data (dicts, lists, strings,
+        numbers), or None when it has none to give (not started)."""
+        ...
+
+    def import_state(self, host: Any, state: Any) -> None:
+        """Make ``state`` (another broker's :meth:`export_state`) what the next
+        ``start(host)`` resumes from: write it where ``host`` keeps this scheduler's files.
+        Called on a scheduler that is not started; raises
+        :class:`~mqcore.errors.InvalidArgumentError` on a state it cannot read."""
         ...

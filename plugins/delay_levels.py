@@ -204,6 +204,33 @@ class DelayLevelScheduler:
         log.debug("delay_offsets_persisted", path=str(self._path))
         return True
 
+    # -- replication (mqcore.interfaces.SchedulerState) --------------------------------
+
+    def export_state(self) -> dict[str, Any] | None:
+        """The next offset of every level as ``delayOffset.json`` holds them (taken from
+        memory: newer than the file between two persists); None before :meth:`start`."""
+        with self._lock:
+            if self._host is None:
+                return None
+            return {"offsetTable": {str(lv.level): lv.offset for lv in self._levels}}
+
+    def import_state(self, host: DelayHost, state: Any) -> None:
+        """Write another broker's :meth:`export_state` as this broker's ``delayOffset.json``
+        (which :meth:`start` reads, clamping each offset into its queue).
+
+        :raises InvalidArgumentError: when ``state`` is not such a table.
+        """
+        try:
+            table = _decode_offsets(json.dumps(state).encode())
+        except (StoreCorruptedError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidArgumentError(
+                f"delay-level progress {state!r} is not a table of level offsets ({exc})"
+            ) from None
+        write_json_atomic(
+            host.state_path(DELAY_OFFSET_FILE),
+            {"offsetTable": {str(level): offset for level, offset in table.items()}},
+        )
+
     # -- delivery ----------------------------------------------------------------------
 
     def run_due(self) -> int:

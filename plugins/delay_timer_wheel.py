@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import array
 import json
+import shutil
 import struct
 import threading
 import time
@@ -39,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from mqcore.atomicfile import read_with_backup, write_json_atomic
+from mqcore.atomicfile import backup_path, read_with_backup, write_json_atomic
 from mqcore.batch import _speedups
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import hookimpl
@@ -78,6 +79,9 @@ DEFAULT_MAX_DELAY_SEC = 3 * 24 * 3600  # RocketMQ's timerMaxDelaySec
 DEFAULT_PRECISION_MS = 1000  # RocketMQ's timerPrecisionMs
 SEGMENTS_FILE = "timerSegments.json"
 CHECKPOINT_FILE = "timercheck"
+#: A master's progress copied to this (slave's) broker, in its config directory; the next
+#: start rebuilds the wheel from it (see TimerScheduler.import_state).
+IMPORT_FILE = "timerImport.json"
 
 _IDLE_MS = 100
 _ENQUEUE_BATCH = 256  # held messages read per store call
@@ -242,6 +246,41 @@ def _units_of_records(
 
 
 @attrs.frozen
+class _Replay:
+    """A master's progress a promoted slave resumes from (see ``import_state``): of the held
+    messages below queue offset ``end``, those whose deliver time falls in a slot up to
+    ``read_ms`` were delivered, but for the ``pending`` ones of that last slot."""
+
+    end: int
+    read_ms: int
+    precision_ms: int
+    pending: frozenset[int]
+
+    def delivered(self, queue_offset: int, deliver_ms: int) -> bool:
+        """Whether the old master delivered the held message at ``queue_offset``."""
+        return (
+            queue_offset < self.end
+            and deliver_ms - deliver_ms % self.precision_ms <= self.read_ms
+            and queue_offset not in self.pending
+        )
+
+
+def _imported_state(state: Any) -> dict[str, Any]:
+    """``state`` (an :meth:`TimerScheduler.export_state`) checked, or InvalidArgumentError."""
+    fields = ("enqueue_offset", "read_ms", "precision_ms", "slots")
+    if not isinstance(state, dict) or not all(
+        type(state.get(f)) is int and state[f] >= 0 for f in fields
+    ):
+        raise InvalidArgumentError(f"timer progress {state!r} lacks {', '.join(fields)}")
+    pending = state.get("cursor_pending")
+    if not isinstance(pending, list) or not all(type(q) is int for q in pending):
+        raise InvalidArgumentError("timer progress: cursor_pending is not a list of offsets")
+    if state["precision_ms"] <= 0 or state["slots"] <= 0:
+        raise InvalidArgumentError(f"timer progress {state!r}: precision and slots must be > 0")
+    return {f: state[f] for f in fields} | {"cursor_pending": pending}
+
+
+@attrs.frozen
 class TimerStats:
     """What ``mqcore timer stats`` shows.
 
@@ -315,6 +354,8 @@ class TimerScheduler:
         # (read ms, last pos, units) of the cursor's slot -> its unit positions, append order.
         self._slot_cache: tuple[tuple[int, int, int], array.array[int]] | None = None
         self._seg_dirty = False
+        self._replay: _Replay | None = None
+        self._import_path: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -322,6 +363,7 @@ class TimerScheduler:
         """Open (or create) the files, recover an uncommitted tail, begin serving ``host``."""
         with self._lock:
             self._host = host
+            imported = self._take_import(host)
             ckpt = TimerCheckpoint(host.state_path(CHECKPOINT_FILE))
             try:
                 cp = ckpt.load()
@@ -345,8 +387,10 @@ class TimerScheduler:
             fresh = cp is None
             if cp is None:
                 now = self.clock()
-                cp = Checkpoint(0, 0, 0, now - now % self.precision_ms, 0, 0,
-                                self.precision_ms, self.slots)  # fmt: skip
+                read_ms = now - now % self.precision_ms
+                if imported is not None:
+                    read_ms = imported["read_ms"]  # the old master's cursor
+                cp = Checkpoint(0, 0, 0, read_ms, 0, 0, self.precision_ms, self.slots)
             self._cp = cp
             if fresh:  # both copies, so that a torn later write always has one to fall back on
                 self._commit()
@@ -357,6 +401,8 @@ class TimerScheduler:
             if self._cp.enqueue_offset > high:
                 log.error("timer_offset_corrected", offset=self._cp.enqueue_offset, to=high)
                 self._commit(enqueue_offset=high)
+            if imported is not None:
+                self._start_replay(imported, high)
             self._running = True
         log.info("timer_scheduler_started", pending=self._cp.pending, read_ms=self._cp.read_ms)
 
@@ -414,6 +460,136 @@ class TimerScheduler:
             seg_max[start] = max(seg_max.get(start, 0), unit.slot_ms)
         self._seg_max = {s: m for s, m in seg_max.items() if s in set(self._log.segments())}
         self._seg_dirty = True
+
+    # -- replication (mqcore.interfaces.SchedulerState) --------------------------------
+
+    def export_state(self) -> dict[str, Any] | None:
+        """The progress a slave needs to take over, in a few numbers: the timer-topic offset
+        enqueued up to, the read cursor (the slot being delivered), the wheel's layout and
+        the queue offsets of the cursor slot's units not delivered yet. Every held message
+        below that offset whose deliver time falls in a slot up to the cursor's was
+        delivered, but for those; every other one is pending. None before :meth:`start`."""
+        with self._lock:
+            if not self._running:
+                return None
+            cp = self._cp
+            return {
+                "enqueue_offset": cp.enqueue_offset,
+                "read_ms": cp.read_ms,
+                "precision_ms": cp.precision_ms,
+                "slots": cp.slots,
+                "cursor_pending": self._cursor_pending(),
+            }
+
+    def import_state(self, host: Any, state: Any) -> None:
+        """Keep another broker's :meth:`export_state` in ``timerImport.json``: the next
+        :meth:`start` on this data directory drops the timer files it finds, takes the
+        wheel's layout and read cursor from ``state`` and enqueues the timer topic again
+        from its start, leaving out what ``state`` says was delivered.
+
+        :raises InvalidArgumentError: when ``state`` is not such progress.
+        """
+        checked = _imported_state(state)
+        write_json_atomic(host.state_path(IMPORT_FILE), {"applied": False, **checked})
+
+    def _take_import(self, host: Any) -> dict[str, Any] | None:
+        """The imported progress to resume from, or None; a newly imported one replaces the
+        timer files on disk (they are this directory's own, older than its master's)."""
+        path = host.state_path(IMPORT_FILE)
+        self._import_path = path
+        parsed: list[dict[str, Any]] = []
+
+        def validate(data: bytes) -> bool:
+            doc = json.loads(data)
+            parsed.append(doc | _imported_state(doc))
+            return True
+
+        try:
+            data = read_with_backup(path, validate)
+        except StoreCorruptedError:
+            log.error("timer_import_unreadable", path=str(path))
+            raise
+        if data is None:
+            return None
+        doc = parsed[-1]
+        if doc.get("applied") is not True:
+            for name in (CHECKPOINT_FILE, SEGMENTS_FILE):
+                host.state_path(name).unlink(missing_ok=True)
+                backup_path(host.state_path(name)).unlink(missing_ok=True)
+            host.data_path("timerwheel").unlink(missing_ok=True)
+            shutil.rmtree(host.data_path("timerlog"), ignore_errors=True)
+            if (doc["precision_ms"], doc["slots"]) != (self.precision_ms, self.slots):
+                log.warning(
+                    "timer_layout_kept", precision_ms=doc["precision_ms"], slots=doc["slots"],
+                    asked_precision_ms=self.precision_ms, asked_slots=self.slots,
+                )  # fmt: skip
+                self.precision_ms, self.slots = doc["precision_ms"], doc["slots"]
+                self.max_delay_ms = min(
+                    self.max_delay_ms, (self.slots // 2 - 1) * self.precision_ms
+                )
+            log.info(
+                "timer_state_imported", enqueue_offset=doc["enqueue_offset"],
+                read_ms=doc["read_ms"], cursor_pending=len(doc["cursor_pending"]),
+            )  # fmt: skip
+        return doc
+
+    def _start_replay(self, doc: dict[str, Any], high: int) -> None:
+        """Leave out what the old master delivered while the timer topic is enqueued again."""
+        assert self._import_path is not None
+        if doc.get("applied") is not True:
+            # Only what this store held when it took over is the old master's: a message
+            # stored later at an offset below its enqueue offset is this broker's own.
+            doc = {**doc, "applied": True, "end": min(doc["enqueue_offset"], high)}
+            write_json_atomic(self._import_path, doc)
+        end = doc.get("end")
+        end = end if type(end) is int else min(doc["enqueue_offset"], high)
+        self._replay = _Replay(
+            end, doc["read_ms"], doc["precision_ms"], frozenset(doc["cursor_pending"])
+        )
+        self._end_replay()
+
+    def _end_replay(self) -> None:
+        """Forget the imported progress once the timer topic is enqueued past it."""
+        replay = self._replay
+        if replay is None or self._cp.enqueue_offset < replay.end:
+            return
+        assert self._ckpt is not None and self._import_path is not None
+        self._ckpt.flush()  # the checkpoint past it first: it stands for the import now
+        self._import_path.unlink(missing_ok=True)
+        backup_path(self._import_path).unlink(missing_ok=True)
+        self._replay = None
+        log.info("timer_state_import_done", enqueue_offset=self._cp.enqueue_offset)
+
+    def _cursor_pending(self) -> list[int]:
+        """Queue offsets of the units of the cursor's slot not delivered yet."""
+        assert self._wheel is not None and self._log is not None
+        cp = self._cp
+        t, _, last, num = self._wheel.get(self._slot_index(cp.read_ms))
+        if t != cp.read_ms or num <= cp.done:
+            return []
+        positions = self._slot_positions(last, num)
+        start = max(cp.done - (num - len(positions)), 0)
+        out = []
+        for pos in positions[start:]:
+            unit = self._log.read(pos)
+            if unit is not None:
+                out.append(unit.queue_offset)
+        return out
+
+    def _replayed(self, base: int, units: bytes, odd: dict[int, int | None] | None) -> list[int]:
+        """Indexes of ``units`` (the first at queue offset ``base``) the old master
+        delivered, while enqueuing from imported progress."""
+        replay = self._replay
+        if replay is None or base >= replay.end:
+            return []
+        out = []
+        for i in range(min(len(units) // _CQ_UNIT.size, replay.end - base)):
+            deliver: int | None = _CQ_UNIT.unpack_from(units, i * _CQ_UNIT.size)[2]
+            if deliver is None or deliver < _MIN_DELIVER_CODE:
+                deliver = self._deliver_of_record(base + i) if odd is None else odd.get(i)
+            if deliver is not None and replay.delivered(base + i, deliver):
+                out.append(i)
+        return out
 
     def stop(self) -> None:
         """Stop delivering, persist, close the files."""
@@ -517,9 +693,18 @@ class TimerScheduler:
             mapping = wheel.mapping
             i, n = 0, len(units) // _CQ_UNIT.size
             forced, forced_at = -1, -1
+            # Units the old master delivered (imported progress): left out of the wheel.
+            skip = self._replayed(base, units, odd)
+            k = 0
             while i < n:
+                while k < len(skip) and skip[k] < i:
+                    k += 1
+                if k < len(skip) and skip[k] == i:
+                    i += 1
+                    continue
+                upto = units if k == len(skip) else units[: skip[k] * _CQ_UNIT.size]
                 i, pos, top_slot, status = _link_timers(
-                    units, i, base, forced if i == forced_at else -1, read_ms, prec, nslots,
+                    upto, i, base, forced if i == forced_at else -1, read_ms, prec, nslots,
                     horizon, now, pos, seg_end, top_slot, mapping, slots, before, linked,
                 )  # fmt: skip
                 if status == BLOCKED:
@@ -554,6 +739,7 @@ class TimerScheduler:
                 self._rollback(before)
                 raise
             done += linked_count
+            self._end_replay()
             if blocked:
                 return False
         return True
@@ -614,22 +800,7 @@ class TimerScheduler:
         delivered, or -1 when a put failed (the same unit is tried again next pass)."""
         tlog = self._log
         assert tlog is not None
-        key = (self._cp.read_ms, last, num)
-        cached = self._slot_cache
-        if cached is not None and cached[0] == key:
-            positions = cached[1]  # a big slot is delivered over several passes
-        else:
-            positions = array.array("q")
-            pos = last
-            while pos >= 0 and len(positions) < num:
-                unit = tlog.read(pos)
-                if unit is None:
-                    log.error("timer_unit_missing", pos=pos, slot_ms=self._cp.read_ms)
-                    break
-                positions.append(pos)
-                pos = unit.prev_pos
-            positions.reverse()  # append order
-            self._slot_cache = (key, positions)
+        positions = self._slot_positions(last, num)
         start = max(self._cp.done - (num - len(positions)), 0)
         delivered = 0
         for pos in positions[start : start + budget]:
@@ -642,6 +813,27 @@ class TimerScheduler:
         if start + delivered >= len(positions) and self._cp.done < num:
             self._commit(done=num)  # units that could not be read count as done
         return delivered
+
+    def _slot_positions(self, last: int, num: int) -> array.array[int]:
+        """Positions of the cursor slot's units (its last at ``last``), in append order."""
+        tlog = self._log
+        assert tlog is not None
+        key = (self._cp.read_ms, last, num)
+        cached = self._slot_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]  # a big slot is delivered over several passes
+        positions = array.array("q")
+        pos = last
+        while pos >= 0 and len(positions) < num:
+            unit = tlog.read(pos)
+            if unit is None:
+                log.error("timer_unit_missing", pos=pos, slot_ms=self._cp.read_ms)
+                break
+            positions.append(pos)
+            pos = unit.prev_pos
+        positions.reverse()  # append order
+        self._slot_cache = (key, positions)
+        return positions
 
     def _deliver(self, unit: Any) -> bool:
         host = self._host

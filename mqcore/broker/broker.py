@@ -19,16 +19,12 @@ import attrs
 from mqcore.batch import plain_prefix
 from mqcore.broker.clients import ConsumerData, ConsumerManager
 from mqcore.broker.codes import RequestCode, ResponseCode
-from mqcore.broker.ha import (
-    SLAVE_READ_BROKER_ID,
-    HAMaster,
-    HASlave,
-    read_from_slave,
-    start_replication,
-)
+from mqcore.broker.ha import HAMaster, HASlave, start_replication
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
+from mqcore.broker.metadata import MetadataSync
 from mqcore.broker.offsets import ConsumerOffsetManager
+from mqcore.broker.readpolicy import SLAVE_READ_BROKER_ID, read_from_slave
 from mqcore.broker.schedule import DelayService, is_timer_message
 from mqcore.broker.topics import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -68,6 +64,7 @@ from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
 from mqcore.protocol.validation import check_sent_message, check_text
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
+from mqcore.storecaps import CommitLogBounds
 
 __all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
 
@@ -229,10 +226,25 @@ class Broker:
         )
         self._closed = False
         self._stop = threading.Event()
+        store_bounds = self.store if isinstance(self.store, CommitLogBounds) else None
+        #: what replication moves besides the log: topics, offsets, scheduler progress
+        self.metadata = MetadataSync(
+            self.topics,
+            self.offsets,
+            self.delay,
+            store_bounds.commitlog_max_offset if store_bounds is not None else lambda: 0,
+        )
         #: the replication side (see mqcore.broker.ha), or None
         self.ha: HAMaster | HASlave | None = None
         try:
-            self.ha = start_replication(self)
+            self.ha = start_replication(
+                self.config,
+                self.store,
+                store,
+                snapshot=self.metadata.snapshot,
+                apply=self.metadata.apply,
+                appended=self._appended,
+            )
             if not self.is_slave:  # a slave's delayed messages are delivered by its master
                 # Last: its thread delivers through everything set up above.
                 self.delay.start()
@@ -241,6 +253,12 @@ class Broker:
                 self.ha.close()
             self.store.close()
             raise
+
+    def _appended(self, queues: set[tuple[str, int]]) -> None:
+        """A slave's replication appended records: wake the pulls held on their queues."""
+        for key in queues:
+            self.waiters.notify(key)
+        self.metadata.log_advanced()
 
     def _check_kind(self, kind: str, name: str) -> None:
         """Refuse a scheduler named in the wrong setting (registered as the other kind)."""
@@ -698,7 +716,11 @@ class Broker:
             )
             if arrived and not self._closed:
                 resp = self._get(topic, queue_id, queue_offset, max_msg_nums, flt, raw)
-        if resp.records and self.config.slave_read_enable and read_from_slave(self, resp):
+        if (
+            resp.records
+            and self.config.slave_read_enable
+            and read_from_slave(self.store, self.config, resp.records)
+        ):
             resp = attrs.evolve(resp, suggest_which_broker_id=SLAVE_READ_BROKER_ID)
         return resp
 

@@ -8,12 +8,17 @@ them into its own consume queues and index, and reports its new max offset after
 and at least every ``ha_send_heartbeat_interval_ms``. The master keeps, per slave, the offset
 it acknowledged; a SYNC_MASTER send waits on it.
 
-Topics, consumer offsets and delay progress travel on a second connection to the same port
-(RocketMQ's SlaveSynchronize, which uses the remoting port): it starts with the 8 bytes
-:data:`SYNC_MAGIC` (an offset no log reaches), then both sides exchange JSON documents, each
-preceded by its length (4 bytes). The slave sends ``{"broker_id", "address"}`` every
-``slave_synchronize_interval_ms``; the master answers with its address, topics, offsets and
-delay progress, and lists the slave in its routes while that connection is open.
+Metadata travels on a second connection to the same port (RocketMQ's SlaveSynchronize,
+which uses the remoting port): it starts with the 8 bytes :data:`SYNC_MAGIC` (an offset no
+log reaches), then both sides exchange JSON documents, each preceded by its length (4
+bytes). The slave sends ``{"broker_id", "address"}`` every
+``slave_synchronize_interval_ms``; the master answers with its address and the broker's
+metadata snapshot, and lists the slave in its routes while that connection is open.
+
+Replication sees neither the broker nor its plugins: it reads and appends the commit log
+through the store's commit-log capabilities (:mod:`mqcore.storecaps`), and moves the
+metadata the broker hands it (``snapshot`` on a master, ``apply`` on a slave, see
+:mod:`mqcore.broker.metadata`) without looking inside.
 """
 
 from __future__ import annotations
@@ -25,11 +30,8 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mqcore.atomicfile import write_atomic
-from mqcore.broker.topics import TopicConfig
-from mqcore.codec import POS_PHYSICAL_OFFSET
 from mqcore.config import BrokerConfig
 from mqcore.errors import (
     InvalidArgumentError,
@@ -39,19 +41,13 @@ from mqcore.errors import (
 )
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
-from mqcore.protocol.pull import PullResponse
 from mqcore.store import PutResult
-from mqcore.storecaps import CommitLogBounds, CommitLogReplica, CommitLogSource
-
-if TYPE_CHECKING:
-    from mqcore.broker.broker import Broker
+from mqcore.storecaps import CommitLogReplica, CommitLogSource
 
 __all__ = [
-    "SLAVE_READ_BROKER_ID",
     "SYNC_MAGIC",
     "HAMaster",
     "HASlave",
-    "read_from_slave",
     "split_address",
     "start_replication",
 ]
@@ -64,27 +60,13 @@ _HEADER = struct.Struct(">qi")
 _LENGTH = struct.Struct(">i")
 _MAX_SYNC_DOC = 64 * 1024 * 1024
 _POLL_S = 0.5  # longest a thread blocks before it looks at its stop flag
-DELAY_OFFSET_FILE = "delayOffset.json"
-#: the member a lagging consumer is sent to (RocketMQ's whichBrokerWhenConsumeSlowly)
-SLAVE_READ_BROKER_ID = 1
 
-
-def read_from_slave(broker: Broker, resp: PullResponse) -> bool:
-    """Seed 001's rule: whether the reader of ``resp`` lags so far behind the end of the
-    commit log (more than ``access_message_in_memory_max_ratio`` percent of
-    ``total_physical_memory_bytes``) that its next pulls should go to the slave.
-
-    The lag is measured from the last record pulled, as RocketMQ's getMessage measures it
-    from the last consume-queue unit it read.
-    """
-    store = broker.store
-    if not isinstance(store, CommitLogBounds):
-        return False
-    last = resp.records[-1]
-    pulled = _OFFSET.unpack_from(last, POS_PHYSICAL_OFFSET)[0]
-    cfg = broker.config
-    memory = cfg.total_physical_memory_bytes * cfg.access_message_in_memory_max_ratio / 100
-    return bool(store.commitlog_max_offset() - pulled > memory)
+#: The broker's metadata for slaves (a JSON object), on a master.
+Snapshot = Callable[[], dict[str, Any]]
+#: Takes a master's metadata, on a slave.
+Apply = Callable[[dict[str, Any]], None]
+#: Called on a slave with the ``(topic, queue_id)`` pairs that got messages.
+Appended = Callable[[set[tuple[str, int]]], None]
 
 
 def split_address(address: str, what: str) -> tuple[str, int]:
@@ -230,16 +212,24 @@ class _SlaveConnection:
 class HAMaster:
     """A master's replication port: accepts slaves, pushes the log, tracks what they have.
 
-    :param broker: the master broker (its store must be a
-        :class:`~mqcore.storecaps.CommitLogSource`).
+    :param store: the master's store.
+    :param config: the master's settings.
+    :param snapshot: the broker's metadata for slaves, asked at each of their requests.
     :param host: address to listen on.
     :param port: port (0: any free one; :attr:`port` tells which).
     """
 
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
-        self.broker = broker
-        self.store = _source(broker)
-        self.config: BrokerConfig = broker.config
+    def __init__(
+        self,
+        store: CommitLogSource,
+        config: BrokerConfig,
+        snapshot: Snapshot,
+        host: str,
+        port: int,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self._snapshot = snapshot
         self._lock = threading.Condition()
         self._connections: list[_SlaveConnection] = []
         self._syncs: dict[socket.socket, tuple[int, str]] = {}
@@ -250,7 +240,7 @@ class HAMaster:
         self._server.settimeout(_POLL_S)
         self.host, self.port = self._server.getsockname()[:2]
         self._acceptor = threading.Thread(
-            target=self._accept, name=f"mqcore-ha-{broker.config.broker_name}", daemon=True
+            target=self._accept, name=f"mqcore-ha-{config.broker_name}", daemon=True
         )
         self._acceptor.start()
         log.info("ha_master_listening", host=self.host, port=self.port)
@@ -315,7 +305,7 @@ class HAMaster:
                 with self._lock:
                     self._syncs[sock] = (int(req.get("broker_id", 1)), str(req.get("address")))
                 _send_doc(sock, self._metadata())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, MQError) as exc:
             log.info("ha_sync_connection_lost", error=str(exc))
         finally:
             with self._lock:
@@ -323,18 +313,7 @@ class HAMaster:
             _close(sock)
 
     def _metadata(self) -> dict[str, Any]:
-        broker = self.broker
-        delay_file = broker.data_dir / "config" / DELAY_OFFSET_FILE
-        try:
-            delay = delay_file.read_text(encoding="utf-8")
-        except OSError:
-            delay = None
-        return {
-            "address": broker.config.store_host,
-            "topics": [t.to_json() for t in broker.topics.all()],
-            "offsets": broker.offsets.offset_table(),
-            "delay_offset": delay,
-        }
+        return {**self._snapshot(), "address": self.config.store_host}
 
     # -- what the broker asks ------------------------------------------------------------
 
@@ -427,24 +406,27 @@ class HAMaster:
 class HASlave:
     """A slave's side: copies the master's log and, periodically, its metadata.
 
-    :param broker: the slave broker (its store must be a
-        :class:`~mqcore.storecaps.CommitLogReplica`).
+    :param store: the slave's store.
+    :param config: the slave's settings.
     :param master: ``host:port`` of the master's HA port.
-    :param dispatched: called with the ``(topic, queue_id)`` pairs that got messages.
+    :param apply: takes the master's metadata (every ``slave_synchronize_interval_ms``).
+    :param appended: called with the ``(topic, queue_id)`` pairs that got messages.
     """
 
     def __init__(
         self,
-        broker: Broker,
+        store: CommitLogReplica,
+        config: BrokerConfig,
         master: str,
-        dispatched: Callable[[set[tuple[str, int]]], None],
+        apply: Apply,
+        appended: Appended,
     ) -> None:
-        self.broker = broker
-        self.store = _replica(broker)
-        self.config = broker.config
+        self.store = store
+        self.config = config
         self.master = split_address(master, "ha_master_address")
         self.master_address: str | None = None  # the master's remoting address, once synced
-        self._dispatched = dispatched
+        self._apply = apply
+        self._appended = appended
         self._stop = threading.Event()
         self._socks: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -554,9 +536,7 @@ class HASlave:
                 if offset != mine:
                     log.error("ha_offset_mismatch", master_offset=offset, slave_offset=mine)
                     return  # reconnect: the master starts again from our offset
-                touched = store.append_commitlog(offset, body)
-                if touched:
-                    self._dispatched(touched)
+                self._appended(store.append_commitlog(offset, body))
             now_max = store.commitlog_max_offset()
             if now_max != reported or time.monotonic() - last_report >= beat:
                 sock.sendall(_OFFSET.pack(now_max))
@@ -593,6 +573,7 @@ class HASlave:
                     doc = _recv_doc(sock, self._stop)
                     if not isinstance(doc, dict):
                         break
+                    self.master_address = doc.get("address") or None
                     self._apply(doc)
                     self.synced.set()
                     if self._stop.wait(every):
@@ -602,23 +583,6 @@ class HASlave:
             finally:
                 self._forget(sock)
             self._stop.wait(1.0)
-
-    def _apply(self, doc: dict[str, Any]) -> None:
-        """Take the master's topics, consumer offsets and delay progress."""
-        broker = self.broker
-        self.master_address = doc.get("address") or None
-        topics = {t["topicName"]: TopicConfig.from_json(t) for t in doc.get("topics") or ()}
-        for name, cfg in topics.items():
-            if broker.topics.get(name) != cfg:
-                broker.topics.put(cfg)
-        for gone in [t.topic_name for t in broker.topics.all() if t.topic_name not in topics]:
-            broker.topics.delete(gone)
-        broker.offsets.replace_table(doc.get("offsets") or {})
-        delay = doc.get("delay_offset")
-        if delay:
-            path = broker.data_dir / "config" / DELAY_OFFSET_FILE
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, delay.encode())
 
     def close(self) -> None:
         """Disconnect and join the threads."""
@@ -631,50 +595,46 @@ class HASlave:
             t.join(timeout=5)
 
 
-def _source(broker: Broker) -> CommitLogSource:
-    """The broker's store as a replication master, or a clear error."""
-    store = broker.store
-    if not isinstance(store, CommitLogSource):
-        raise InvalidArgumentError(
-            f"store {broker.store_name!r} cannot replicate to slaves (no read_commitlog, see "
-            "mqcore.storecaps.CommitLogSource); use the mmap store for a master with slaves"
-        )
-    return store
+def start_replication(
+    config: BrokerConfig,
+    store: object,
+    store_name: str,
+    *,
+    snapshot: Snapshot,
+    apply: Apply,
+    appended: Appended,
+) -> HAMaster | HASlave | None:
+    """The replication side ``config``'s role asks for (None: nothing to replicate).
 
-
-def _replica(broker: Broker) -> CommitLogReplica:
-    """The broker's store as a replication slave, or a clear error."""
-    store = broker.store
-    if not isinstance(store, CommitLogReplica):
-        raise InvalidArgumentError(
-            f"store {broker.store_name!r} cannot be a slave: it has no commit log to "
-            "replicate into (no append_commitlog, see mqcore.storecaps.CommitLogReplica); "
-            "run slaves on the mmap store"
-        )
-    return store
-
-
-def start_replication(broker: Broker) -> HAMaster | HASlave | None:
-    """The replication side ``broker``'s role asks for (None: nothing to replicate)."""
-    cfg = broker.config
-    if cfg.broker_role == "SLAVE":
-        _replica(broker)
-        if not cfg.ha_master_address:
+    :param store: the broker's store: a :class:`~mqcore.storecaps.CommitLogSource` for a
+        master with slaves, a :class:`~mqcore.storecaps.CommitLogReplica` for a slave.
+    :param store_name: its registered name, for errors.
+    :param snapshot: on a master, the broker's metadata for slaves.
+    :param apply: on a slave, takes the master's metadata.
+    :param appended: on a slave, called with the queues that got messages.
+    """
+    if config.broker_role == "SLAVE":
+        if not isinstance(store, CommitLogReplica):
+            raise InvalidArgumentError(
+                f"store {store_name!r} cannot be a slave: it has no commit log to "
+                "replicate into (no append_commitlog, see mqcore.storecaps.CommitLogReplica); "
+                "run slaves on the mmap store"
+            )
+        if not config.ha_master_address:
             raise InvalidArgumentError(
                 "a SLAVE needs ha_master_address (HOST:PORT of its master's HA port)"
             )
-        waiters = broker.waiters
-
-        def wake(keys: set[tuple[str, int]]) -> None:
-            for key in keys:
-                waiters.notify(key)
-
-        return HASlave(broker, cfg.ha_master_address, wake)
-    if cfg.ha_listen_port is None:
-        if cfg.broker_role == "SYNC_MASTER":
+        return HASlave(store, config, config.ha_master_address, apply, appended)
+    if config.ha_listen_port is None:
+        if config.broker_role == "SYNC_MASTER":
             raise InvalidArgumentError(
                 "a SYNC_MASTER needs ha_listen_port (its slaves' port; 0: any free port)"
             )
         return None
-    _source(broker)
-    return HAMaster(broker, cfg.ha_listen_host or cfg.broker_ip, cfg.ha_listen_port)
+    if not isinstance(store, CommitLogSource):
+        raise InvalidArgumentError(
+            f"store {store_name!r} cannot replicate to slaves (no read_commitlog, see "
+            "mqcore.storecaps.CommitLogSource); use the mmap store for a master with slaves"
+        )
+    host = config.ha_listen_host or config.broker_ip
+    return HAMaster(store, config, snapshot, host, config.ha_listen_port)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from mqcore import codec
 from mqcore.batch import _speedups
 from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, SCHEDULE_TOPIC, validate_topic
 from mqcore.errors import CodecError, MessageIllegalError, TimerMessageError
+from mqcore.interfaces import SchedulerState
 from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_REAL_QUEUE_ID,
@@ -284,6 +285,10 @@ class DelayService:
         self._timer_thread = threading.Thread(
             target=self._run, args=(timer,), name=f"mqcore-timer-{name}", daemon=True
         )
+        # What import_states last handed each kind, and the master's scheduler name a kind
+        # refused last (logged once per name).
+        self._imported: dict[str, Any] = {}
+        self._refused: dict[str, Any] = {}
         # The timer's clock (tests inject one) also times a timer message's arrival.
         self._clock: Callable[[], int] = getattr(timer, "clock", None) or _wall_clock_ms
 
@@ -312,6 +317,53 @@ class DelayService:
         finally:
             if self.timer is not None:
                 self.timer.stop()
+
+    # -- progress, for replication -------------------------------------------------------
+
+    def _kinds(self) -> list[tuple[str, Any]]:
+        kinds = [("delay", self.scheduler)]
+        if self.timer is not None:
+            kinds.append(("timer", self.timer))
+        return kinds
+
+    def export_states(self) -> dict[str, Any]:
+        """The running schedulers' progress, by kind (``delay``, ``timer``): each as
+        ``{"name": ..., "state": ...}`` (see :class:`~mqcore.interfaces.SchedulerState`);
+        a scheduler that exports none is left out."""
+        out: dict[str, Any] = {}
+        for kind, scheduler in self._kinds():
+            if not isinstance(scheduler, SchedulerState):
+                continue
+            state = scheduler.export_state()
+            if state is not None:
+                out[kind] = {"name": scheduler.name, "state": state}
+        return out
+
+    def import_states(self, states: Mapping[str, Any]) -> None:
+        """Hand another broker's :meth:`export_states` to these (not started) schedulers, each
+        to the one of its kind with the same name; what one cannot take is logged, and the
+        others still take theirs."""
+        for kind, scheduler in self._kinds():
+            entry = states.get(kind)
+            if not isinstance(entry, dict) or not isinstance(scheduler, SchedulerState):
+                continue
+            if entry.get("name") != scheduler.name:
+                if self._refused.get(kind) != entry.get("name"):
+                    self._refused[kind] = entry.get("name")
+                    log.warning(
+                        "scheduler_state_not_imported", kind=kind, scheduler=scheduler.name,
+                        master_scheduler=entry.get("name"),
+                    )  # fmt: skip
+                continue
+            state = entry.get("state")
+            if state == self._imported.get(kind):
+                continue  # unchanged since the last import: nothing to write
+            try:
+                scheduler.import_state(self, state)
+            except Exception:  # a bad state from the network: keep the last one imported
+                log.exception("scheduler_state_import_failed", kind=kind, scheduler=scheduler.name)
+                continue
+            self._imported[kind] = state
 
     def _run(self, scheduler: Any) -> None:
         every = self.flush_interval_ms / 1000
