@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from mqtest import FakeClock
 from mqcore import Broker, Message, Producer
 from mqcore.errors import InvalidArgumentError, MessageIllegalError, TimerMessageError
 from mqcore.message import system_message
-from mqcore.plugins.delay_timer_wheel import CHECKPOINT_FILE, TimerScheduler
+from mqcore.plugins.delay_timer_wheel import CHECKPOINT_FILE, IMPORT_FILE, TimerScheduler
 from mqcore.store import SCHEDULE_TOPIC, TIMER_TOPIC
 
 pytestmark = pytest.mark.timeout(60)
@@ -454,3 +455,63 @@ def test_the_wheel_layout_is_kept_across_setting_changes(tmp_path: Path, store_n
             b.send_message("T", 0, [Message(topic="T", body=b"y", delay_sec=600)])
         _step(b, clock, t0 + 31_000)
         assert _bodies(b) == [b"x"]
+
+
+class _Files:
+    """Where a broker's scheduler keeps its files (the host of a scheduler not started)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+
+    def state_path(self, name: str) -> Path:
+        return self.data_dir / "config" / name
+
+    def data_path(self, name: str) -> Path:
+        return self.data_dir / name
+
+
+def test_imported_progress_resumes_a_crowded_slot_half_delivered(
+    tmp_path: Path, store_name: str
+) -> None:
+    """Exported in the middle of a crowded slot (512 of 1300 delivered) and imported into the
+    same data directory (its own timer files then dropped): the rest arrives once, in order,
+    nothing delivered before is delivered again, and the later slot stays pending."""
+    clock = FakeClock()
+    with _open(tmp_path, store_name, clock) as b:
+        due = clock.now + 1000
+        sched = b.timer_scheduler
+        with sched._lock:
+            for i in range(0, 1300, 100):
+                msgs = [
+                    Message(topic="T", body=b"%d" % (i + j), deliver_time_ms=due)
+                    for j in range(100)
+                ]
+                b.send_message("T", 0, msgs)
+            later = Message(topic="T", body=b"later", deliver_time_ms=due + 5000)
+            b.send_message("T", 1, [later])
+            sched.run_due()
+            clock.now = due + 1000
+            assert sched.run_due() == 0 and b.get_max_offset("T", 0) == 512
+            state = sched.export_state()
+            clock.now = due - 500  # the delivery thread delivers nothing more
+        assert state is not None and state == json.loads(json.dumps(state))  # JSON as it is
+        assert state["enqueue_offset"] == 1301 and len(state["cursor_pending"]) == 1300 - 512
+        assert _bodies(b) == [b"%d" % i for i in range(512)]
+    TimerScheduler().import_state(_Files(tmp_path), state)
+    assert (tmp_path / "config" / IMPORT_FILE).exists()
+    with _open(tmp_path, store_name, clock) as b:
+        with b.timer_scheduler._lock:
+            clock.now = due + 1000
+            while b.timer_scheduler.run_due() == 0:
+                pass
+        assert _bodies(b) == [b"%d" % i for i in range(1300)]  # once each, send order
+        assert b.timer_stats().pending == 1 and _bodies(b, "T", 1) == []
+        _step(b, clock, due + 6000)
+        assert _bodies(b, "T", 1) == [b"later"]
+        assert not (tmp_path / "config" / IMPORT_FILE).exists()  # done with it
+
+
+def test_a_state_that_is_not_timer_progress_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="timer progress"):
+        TimerScheduler().import_state(_Files(tmp_path), {"enqueue_offset": "x"})
+    assert not (tmp_path / "config" / IMPORT_FILE).exists()

@@ -290,3 +290,24 @@ def test_stopped_scheduler_delivers_nothing(rig: Rig) -> None:
     rig.clock.now = 2**50
     rig.scheduler.run_due()
     assert rig.bodies("T") == []
+
+
+def test_progress_exported_from_memory_and_imported_where_start_reads_it(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """The export counts deliveries not yet persisted; the import is the file start reads."""
+    assert DelayLevelScheduler().export_state() is None  # not started
+    for i in range(3):
+        rig.send("T", 0, Message(topic="T", body=b"%d" % i, delay_level=2))
+    rig.clock.now = 2**50
+    rig.scheduler.run_due()
+    state = rig.scheduler.export_state()
+    assert state is not None and state["offsetTable"]["2"] == 3
+    assert not (rig.path / "config" / DELAY_OFFSET_FILE).exists()  # not persisted yet
+    other = DelayService(rig.store, DelayLevelScheduler(), tmp_path / "other", rig._on_stored)
+    other.scheduler.import_state(other, json.loads(json.dumps(state)))
+    copied = json.loads((tmp_path / "other" / DELAY_OFFSET_FILE).read_text())
+    assert copied == state
+    with pytest.raises(InvalidArgumentError, match="not a table of level offsets"):
+        other.scheduler.import_state(other, {"offsetTable": {"2": -1}})
+    assert json.loads((tmp_path / "other" / DELAY_OFFSET_FILE).read_text()) == state
