@@ -47,7 +47,7 @@ Evaluator = Callable[[Mapping[str, str]], "bool | None"]
 _CHUNK = 64  # operands per generated function for long AND/OR chains
 _CONVERT = {"I": "_int", "L": "_long", "D": "_double"}
 _STR_METHOD = {"STARTSWITH": "startswith", "ENDSWITH": "endswith"}
-_ORDER_TEST = {
+_ORDER_TEST: dict[str, Callable[[int], bool]] = {
     ">": lambda c: c > 0,
     ">=": lambda c: c >= 0,
     "<": lambda c: c < 0,

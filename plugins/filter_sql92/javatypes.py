@@ -141,7 +141,8 @@ def double_compare(a: float, b: float) -> int:
 
 
 def _sign(a: Any, b: Any) -> int:
-    return (a > b) - (a < b)
+    sign: int = (a > b) - (a < b)
+    return sign
 
 
 def _convert(text: str, target: str) -> Any:
@@ -192,7 +193,8 @@ def equality(lv: Any, lt: str, rv: Any, rt: str) -> bool | None:
     if rv is None:
         return False
     if lt == rt and lt != "D":
-        return lv == rv
+        same: bool = lv == rv
+        return same
     return compare(lv, lt, rv, rt) == 0
 
 
