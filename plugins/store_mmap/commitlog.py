@@ -50,6 +50,8 @@ def _whole(path: str, size: int) -> bool:
     with open(path, "rb") as f:
         data = f.read()
     pos = 0
+    length: int
+    magic: int
     while pos + 8 <= size:
         length, magic = _BLANK_HEADER.unpack_from(data, pos)
         if magic == BLANK_MAGIC_CODE:
