@@ -46,7 +46,7 @@ _DEFAULT_BATCH = 512
 
 
 @attrs.frozen
-class WriteResult(WriterCommitMessage):
+class WriteResult(WriterCommitMessage):  # type: ignore[misc]  # pyspark's classes are Any to mypy (no stubs checked)
     """What one task stored."""
 
     partition: int
@@ -65,7 +65,7 @@ def held_error(location: Location, exc: StoreLockedError) -> StoreLockedError:
     return error
 
 
-class Writer(DataSourceArrowWriter):
+class Writer(DataSourceArrowWriter):  # type: ignore[misc]  # pyspark's classes are Any to mypy (no stubs checked)
     """Appends rows (``body``; ``tags``, ``keys``, ``properties``, ``queue_id`` when present)."""
 
     def __init__(self, options: Any, schema: StructType, overwrite: bool) -> None:

@@ -83,7 +83,7 @@ def _check_schema(schema: StructType) -> StructType:
     return schema
 
 
-class SlicePartition(InputPartition):
+class SlicePartition(InputPartition):  # type: ignore[misc]  # pyspark's classes are Any to mypy (no stubs checked)
     """One Spark partition: queue offsets ``[start, end)`` of one queue."""
 
     def __init__(self, value: Slice) -> None:
@@ -118,7 +118,7 @@ class _Setup:
             )
 
 
-class BatchReader(_Setup, DataSourceReader):
+class BatchReader(_Setup, DataSourceReader):  # type: ignore[misc]  # pyspark's classes are Any to mypy (no stubs checked)
     """``spark.read.format("mqcore")``: one partition per (queue, offset range) slice."""
 
     def __init__(self, options: Any, schema: StructType) -> None:
@@ -151,7 +151,7 @@ class PushdownBatchReader(BatchReader):
         return iter(left)
 
 
-class StreamReader(_Setup, DataSourceStreamReader):
+class StreamReader(_Setup, DataSourceStreamReader):  # type: ignore[misc]  # pyspark's classes are Any to mypy (no stubs checked)
     """``spark.readStream.format("mqcore")``: offsets are ``{topic: {queue_id: offset}}``.
 
     An offset is the next queue offset to read; a queue missing from an offset (it appeared
@@ -241,7 +241,7 @@ class StreamReader(_Setup, DataSourceStreamReader):
             self._store = None
 
 
-class MqcoreDataSource(DataSource):
+class MqcoreDataSource(DataSource):  # type: ignore[misc]  # pyspark's classes are Any to mypy (no stubs checked)
     """The ``mqcore`` data source: topics of a store directory as DataFrames, and back."""
 
     @classmethod

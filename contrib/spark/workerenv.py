@@ -61,7 +61,7 @@ def worker_env(spark: Any, values: Mapping[str, str]) -> Iterator[None]:
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to the worker's ``sys.stderr`` of the moment (Spark swaps it while planning)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
