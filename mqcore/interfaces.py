@@ -29,7 +29,10 @@ class AllocateStrategy(Protocol):
     RocketMQ does; a strategy keeps the order it is given.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The strategy's registered name (a class attribute in the bundled strategies)."""
+        ...
 
     def allocate(
         self,
