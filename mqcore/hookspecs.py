@@ -17,17 +17,62 @@ Lifecycle hooks are called once per *batch*, never once per message.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-__all__ = ["PROJECT", "hookimpl", "hookspec"]
+if TYPE_CHECKING:
+    # For the annotations only: the kernel's hook specs name the types they pass, and importing
+    # them at run time would make every module they import load with the plugin manager.
+    from mqcore.config import KernelConfig
+    from mqcore.interfaces import (
+        AllocateStrategy,
+        DelayScheduler,
+        MessageFilter,
+        OffsetStore,
+        TimerScheduler,
+    )
+    from mqcore.message import (
+        ConsumeConcurrentlyStatus,
+        ConsumeOrderlyStatus,
+        Message,
+        MessageExt,
+        MessageQueue,
+        SendResult,
+    )
+    from mqcore.store import PutResult, Store
+
+__all__ = [
+    "PROJECT",
+    "Register",
+    "RegisterAllocators",
+    "RegisterDelaySchedulers",
+    "RegisterFilters",
+    "RegisterOffsetStores",
+    "RegisterStores",
+    "RegisterTimerSchedulers",
+    "hookimpl",
+    "hookspec",
+]
 
 PROJECT = "mqcore"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+#: A registration callback, ``register(name, factory)``, of any kind.
 Register = Callable[[str, Callable[..., Any]], None]
+#: ``register(name, factory)`` of :func:`mqcore_register_stores`.
+RegisterStores = Callable[[str, Callable[..., "Store"]], None]
+#: ``register(name, factory)`` of :func:`mqcore_register_allocators`.
+RegisterAllocators = Callable[[str, Callable[..., "AllocateStrategy"]], None]
+#: ``register(expression_type, factory)`` of :func:`mqcore_register_filters`.
+RegisterFilters = Callable[[str, Callable[[str], "MessageFilter"]], None]
+#: ``register(name, factory)`` of :func:`mqcore_register_offset_stores`.
+RegisterOffsetStores = Callable[[str, Callable[..., "OffsetStore"]], None]
+#: ``register(name, factory)`` of :func:`mqcore_register_delay_schedulers`.
+RegisterDelaySchedulers = Callable[[str, Callable[..., "DelayScheduler"]], None]
+#: ``register(name, factory)`` of :func:`mqcore_register_timer_schedulers`.
+RegisterTimerSchedulers = Callable[[str, Callable[..., "TimerScheduler"]], None]
 
 # --------------------------------------------------------------------------------------
 # Registration hooks: called once when a Kernel is created.
@@ -35,7 +80,7 @@ Register = Callable[[str, Callable[..., Any]], None]
 
 
 @hookspec
-def mqcore_register_stores(register: Register) -> None:
+def mqcore_register_stores(register: RegisterStores) -> None:
     """Register storage backends.
 
     ``register(name, factory)``; ``factory(path, **options)`` returns an open store that
@@ -48,7 +93,7 @@ def mqcore_register_stores(register: Register) -> None:
 
 
 @hookspec
-def mqcore_register_allocators(register: Register) -> None:
+def mqcore_register_allocators(register: RegisterAllocators) -> None:
     """Register queue allocation strategies.
 
     ``register(name, factory)``; ``factory(**options)`` returns an object with
@@ -62,7 +107,7 @@ def mqcore_register_allocators(register: Register) -> None:
 
 
 @hookspec
-def mqcore_register_filters(register: Register) -> None:
+def mqcore_register_filters(register: RegisterFilters) -> None:
     """Register message filters by expression type (``TAG``, ``SQL92``...).
 
     ``register(expression_type, factory)``; ``factory(expression)`` compiles the expression
@@ -76,7 +121,7 @@ def mqcore_register_filters(register: Register) -> None:
 
 
 @hookspec
-def mqcore_register_offset_stores(register: Register) -> None:
+def mqcore_register_offset_stores(register: RegisterOffsetStores) -> None:
     """Register consumer offset stores (``broker`` for clustering, ``local_file`` for
     broadcasting...).
 
@@ -90,7 +135,7 @@ def mqcore_register_offset_stores(register: Register) -> None:
 
 
 @hookspec
-def mqcore_register_delay_schedulers(register: Register) -> None:
+def mqcore_register_delay_schedulers(register: RegisterDelaySchedulers) -> None:
     """Register delay-level schedulers (RocketMQ's 18 levels...).
 
     ``register(name, factory)``; ``factory(message_delay_level=..., **options)`` returns a
@@ -106,7 +151,7 @@ def mqcore_register_delay_schedulers(register: Register) -> None:
 
 
 @hookspec
-def mqcore_register_timer_schedulers(register: Register) -> None:
+def mqcore_register_timer_schedulers(register: RegisterTimerSchedulers) -> None:
     """Register timer schedulers (a timer wheel...).
 
     ``register(name, factory)``; ``factory(precision_ms=..., max_delay_sec=..., **options)``
@@ -127,7 +172,7 @@ def mqcore_register_timer_schedulers(register: Register) -> None:
 
 
 @hookspec(historic=True)
-def mqcore_configure(config: Any) -> None:
+def mqcore_configure(config: KernelConfig) -> None:
     """Called with the kernel's configuration once plugins are loaded.
 
     Historic: a plugin registered later is called with the same configuration at once.
@@ -144,7 +189,7 @@ def mqcore_configure(config: Any) -> None:
 
 
 @hookspec
-def mqcore_send_before(producer_group: str, messages: Sequence[Any]) -> None:
+def mqcore_send_before(producer_group: str, messages: Sequence[Message]) -> None:
     """A producer is about to send ``messages`` (one batch).
 
     :param producer_group: the producer's group.
@@ -155,7 +200,9 @@ def mqcore_send_before(producer_group: str, messages: Sequence[Any]) -> None:
 
 
 @hookspec
-def mqcore_send_after(producer_group: str, messages: Sequence[Any], results: Sequence[Any]) -> None:
+def mqcore_send_after(
+    producer_group: str, messages: Sequence[Message], results: Sequence[SendResult]
+) -> None:
     """A producer has sent ``messages``; ``results`` are their :class:`~mqcore.SendResult`.
 
     :param producer_group: the producer's group.
@@ -167,7 +214,7 @@ def mqcore_send_after(producer_group: str, messages: Sequence[Any], results: Seq
 
 
 @hookspec
-def mqcore_messages_stored(topic: str, queue_id: int, results: Sequence[Any]) -> None:
+def mqcore_messages_stored(topic: str, queue_id: int, results: Sequence[PutResult]) -> None:
     """A store has appended a batch to ``topic``/``queue_id``.
 
     :param topic: the topic written.
@@ -179,7 +226,9 @@ def mqcore_messages_stored(topic: str, queue_id: int, results: Sequence[Any]) ->
 
 
 @hookspec
-def mqcore_consume_before(consumer_group: str, message_queue: Any, messages: Sequence[Any]) -> None:
+def mqcore_consume_before(
+    consumer_group: str, message_queue: MessageQueue, messages: Sequence[MessageExt]
+) -> None:
     """A consumer is about to hand ``messages`` (one batch) to its listener.
 
     :param consumer_group: the consumer's group.
@@ -192,7 +241,10 @@ def mqcore_consume_before(consumer_group: str, message_queue: Any, messages: Seq
 
 @hookspec
 def mqcore_consume_after(
-    consumer_group: str, message_queue: Any, messages: Sequence[Any], status: Any
+    consumer_group: str,
+    message_queue: MessageQueue,
+    messages: Sequence[MessageExt],
+    status: ConsumeConcurrentlyStatus | ConsumeOrderlyStatus | BaseException,
 ) -> None:
     """A consumer's listener has returned ``status`` for ``messages``.
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 
 from mqcore.errors import InvalidArgumentError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterAllocators, hookimpl
 from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
 
@@ -333,7 +333,7 @@ STRATEGIES: dict[str, type[Any]] = {
 
 
 @hookimpl(trylast=True)
-def mqcore_register_allocators(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def mqcore_register_allocators(register: RegisterAllocators) -> None:
     """Register ``avg``, ``avg_by_circle``, ``config`` and ``machine_room``."""
     for name, cls in STRATEGIES.items():
         register(name, strategy_factory(cls))

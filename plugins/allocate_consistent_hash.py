@@ -21,12 +21,12 @@ import bisect
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 
 from mqcore.errors import InvalidArgumentError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterAllocators, hookimpl
 from mqcore.message import MessageQueue
 from mqcore.plugins.allocate import check_allocate_args, strategy_factory
 
@@ -175,6 +175,6 @@ class AllocateMessageQueueConsistentHash:
 
 
 @hookimpl(trylast=True)
-def mqcore_register_allocators(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def mqcore_register_allocators(register: RegisterAllocators) -> None:
     """Register ``consistent_hash``."""
     register("consistent_hash", strategy_factory(AllocateMessageQueueConsistentHash))

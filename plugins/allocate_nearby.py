@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import attrs
 
 from mqcore.errors import InvalidArgumentError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterAllocators, hookimpl
 from mqcore.interfaces import AllocateStrategy
 from mqcore.message import MessageQueue
 from mqcore.plugins import allocate, allocate_consistent_hash
@@ -150,6 +150,6 @@ class AllocateMachineRoomNearby:
 
 
 @hookimpl(trylast=True)
-def mqcore_register_allocators(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def mqcore_register_allocators(register: RegisterAllocators) -> None:
     """Register ``machine_room_nearby``."""
     register("machine_room_nearby", strategy_factory(AllocateMachineRoomNearby))

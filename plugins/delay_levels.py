@@ -36,7 +36,7 @@ import attrs
 
 from mqcore.atomicfile import read_with_backup, write_json_atomic
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterDelaySchedulers, hookimpl
 from mqcore.interfaces import DelayHost
 from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, MessageExt
@@ -320,6 +320,6 @@ class DelayLevelScheduler:
 
 
 @hookimpl
-def mqcore_register_delay_schedulers(register: Any) -> None:
+def mqcore_register_delay_schedulers(register: RegisterDelaySchedulers) -> None:
     """Register the ``delay_levels`` scheduler."""
     register("delay_levels", DelayLevelScheduler)

@@ -43,7 +43,7 @@ import attrs
 from mqcore.atomicfile import backup_path, read_with_backup, write_json_atomic
 from mqcore.batch import _speedups
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterTimerSchedulers, hookimpl
 from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_REAL_QUEUE_ID,
@@ -923,6 +923,6 @@ def read_stats(data_dir: Path, timer_max_offset: int, now: int | None = None) ->
 
 
 @hookimpl
-def mqcore_register_timer_schedulers(register: Any) -> None:
+def mqcore_register_timer_schedulers(register: RegisterTimerSchedulers) -> None:
     """Register the ``timer`` scheduler."""
     register("timer", TimerScheduler)

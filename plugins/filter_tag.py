@@ -22,7 +22,7 @@ from typing import Any
 
 from mqcore.codec import string_hash_code
 from mqcore.errors import FilterExpressionError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterFilters, hookimpl
 
 __all__ = ["SUB_ALL", "TagFilter", "mqcore_register_filters"]
 
@@ -86,6 +86,6 @@ class TagFilter:
 
 
 @hookimpl(trylast=True)
-def mqcore_register_filters(register: Any) -> None:
+def mqcore_register_filters(register: RegisterFilters) -> None:
     """Register the ``TAG`` filter."""
     register("TAG", TagFilter)

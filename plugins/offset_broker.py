@@ -14,13 +14,13 @@ commit_offset)`` (the embedded :class:`~mqcore.Broker` has both); ``group``, the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import attrs
 
 from mqcore.errors import InvalidArgumentError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterOffsetStores, hookimpl
 from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
 from mqcore.plugins.offset_cache import OffsetCache, offset_store_factory
@@ -151,7 +151,7 @@ class BrokerOffsetStore:
 
 
 @hookimpl(trylast=True)
-def mqcore_register_offset_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def mqcore_register_offset_stores(register: RegisterOffsetStores) -> None:
     """Register ``broker``."""
     register(
         BrokerOffsetStore.name,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,7 +29,7 @@ import attrs
 
 from mqcore.atomicfile import read_with_backup, write_json_atomic
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterOffsetStores, hookimpl
 from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
 from mqcore.plugins.offset_cache import OffsetCache, offset_store_factory
@@ -231,7 +231,7 @@ class LocalFileOffsetStore:
 
 
 @hookimpl(trylast=True)
-def mqcore_register_offset_stores(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def mqcore_register_offset_stores(register: RegisterOffsetStores) -> None:
     """Register ``local_file``."""
     register(
         LocalFileOffsetStore.name,

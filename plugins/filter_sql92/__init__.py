@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mqcore.errors import FilterExpressionError
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterFilters, hookimpl
 from mqcore.plugins.filter_sql92.compiler import compile_tree
 from mqcore.plugins.filter_sql92.parser import parse
 
@@ -108,6 +108,6 @@ class Sql92Filter:
 
 
 @hookimpl(trylast=True)
-def mqcore_register_filters(register: Any) -> None:
+def mqcore_register_filters(register: RegisterFilters) -> None:
     """Register the ``SQL92`` filter."""
     register("SQL92", Sql92Filter)

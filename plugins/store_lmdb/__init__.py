@@ -6,15 +6,13 @@ See :mod:`.store` for the store itself, :mod:`.layout` for what is kept where an
 
 from __future__ import annotations
 
-from typing import Any
-
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterStores, hookimpl
 from mqcore.plugins.store_lmdb.store import LmdbStore
 
 __all__ = ["LmdbStore"]
 
 
 @hookimpl(trylast=True)
-def mqcore_register_stores(register: Any) -> None:
+def mqcore_register_stores(register: RegisterStores) -> None:
     """Register the ``lmdb`` store."""
     register("lmdb", LmdbStore)

@@ -7,15 +7,13 @@ for the store and its options, and ``docs/storage.md`` for the layout and guaran
 
 from __future__ import annotations
 
-from typing import Any
-
-from mqcore.hookspecs import hookimpl
+from mqcore.hookspecs import RegisterStores, hookimpl
 from mqcore.plugins.store_mmap.store import MmapStore
 
 __all__ = ["MmapStore"]
 
 
 @hookimpl(trylast=True)
-def mqcore_register_stores(register: Any) -> None:
+def mqcore_register_stores(register: RegisterStores) -> None:
     """Register the ``mmap`` store."""
     register("mmap", MmapStore)
