@@ -48,9 +48,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _text(page: str) -> str:
-    """The visible text of an HTML page, whitespace collapsed, Sphinx's smart quotes undone."""
+    """The visible text of an HTML page, whitespace collapsed, Sphinx's smart quotes and
+    ellipses undone."""
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
-    for smart, plain in (("\u2019", "'"), ("\u2018", "'"), ("\u201c", '"'), ("\u201d", '"')):
+    smart_marks = (("\u2019", "'"), ("\u2018", "'"), ("\u201c", '"'), ("\u201d", '"'))
+    for smart, plain in (*smart_marks, ("\u2026", "...")):
         text = text.replace(smart, plain)
     return " ".join(text.split())
 
