@@ -34,7 +34,9 @@ import shutil
 import struct
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mqcore import codec
 from mqcore.logs import get_logger
@@ -44,7 +46,6 @@ from mqcore.uniqkey import record_index_keys
 
 if TYPE_CHECKING:
     from mqcore.plugins.store_lmdb.environment import Environment
-    from mqcore.plugins.store_lmdb.store import LmdbStore
 
 __all__ = [
     "CLEAN_INTERVAL",
@@ -54,6 +55,7 @@ __all__ = [
     "MAX_TXN_RECORDS",
     "Cleaner",
     "Pass",
+    "RetentionHost",
     "delete_expired",
     "disk_space",
     "reusable_bytes",
@@ -105,7 +107,38 @@ class Pass:
         self.min_offset = -1  # the commit log's first offset after the pass (-1: unchanged)
 
 
-def delete_expired(store: LmdbStore, now: float) -> Pass:
+class RetentionHost(Protocol):
+    """What retention reads of the store it cleans (:class:`.store.LmdbStore`): its settings,
+    its environment, and the lock and closing state it shares with the store's writers.
+    Declared here, so that retention needs no import of the store that runs it."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def file_reserved_time_hours(self) -> float: ...
+
+    @property
+    def disk_max_used_space_ratio(self) -> float: ...
+
+    @property
+    def _env(self) -> Environment: ...
+
+    @property
+    def _lock(self) -> AbstractContextManager[Any]: ...
+
+    @property
+    def _closed(self) -> bool: ...
+
+    @property
+    def _stopping(self) -> threading.Event: ...
+
+    def delete_expired_files(self, now: float | None = None) -> int:
+        """One retention pass (see :meth:`.store.LmdbStore.delete_expired_files`)."""
+        ...
+
+
+def delete_expired(store: RetentionHost, now: float) -> Pass:
     """One retention pass over ``store`` at time ``now`` (seconds since the epoch)."""
     done = Pass()
     reserved = store.file_reserved_time_hours * 3600.0
@@ -242,7 +275,7 @@ class Cleaner:
 
     def __init__(
         self,
-        store: LmdbStore,
+        store: RetentionHost,
         interval: float = CLEAN_INTERVAL,
         clock: Callable[[], float] | None = None,
     ) -> None:
