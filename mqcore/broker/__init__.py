@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from mqcore.broker.broker import OPERATIONS, Broker, PullResponse, TopicRoute
+from mqcore.broker.broker import Broker, PullResponse, TopicRoute
 from mqcore.broker.clients import ConsumerData, SubscriptionData
 from mqcore.broker.codes import RequestCode, ResponseCode
 from mqcore.broker.topics import TopicConfig
 
 __all__ = [
-    "OPERATIONS",
     "Broker",
     "ConsumerData",
     "PullResponse",

@@ -1,7 +1,8 @@
 """The embedded broker: topics, send, long-polling pull, groups, offsets, send-back, locks.
 
-Every public operation corresponds to one RocketMQ request code (see :data:`OPERATIONS`), so
-the remoting server is a thin layer that decodes a frame and calls the same method.
+Every public operation corresponds to a RocketMQ request code, so the server
+(:mod:`mqcore.server`, whose request table maps each code to its handler) is a thin layer
+that decodes a frame and calls the same method.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
 from mqcore.batch import plain_prefix
 from mqcore.broker.clients import ConsumerData, ConsumerManager
-from mqcore.broker.codes import RequestCode, ResponseCode
+from mqcore.broker.codes import ResponseCode
 from mqcore.broker.ha import HAMaster, HASlave, start_replication
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
@@ -66,26 +67,9 @@ from mqcore.protocol.validation import check_sent_message, check_text
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 from mqcore.storecaps import CommitLogBounds
 
-__all__ = ["OPERATIONS", "Broker", "PullResponse", "TopicRoute"]
+__all__ = ["Broker", "PullResponse", "TopicRoute"]
 
 log = get_logger(__name__)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-#: request code -> name of the Broker method that serves it
-OPERATIONS: dict[RequestCode, str] = {}
-
-
-def operation(*codes: RequestCode) -> Callable[[F], F]:
-    """Mark a Broker method as the handler of RocketMQ request ``codes``."""
-
-    def mark(func: F) -> F:
-        for code in codes:
-            OPERATIONS[code] = func.__name__
-        return func
-
-    return mark
-
 
 # GetStatus -> response code, as RocketMQ's PullMessageProcessor maps GetMessageStatus.
 _PULL_CODES = {
@@ -387,7 +371,6 @@ class Broker:
 
     # -- topics ------------------------------------------------------------------------------
 
-    @operation(RequestCode.UPDATE_AND_CREATE_TOPIC)
     def create_topic(
         self,
         name: str,
@@ -412,7 +395,6 @@ class Broker:
 
     update_topic = create_topic
 
-    @operation(RequestCode.DELETE_TOPIC_IN_BROKER)
     def delete_topic(self, name: str) -> bool:
         """Remove a topic and its consumer offsets; stored messages age out with retention."""
         self._check_open()
@@ -420,13 +402,11 @@ class Broker:
         self.offsets.remove_topic(name)
         return found
 
-    @operation(RequestCode.GET_ALL_TOPIC_CONFIG)
     def list_topics(self) -> list[TopicConfig]:
         """Every topic's config."""
         self._check_open()
         return self.topics.all()
 
-    @operation(RequestCode.GET_ROUTEINFO_BY_TOPIC)
     def get_route_info_by_topic(self, topic: str, address: str | None = None) -> TopicRoute:
         """Queues of ``topic`` (creating it first when auto-creation is on).
 
@@ -516,9 +496,6 @@ class Broker:
                     code=ResponseCode.MESSAGE_ILLEGAL,
                 )
 
-    @operation(
-        RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE
-    )
     def send_message(
         self,
         topic: str,
@@ -656,7 +633,6 @@ class Broker:
             code = _PULL_CODES[got.status]
         return PullResponse(code, got.next_offset, got.min_offset, got.max_offset, records)
 
-    @operation(RequestCode.PULL_MESSAGE)
     def pull_message(
         self,
         consumer_group: str,
@@ -726,7 +702,6 @@ class Broker:
 
     # -- offsets -----------------------------------------------------------------------------
 
-    @operation(RequestCode.QUERY_CONSUMER_OFFSET)
     def query_consumer_offset(self, consumer_group: str, topic: str, queue_id: int) -> int:
         """The group's committed offset, or -1 (QUERY_NOT_FOUND).
 
@@ -739,7 +714,6 @@ class Broker:
             return int(offset)
         return 0 if self.store.min_offset(topic, queue_id) <= 0 else -1
 
-    @operation(RequestCode.UPDATE_CONSUMER_OFFSET)
     def update_consumer_offset(
         self,
         consumer_group: str,
@@ -769,7 +743,6 @@ class Broker:
                 offset=commit_offset,
             )  # fmt: skip
 
-    @operation(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
     def reset_offset_by_timestamp(
         self, consumer_group: str, topic: str, timestamp_ms: int, *, force: bool = True
     ) -> dict[MessageQueue, int]:
@@ -799,25 +772,21 @@ class Broker:
         )  # fmt: skip
         return table
 
-    @operation(RequestCode.GET_MIN_OFFSET)
     def get_min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest offset stored in the queue."""
         self._check_open()
         return int(self.store.min_offset(topic, queue_id))
 
-    @operation(RequestCode.GET_MAX_OFFSET, RequestCode.QUERY_BROKER_OFFSET)
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last offset of the queue."""
         self._check_open()
         return int(self.store.max_offset(topic, queue_id))
 
-    @operation(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
     def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
         """First offset stored at or after ``timestamp`` (ms)."""
         self._check_open()
         return int(self.store.offset_for_timestamp(topic, queue_id, timestamp))
 
-    @operation(RequestCode.GET_EARLIEST_MSG_STORETIME)
     def get_earliest_msg_storetime(self, topic: str, queue_id: int) -> int:
         """Store time of the oldest message of the queue, or -1 when it is empty."""
         self._check_open()
@@ -826,7 +795,6 @@ class Broker:
 
     # -- queries -----------------------------------------------------------------------------
 
-    @operation(RequestCode.QUERY_MESSAGE)
     def query_message(
         self,
         topic: str,
@@ -856,7 +824,6 @@ class Broker:
             code=ResponseCode.QUERY_NOT_FOUND,
         )
 
-    @operation(RequestCode.VIEW_MESSAGE_BY_ID)
     def view_message_by_id(self, msg_id: str) -> MessageExt:
         """The message with offset id ``msg_id`` (store host + commit-log offset); a unique id
         is looked up with :meth:`query_message_by_uniq_key`."""
@@ -876,7 +843,6 @@ class Broker:
 
     # -- consumer groups ---------------------------------------------------------------------
 
-    @operation(RequestCode.HEART_BEAT)
     def heartbeat(
         self,
         client_id: str,
@@ -900,14 +866,12 @@ class Broker:
                 self.topics.ensure(RETRY_GROUP_TOPIC_PREFIX + data.group_name, 1)
             self.consumers.register(client_id, data, channel)
 
-    @operation(RequestCode.UNREGISTER_CLIENT)
     def unregister_client(self, client_id: str, consumer_group: str | None = None) -> None:
         """Remove a client from its group (it shut down)."""
         self._check_open()
         if consumer_group:
             self.consumers.unregister(client_id, consumer_group)
 
-    @operation(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
     def get_consumer_list_by_group(self, consumer_group: str) -> list[str]:
         """Client ids of the group's live members, sorted."""
         self._check_open()
@@ -915,7 +879,6 @@ class Broker:
 
     # -- retry -------------------------------------------------------------------------------
 
-    @operation(RequestCode.CONSUMER_SEND_MSG_BACK)
     def consumer_send_msg_back(
         self,
         group: str,
@@ -976,7 +939,6 @@ class Broker:
 
     # -- orderly consumption -----------------------------------------------------------------
 
-    @operation(RequestCode.LOCK_BATCH_MQ)
     def lock_batch_mq(
         self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
     ) -> set[MessageQueue]:
@@ -984,7 +946,6 @@ class Broker:
         self._check_open()
         return self.locks.try_lock_batch(consumer_group, mqs, client_id)
 
-    @operation(RequestCode.UNLOCK_BATCH_MQ)
     def unlock_batch_mq(
         self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
     ) -> None:

@@ -1,7 +1,7 @@
 """RocketMQ's remoting request and response codes, re-exported from :mod:`mqcore.protocol.codes`.
 
-Each :class:`~mqcore.broker.Broker` operation is tagged with the request code it serves
-(:data:`mqcore.broker.broker.OPERATIONS`), so the remoting server maps a frame to a method.
+The server's request table (:data:`mqcore.server.OPERATION_TABLE`) maps each request code to
+the handler that calls the :class:`~mqcore.broker.Broker` method serving it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``mqcore namesrv``: a name server alone, for several broker groups (see docs/ha.md)."""
+"""``mqcore namesrv``: a name server alone, for several broker groups (see docs/ha.md).
+
+This module parses the options; :class:`mqcore.server.NamesrvServer` is what runs.
+"""
 
 from __future__ import annotations
 
@@ -10,36 +13,9 @@ from typing import Any
 import click
 
 from mqcore.errors import MQError
+from mqcore.server.server import NamesrvServer
 
-__all__ = ["NamesrvServer", "namesrv"]
-
-
-class NamesrvServer:
-    """A :class:`~mqcore.broker.namesrv.NameServer` behind a remoting server; owns both.
-
-    :param listen: ``HOST:PORT`` (port 0: any free port).
-    """
-
-    def __init__(self, listen: str = "127.0.0.1:9876") -> None:
-        from mqcore.broker.namesrv import NameServer
-        from mqcore.commands.serve import _split_listen
-        from mqcore.remoting.server import RemotingServer
-
-        host, port = _split_listen(listen)
-        self.tables = NameServer()
-        self.remoting = RemotingServer(self.tables, host, port)
-        bound_host, bound_port = self.remoting.start()
-        self.address = f"{bound_host}:{bound_port}"
-
-    def close(self) -> None:
-        """Close every connection."""
-        self.remoting.close()
-
-    def __enter__(self) -> NamesrvServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+__all__ = ["namesrv"]
 
 
 @click.command()

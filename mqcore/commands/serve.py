@@ -1,5 +1,7 @@
 """``mqcore serve``: a broker and name server on one address, speaking RocketMQ's remoting.
 
+This module parses the options; :class:`mqcore.server.Server` is what runs.
+
 Any :class:`~mqcore.config.BrokerConfig` setting can be given by its snake-case name, in a
 TOML file (``--config``) or as ``--set NAME=VALUE`` (repeatable; later wins over the file).
 """
@@ -19,8 +21,9 @@ import click
 
 from mqcore.config import BrokerConfig
 from mqcore.errors import InvalidArgumentError, MQError
+from mqcore.server.server import Server, split_listen
 
-__all__ = ["Server", "parse_settings", "serve"]
+__all__ = ["parse_settings", "serve"]
 
 _FIELDS = {f.name: f for f in attrs.fields(BrokerConfig)}
 
@@ -76,28 +79,6 @@ def parse_settings(config_file: Path | None, pairs: tuple[str, ...]) -> dict[str
     return settings
 
 
-def _split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise InvalidArgumentError(
-            f"{option} takes HOST:PORT (e.g. 127.0.0.1:9876), got {listen!r}"
-        )
-    return host.strip("[]"), int(port)
-
-
-def _bindable(host: str, port: int) -> bool:
-    """Whether ``host:port`` can be listened on now (port 0 always can)."""
-    if port == 0:
-        return True
-    import socket
-
-    try:
-        with socket.create_server((host, port)):
-            return True
-    except OSError:
-        return False
-
-
 def _role_settings(
     role: str | None,
     broker_name: str | None,
@@ -114,7 +95,7 @@ def _role_settings(
     if broker_id is not None:
         out["broker_id"] = broker_id
     if master_ha is not None:
-        _split_listen(master_ha, "--master-ha")
+        split_listen(master_ha, "--master-ha")
         out["ha_master_address"] = master_ha
     if ha_listen is not None:
         port = ha_listen.rpartition(":")[2]
@@ -122,97 +103,6 @@ def _role_settings(
             raise InvalidArgumentError(f"--ha-listen takes [HOST:]PORT, got {ha_listen!r}")
         out["ha_listen_port"] = int(port)
     return out
-
-
-class Server:
-    """A :class:`~mqcore.broker.Broker` behind a remoting server; owns both.
-
-    The constructor returns once the server can serve: its port accepts connections only
-    after the store has recovered, topics and offsets are loaded and (with ``namesrv_addr``)
-    the first registration with the name servers is done.
-
-    :param data_dir: the broker's data directory.
-    :param listen: ``HOST:PORT`` to listen on (port 0: any free port).
-    :param store: the store plugin's name.
-    :param settings: :class:`~mqcore.config.BrokerConfig` settings by name.
-    """
-
-    def __init__(
-        self,
-        data_dir: str | Path,
-        listen: str = "127.0.0.1:9876",
-        store: str = "mmap",
-        settings: dict[str, Any] | None = None,
-        **server_options: Any,
-    ) -> None:
-        from mqcore.broker import Broker
-        from mqcore.broker.processor import BrokerProcessor
-        from mqcore.client.common import client_ip
-        from mqcore.remoting.server import RemotingServer
-
-        host, port = _split_listen(listen)
-        settings = dict(settings or {})
-        # The port is taken first (the broker records it, and port 0 picks one), but listened
-        # on only once the broker can serve: until then a client's connection is refused, so
-        # one that connects as soon as the port accepts is answered, never told to wait.
-        self.remoting = RemotingServer(None, host, port, **server_options)
-        bound_host, bound_port = self.remoting.bind()
-        self.registrar: Any = None
-        broker: Broker | None = None
-        try:
-            # Records name the broker by where clients reach it (their offset message ids).
-            public = client_ip() if bound_host in ("0.0.0.0", "::", "") else bound_host
-            settings.setdefault("broker_ip", public)
-            settings.setdefault("listen_port", bound_port)
-            role = str(settings.get("broker_role", "ASYNC_MASTER")).upper()
-            if role != "SLAVE" and store == "mmap" and "ha_listen_port" not in settings:
-                # RocketMQ's haListenPort: the port + 1 (any free port when the port is, or
-                # when the port + 1 is taken and no replication port was asked for).
-                wanted = bound_port + 1 if port else 0
-                settings["ha_listen_port"] = wanted if _bindable(bound_host, wanted) else 0
-            settings.setdefault("ha_listen_host", bound_host)
-            self.broker = broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
-            self.address = f"{public}:{bound_port}"
-            from mqcore.broker.ha import HAMaster
-
-            ha = self.broker.ha
-            #: ``host:port`` of the replication port slaves connect to (None: no slaves)
-            self.ha_address = f"{public}:{ha.port}" if isinstance(ha, HAMaster) else None
-            self.processor = BrokerProcessor(self.broker, self.address)
-            self.remoting.processor = self.processor
-            self.remoting.inline_codes = self.processor.inline_codes
-            self.remoting.start()
-            if self.broker.config.namesrv_addr:
-                from mqcore.broker.registration import NamesrvRegistrar
-
-                # Registered before start-up ends: a client that asks the name servers once
-                # this server reports it listens finds the route.
-                self.registrar = NamesrvRegistrar(self.broker, self.address, self.ha_address)
-                self.processor.registrar = self.registrar  # topics it creates: registered first
-        except BaseException:
-            try:
-                self.remoting.close()
-            finally:
-                if broker is not None:
-                    broker.close()
-            raise
-
-    def close(self) -> None:
-        """Close every connection, then the broker (offsets and delay progress persisted)."""
-        try:
-            if self.registrar is not None:
-                self.registrar.close()
-        finally:
-            try:
-                self.remoting.close()
-            finally:
-                self.broker.close()
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @click.command()

@@ -437,6 +437,7 @@ REQUEST_HEADERS: dict[int, type[CommandHeader]] = {
     RequestCode.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader,
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: SearchOffsetRequestHeader,
     RequestCode.GET_MAX_OFFSET: GetMaxOffsetRequestHeader,
+    RequestCode.QUERY_BROKER_OFFSET: GetMaxOffsetRequestHeader,  # served as GET_MAX_OFFSET
     RequestCode.GET_MIN_OFFSET: GetMinOffsetRequestHeader,
     RequestCode.GET_EARLIEST_MSG_STORETIME: GetEarliestMsgStoretimeRequestHeader,
     RequestCode.VIEW_MESSAGE_BY_ID: ViewMessageRequestHeader,

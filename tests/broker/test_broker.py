@@ -10,7 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mqcore import Broker, Message, MessageQueue
-from mqcore.broker import OPERATIONS, ConsumerData, RequestCode, ResponseCode
+from mqcore.broker import ConsumerData, ResponseCode
 from mqcore.errors import (
     BrokerClosedError,
     BrokerError,
@@ -30,27 +30,6 @@ def _send(b: Broker, n: int, queue_id: int = 0, topic: str = "T", **kw: str) -> 
     return b.send_message(
         topic, queue_id, [Message(topic=topic, body=b"m%d" % i, **kw) for i in range(n)]
     )
-
-
-def test_every_request_code_has_an_operation() -> None:
-    for code in (
-        RequestCode.SEND_MESSAGE,
-        RequestCode.PULL_MESSAGE,
-        RequestCode.HEART_BEAT,
-        RequestCode.UNREGISTER_CLIENT,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-        RequestCode.QUERY_CONSUMER_OFFSET,
-        RequestCode.UPDATE_CONSUMER_OFFSET,
-        RequestCode.GET_MIN_OFFSET,
-        RequestCode.GET_MAX_OFFSET,
-        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-        RequestCode.QUERY_MESSAGE,
-        RequestCode.VIEW_MESSAGE_BY_ID,
-        RequestCode.CONSUMER_SEND_MSG_BACK,
-        RequestCode.LOCK_BATCH_MQ,
-        RequestCode.UNLOCK_BATCH_MQ,
-    ):
-        assert hasattr(Broker, OPERATIONS[code])
 
 
 def test_topics_persist_across_restart(tmp_path: Path, store_name: str) -> None:

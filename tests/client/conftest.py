@@ -25,9 +25,9 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
         yield "embedded"
         return
     from mqcore.broker import Broker
-    from mqcore.broker.processor import BrokerProcessor
     from mqcore.client.transport_remote import RemoteTransport
     from mqcore.remoting.server import RemotingServer
+    from mqcore.server.processor import BrokerProcessor
 
     servers: list[tuple[Any, Any, str]] = []
     resolve = common.resolve_broker

@@ -12,9 +12,7 @@ from mqtest import wait_until
 from structlog.testing import capture_logs
 
 from mqcore import Broker, ConsumeConcurrentlyStatus, PushConsumer
-from mqcore.broker import registration
-from mqcore.commands.namesrv import NamesrvServer
-from mqcore.commands.serve import Server
+from mqcore.server import NamesrvServer, Server, registration
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,9 +10,8 @@ import attrs
 import pytest
 
 from mqcore.client.transport_remote import RemoteTransport
-from mqcore.commands.namesrv import NamesrvServer
-from mqcore.commands.serve import Server
 from mqcore.errors import TopicNotExistError
+from mqcore.server import NamesrvServer, Server
 
 FAST = {"register_name_server_period_ms": 300}
 

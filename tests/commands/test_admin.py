@@ -24,7 +24,7 @@ from mqcore import (
 )
 from mqcore.cli import main
 from mqcore.commands.admin import parse_timestamp
-from mqcore.commands.serve import Server
+from mqcore.server import Server
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,10 +20,9 @@ from mqcore import (
     Producer,
     PushConsumer,
 )
-from mqcore.broker.namesrv import RegisterBrokerRequestHeader
 from mqcore.cli import main
-from mqcore.commands.namesrv import NamesrvServer
-from mqcore.commands.serve import Server
+from mqcore.server import NamesrvServer, Server
+from mqcore.server.namesrv import RegisterBrokerRequestHeader
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,8 +12,7 @@ from click.testing import CliRunner
 from mqcore import Message
 from mqcore.cli import main
 from mqcore.commands.cluster import cluster_status
-from mqcore.commands.namesrv import NamesrvServer
-from mqcore.commands.serve import Server
+from mqcore.server import NamesrvServer, Server
 
 pytestmark = pytest.mark.timeout(120)
 

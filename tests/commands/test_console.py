@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 
 from mqcore.cli import main
 from mqcore.client.admin import MQAdmin
-from mqcore.commands.serve import Server
+from mqcore.server import Server
 
 pytestmark = pytest.mark.timeout(180)
 

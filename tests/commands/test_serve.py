@@ -20,11 +20,12 @@ from mqcore import (
     PushConsumer,
 )
 from mqcore.cli import main
-from mqcore.commands.serve import Server, parse_settings
+from mqcore.commands.serve import parse_settings
 from mqcore.errors import InvalidArgumentError
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
+from mqcore.server import Server
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,10 +14,10 @@ from mqserve import ServeProcess, fill_and_kill, free_port, wait_until_accepting
 
 from mqcore import Message, MessageQueue, Producer, SendStatus
 from mqcore.client.transport_remote import RemoteTransport
-from mqcore.commands.serve import Server
 from mqcore.errors import BrokerError
 from mqcore.protocol.codes import ResponseCode
 from mqcore.remoting.command import RemotingCommand
+from mqcore.server import Server
 
 STARTS = 20
 BIG_STORE = (1 << 30) + (1 << 24)  # a little over 1 GiB of bodies
@@ -123,9 +123,9 @@ def test_first_send_to_a_new_topic_through_a_name_server(tmp_path: Path, auto_cr
     auto-creation off there is no template, and the send fails with "No route info"."""
     from structlog.testing import capture_logs
 
-    from mqcore.commands.namesrv import NamesrvServer
     from mqcore.errors import MQClientError
     from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION
+    from mqcore.server import NamesrvServer
 
     settings = {"auto_create_topic_enable": auto_create}
     with (

@@ -8,8 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from mqcore.cli import main
-from mqcore.commands.serve import Server, _role_settings
+from mqcore.commands.serve import _role_settings
 from mqcore.errors import InvalidArgumentError
+from mqcore.server import Server
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -134,8 +134,7 @@ def test_first_send_to_a_topic_nobody_created(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_first_send_to_a_topic_nobody_created_through_a_name_server(tmp_path: Path) -> None:
     """Through a separate ``mqcore namesrv``: the client takes TBW102's route, as RocketMQ's."""
-    from mqcore.commands.namesrv import NamesrvServer
-    from mqcore.commands.serve import Server
+    from mqcore.server import NamesrvServer, Server
 
     with (
         NamesrvServer("127.0.0.1:0") as ns,

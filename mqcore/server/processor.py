@@ -1,11 +1,12 @@
 """The broker's request processor: RocketMQ remoting commands in, broker operations, answers out.
 
-:data:`OPERATION_TABLE` maps each request code to its handler and its request header class
-(from :data:`mqcore.protocol.headers.REQUEST_HEADERS`). A handler reads the typed header and
-the body, calls the same :class:`~mqcore.broker.Broker` method the embedded transport calls,
-and builds the response. Pulls that find nothing are parked on the broker's long-poll waiters
-as futures of the server's event loop, never as threads, so thousands of held polls cost
-nothing but memory.
+:class:`BrokerProcessor` dispatches each command through the one request table,
+:data:`mqcore.server.operations.OPERATION_TABLE`, which maps a request code to its handler and
+its request header class. The handlers here (and in :mod:`mqcore.server.handlers_admin` and
+:mod:`mqcore.server.handlers_ha`) read the typed header and the body, call the same
+:class:`~mqcore.broker.Broker` method the embedded transport calls, and build the response.
+Pulls that find nothing are parked on the broker's long-poll waiters as futures of the server's
+event loop, never as threads, so thousands of held polls cost nothing but memory.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import functools
 import json
 import random
 import zlib
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+# The admin and replication handlers register themselves in the request table when imported.
+import mqcore.server.handlers_admin
+import mqcore.server.handlers_ha  # noqa: F401
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
@@ -37,11 +40,13 @@ from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.send import decode_batch, message_from_wire
 from mqcore.remoting.command import RemotingCommand
+from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker
+    from mqcore.server.registration import NamesrvRegistrar
 
-__all__ = ["OPERATION_TABLE", "BrokerProcessor", "RemoteChannel"]
+__all__ = ["BrokerProcessor", "RemoteChannel"]
 
 log = get_logger(__name__)
 
@@ -49,32 +54,9 @@ COMPRESSED_FLAG = 0x1  # MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compre
 _SYS_FLAG_KEPT = COMPRESSED_FLAG  # the only sender sys flag bit a stored record keeps
 RUNNING_INFO_TIMEOUT_S = 5.0  # how long the broker waits for a client's running info
 
-Reply = RemotingCommand | Awaitable[RemotingCommand] | None
-
 # How long a request that created a topic waits for the name servers to hear of it before it
 # is answered anyway (below the clients' 3 s call timeout).
 _REGISTER_WAIT_S = 2.0
-Handler = Callable[["BrokerProcessor", RemotingCommand, Any, Any], Reply]
-
-#: request code -> (handler, request header class or None)
-OPERATION_TABLE: dict[int, tuple[Handler, type[headers.CommandHeader] | None]] = {}
-
-
-def _op(*codes: RequestCode) -> Callable[[Handler], Handler]:
-    def mark(func: Handler) -> Handler:
-        for code in codes:
-            OPERATION_TABLE[int(code)] = (func, headers.REQUEST_HEADERS.get(int(code)))
-        return func
-
-    return mark
-
-
-def _ok(req: RemotingCommand, header: Any = None, body: Any = None) -> RemotingCommand:
-    return RemotingCommand.response(ResponseCode.SUCCESS, None, header, body, to=req)
-
-
-def _error(req: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-    return RemotingCommand.response(code, remark, to=req)
 
 
 def _joined(cluster: TopicRoute | None, own: TopicRoute | None) -> TopicRoute:
@@ -174,8 +156,8 @@ class BrokerProcessor:
         self.broker = broker
         self.address = address
         #: What keeps the broker registered with its name servers (``mqcore serve
-        #: --namesrv``: a :class:`~mqcore.broker.registration.NamesrvRegistrar`), or None.
-        self.registrar: Any = None
+        #: --namesrv``), or None.
+        self.registrar: NamesrvRegistrar | None = None
         # Run on the server's event loop, without a hop to a worker thread: these only read or
         # append in memory (the store's maps, offset tables). With SYNC_FLUSH a send waits for
         # the disk, so sends then go to the worker pool with the other slow operations.
@@ -205,10 +187,10 @@ class BrokerProcessor:
     def _registered(self, req: RemotingCommand, version: int) -> Reply:
         """``req``'s answer, once the name servers know of the topics created since the topic
         table was at ``version`` (a route asked right after names every master that has
-        them; see :mod:`mqcore.broker.registration`)."""
+        them; see :mod:`mqcore.server.registration`)."""
         registrar = self.registrar
         if registrar is None or self.broker.topics.version == version:
-            return _ok(req)
+            return ok(req)
         registered = registrar.register_now()
 
         async def answer() -> RemotingCommand:
@@ -216,7 +198,7 @@ class BrokerProcessor:
                 await asyncio.wait_for(
                     asyncio.shield(asyncio.wrap_future(registered)), _REGISTER_WAIT_S
                 )
-            return _ok(req)
+            return ok(req)
 
         return answer()
 
@@ -234,7 +216,7 @@ class BrokerProcessor:
         """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
         entry = OPERATION_TABLE.get(req.code)
         if entry is None:
-            return _error(
+            return error(
                 req,
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request type {req.code} not supported",
@@ -244,23 +226,23 @@ class BrokerProcessor:
             header = req.read_header(header_cls) if header_cls is not None else None
             return handler(self, req, header, connection)
         except ProtocolError as exc:
-            return _error(req, ResponseCode.INVALID_PARAMETER, str(exc))
+            return error(req, ResponseCode.INVALID_PARAMETER, str(exc))
         except (FilterExpressionError, NotRegisteredError) as exc:
-            return _error(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+            return error(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         except BrokerError as exc:
-            return _error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
+            return error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
         except MQError as exc:
             code = getattr(exc, "code", None)
-            return _error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
+            return error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
 
     # -- name server role ------------------------------------------------------------------------
 
-    @_op(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+    @operation(RequestCode.GET_ROUTEINFO_BY_TOPIC)
     def _route(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         registrar = self.registrar
         if registrar is None or not registrar.namesrvs:
             route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
-            return _ok(req, body=route.encode())
+            return ok(req, body=route.encode())
         # Registered with name servers: this broker is one group of several, and a route of
         # its own group alone would have a client pointed here (broker="host:port" of one
         # master) consume the topic's queues on this group only, forever. The name servers'
@@ -275,20 +257,20 @@ class BrokerProcessor:
             except MQError as exc:
                 if cluster is None:
                     code = getattr(exc, "code", None)
-                    return _error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR,
+                    return error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR,
                                   str(exc))  # fmt: skip
                 own = None
-            return _ok(req, body=_joined(cluster, own).encode())
+            return ok(req, body=_joined(cluster, own).encode())
 
         return answer()
 
-    @_op(RequestCode.GET_BROKER_CLUSTER_INFO)
+    @operation(RequestCode.GET_BROKER_CLUSTER_INFO)
     def _cluster_info(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
-        return _ok(req, body=json.dumps(self.broker.cluster_info(self.address)).encode())
+        return ok(req, body=json.dumps(self.broker.cluster_info(self.address)).encode())
 
     # -- topics ----------------------------------------------------------------------------------
 
-    @_op(RequestCode.UPDATE_AND_CREATE_TOPIC)
+    @operation(RequestCode.UPDATE_AND_CREATE_TOPIC)
     def _create_topic(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         version = self.broker.topics.version
         self.broker.create_topic(
@@ -300,12 +282,12 @@ class BrokerProcessor:
         )
         return self._registered(req, version)
 
-    @_op(RequestCode.DELETE_TOPIC_IN_BROKER)
+    @operation(RequestCode.DELETE_TOPIC_IN_BROKER)
     def _delete_topic(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         self.broker.delete_topic(h.topic)
-        return _ok(req)
+        return ok(req)
 
-    @_op(RequestCode.GET_ALL_TOPIC_CONFIG)
+    @operation(RequestCode.GET_ALL_TOPIC_CONFIG)
     def _all_topics(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         table = {
             t.topic_name: {
@@ -317,11 +299,13 @@ class BrokerProcessor:
             }
             for t in self.broker.list_topics()
         }
-        return _ok(req, body=json.dumps({"topicConfigTable": table}).encode())
+        return ok(req, body=json.dumps({"topicConfigTable": table}).encode())
 
     # -- send ------------------------------------------------------------------------------------
 
-    @_op(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    @operation(
+        RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE
+    )
     def _send(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         body = bytes(req.body or b"")
         sys_flag = h.sys_flag & _SYS_FLAG_KEPT
@@ -364,7 +348,7 @@ class BrokerProcessor:
 
     # -- pull ------------------------------------------------------------------------------------
 
-    @_op(RequestCode.PULL_MESSAGE)
+    @operation(RequestCode.PULL_MESSAGE)
     def _pull(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         flags = h.sys_flag  # plain ints (see headers.PULL_FLAG_*)
         if flags & headers.PULL_FLAG_SUBSCRIPTION and h.subscription is not None:
@@ -450,7 +434,7 @@ class BrokerProcessor:
 
     # -- groups ----------------------------------------------------------------------------------
 
-    @_op(RequestCode.HEART_BEAT)
+    @operation(RequestCode.HEART_BEAT)
     def _heartbeat(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         data = bodies.HeartbeatData.decode(req.body or b"{}")
         channel = RemoteChannel(conn, req.language)
@@ -466,7 +450,7 @@ class BrokerProcessor:
         )
         return self._registered(req, version)
 
-    @_op(RequestCode.CHECK_CLIENT_CONFIG)
+    @operation(RequestCode.CHECK_CLIENT_CONFIG)
     def _check_client_config(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         # RocketMQ's Java push consumer sends this at start for every SQL92 (non-TAG)
         # subscription and refuses to start on any answer but SUCCESS; an expression that
@@ -475,29 +459,29 @@ class BrokerProcessor:
         sub = body.subscription_data
         if sub is not None and sub.expression_type not in ("", "TAG"):
             self.broker.kernel.filter(sub.expression_type, sub.sub_string)
-        return _ok(req)
+        return ok(req)
 
-    @_op(RequestCode.UNREGISTER_CLIENT)
+    @operation(RequestCode.UNREGISTER_CLIENT)
     def _unregister(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         self.broker.unregister_client(h.client_id, h.consumer_group)
-        return _ok(req)
+        return ok(req)
 
-    @_op(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
+    @operation(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
     def _consumer_list(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         ids = self.broker.get_consumer_list_by_group(h.consumer_group)
         body = bodies.GetConsumerListByGroupResponseBody(consumer_id_list=ids).encode()
-        return _ok(req, body=body)
+        return ok(req, body=body)
 
     # -- offsets ---------------------------------------------------------------------------------
 
-    @_op(RequestCode.QUERY_CONSUMER_OFFSET)
+    @operation(RequestCode.QUERY_CONSUMER_OFFSET)
     def _query_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         offset = self.broker.query_consumer_offset(h.consumer_group, h.topic, h.queue_id)
         if offset < 0:
-            return _error(req, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe")
-        return _ok(req, headers.QueryConsumerOffsetResponseHeader(offset=offset))
+            return error(req, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe")
+        return ok(req, headers.QueryConsumerOffsetResponseHeader(offset=offset))
 
-    @_op(RequestCode.UPDATE_CONSUMER_OFFSET)
+    @operation(RequestCode.UPDATE_CONSUMER_OFFSET)
     def _update_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         self.broker.update_consumer_offset(
             h.consumer_group,
@@ -507,53 +491,53 @@ class BrokerProcessor:
             getattr(conn, "remote_address", ""),
             reset_clients=False,  # a consumer's own commit (RocketMQ's admin uses 222 to reset)
         )
-        return None if req.is_oneway else _ok(req)
+        return None if req.is_oneway else ok(req)
 
-    @_op(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
+    @operation(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
     def _reset_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         table = self.broker.reset_offset_by_timestamp(
             h.group, h.topic, h.timestamp, force=h.is_force
         )
-        return _ok(req, body=bodies.ResetOffsetBody(offset_table=table).encode())
+        return ok(req, body=bodies.ResetOffsetBody(offset_table=table).encode())
 
-    @_op(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+    @operation(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
     def _search_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         offset = self.broker.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp)
-        return _ok(req, headers.SearchOffsetResponseHeader(offset=offset))
+        return ok(req, headers.SearchOffsetResponseHeader(offset=offset))
 
-    @_op(RequestCode.GET_MAX_OFFSET)
+    @operation(RequestCode.GET_MAX_OFFSET, RequestCode.QUERY_BROKER_OFFSET)
     def _max_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         offset = self.broker.get_max_offset(h.topic, h.queue_id)
-        return _ok(req, headers.GetMaxOffsetResponseHeader(offset=offset))
+        return ok(req, headers.GetMaxOffsetResponseHeader(offset=offset))
 
-    @_op(RequestCode.GET_MIN_OFFSET)
+    @operation(RequestCode.GET_MIN_OFFSET)
     def _min_offset(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         offset = self.broker.get_min_offset(h.topic, h.queue_id)
-        return _ok(req, headers.GetMinOffsetResponseHeader(offset=offset))
+        return ok(req, headers.GetMinOffsetResponseHeader(offset=offset))
 
-    @_op(RequestCode.GET_EARLIEST_MSG_STORETIME)
+    @operation(RequestCode.GET_EARLIEST_MSG_STORETIME)
     def _earliest(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         ts = self.broker.get_earliest_msg_storetime(h.topic, h.queue_id)
-        return _ok(req, headers.GetEarliestMsgStoretimeResponseHeader(timestamp=ts))
+        return ok(req, headers.GetEarliestMsgStoretimeResponseHeader(timestamp=ts))
 
     # -- queries and retries -----------------------------------------------------------------
 
-    @_op(RequestCode.VIEW_MESSAGE_BY_ID)
+    @operation(RequestCode.VIEW_MESSAGE_BY_ID)
     def _view(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         record = self.broker.record_at(h.offset)
         if record is None:
-            return _error(
+            return error(
                 req, ResponseCode.SYSTEM_ERROR, f"can not find message by offset {h.offset}"
             )
-        return _ok(req, body=record)
+        return ok(req, body=record)
 
-    @_op(RequestCode.QUERY_MESSAGE)
+    @operation(RequestCode.QUERY_MESSAGE)
     def _query(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         found = self.broker.query_message(
             h.topic, h.key, h.max_num, h.begin_timestamp, h.end_timestamp
         )
         if not found:
-            return _error(
+            return error(
                 req,
                 ResponseCode.QUERY_NOT_FOUND,
                 "can not find message, maybe time range not correct",
@@ -562,9 +546,9 @@ class BrokerProcessor:
             index_last_update_timestamp=max(m.store_timestamp for m in found),
             index_last_update_phyoffset=max(m.commitlog_offset for m in found),
         )
-        return _ok(req, header, b"".join(m.record_bytes() for m in found))
+        return ok(req, header, b"".join(m.record_bytes() for m in found))
 
-    @_op(RequestCode.CONSUMER_SEND_MSG_BACK)
+    @operation(RequestCode.CONSUMER_SEND_MSG_BACK)
     def _send_back(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         self.broker.consumer_send_msg_back(
             h.group,
@@ -574,21 +558,21 @@ class BrokerProcessor:
             origin_topic=h.origin_topic,
             max_reconsume_times=h.max_reconsume_times,
         )
-        return _ok(req)
+        return ok(req)
 
     # -- orderly consumption -----------------------------------------------------------------
 
-    @_op(RequestCode.LOCK_BATCH_MQ)
+    @operation(RequestCode.LOCK_BATCH_MQ)
     def _lock(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         body = bodies.LockBatchRequestBody.decode(req.body or b"{}")
         locked = self.broker.lock_batch_mq(body.consumer_group, body.client_id, body.mq_set)
-        return _ok(req, body=bodies.LockBatchResponseBody(lock_ok_mq_set=locked).encode())
+        return ok(req, body=bodies.LockBatchResponseBody(lock_ok_mq_set=locked).encode())
 
-    @_op(RequestCode.UNLOCK_BATCH_MQ)
+    @operation(RequestCode.UNLOCK_BATCH_MQ)
     def _unlock(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         body = bodies.UnlockBatchRequestBody.decode(req.body or b"{}")
         self.broker.unlock_batch_mq(body.consumer_group, body.client_id, body.mq_set)
-        return None if req.is_oneway else _ok(req)
+        return None if req.is_oneway else ok(req)
 
 
 def _born_host(conn: Any) -> str | None:
@@ -619,7 +603,3 @@ def _inflate(body: bytes) -> bytes:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-# Registers the admin and the replication handlers.
-from mqcore.broker import processor_admin, processor_ha  # noqa: E402,F401

@@ -8,17 +8,17 @@ import json
 from typing import Any
 
 from mqcore.broker.ha import HAMaster, HASlave
-from mqcore.broker.processor import BrokerProcessor, Reply, _ok, _op
 from mqcore.errors import MQError
 from mqcore.protocol.admin_bodies import TIMER_RUNTIME_KEYS
 from mqcore.protocol.codes import RequestCode
 from mqcore.remoting.command import RemotingCommand
+from mqcore.server.operations import Reply, Serving, ok, operation
 from mqcore.storecaps import CommitLogBounds
 
 __all__ = ["runtime_info"]
 
 
-def runtime_info(processor: BrokerProcessor) -> dict[str, str]:
+def runtime_info(processor: Serving) -> dict[str, str]:
     """The broker's runtime facts, every value a string (RocketMQ's KVTable)."""
     broker = processor.broker
     cfg = broker.config
@@ -60,7 +60,7 @@ def _timer_facts(timer: Any) -> dict[str, str]:
     }
 
 
-@_op(RequestCode.GET_BROKER_RUNTIME_INFO)
-def _runtime_info(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+@operation(RequestCode.GET_BROKER_RUNTIME_INFO)
+def _runtime_info(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     body = json.dumps({"table": runtime_info(self)}).encode()
-    return _ok(req, body=body)
+    return ok(req, body=body)

@@ -24,12 +24,9 @@ from mqcore import (
     SendResult,
     SendStatus,
 )
-from mqcore.broker.namesrv import NameServer, RegisterBrokerRequestHeader
-from mqcore.broker.processor import BrokerProcessor
 from mqcore.client import transport_remote
 from mqcore.client.admin import MQAdmin
 from mqcore.client.transport_remote import RemoteTransport
-from mqcore.commands.namesrv import NamesrvServer
 from mqcore.errors import RemotingConnectError
 from mqcore.message import MessageExt
 from mqcore.protocol import headers
@@ -40,6 +37,9 @@ from mqcore.protocol.route import TopicRoute
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
 from mqcore.remoting.server import RemotingServer
+from mqcore.server import NamesrvServer
+from mqcore.server.namesrv import NameServer, RegisterBrokerRequestHeader
+from mqcore.server.processor import BrokerProcessor
 
 pytestmark = pytest.mark.timeout(180)
 

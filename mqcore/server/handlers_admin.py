@@ -1,8 +1,9 @@
 """The broker's admin requests: what ``mqcore topic|group|lag|offset`` (and RocketMQ's own
 admin tools) ask over the remoting protocol.
 
-Handlers of :class:`~mqcore.broker.processor.BrokerProcessor`, registered in its operation
-table by request code with RocketMQ's numbers and body shapes:
+Handlers registered in the server's request table
+(:data:`~mqcore.server.operations.OPERATION_TABLE`) by request code, with RocketMQ's numbers
+and body shapes:
 
 - 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG: the consumer groups the broker knows of (a member
   online, a committed offset, or a retry or dead-letter topic of theirs);
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqcore.broker.processor import BrokerProcessor, _error, _ok, _op
 from mqcore.broker.topics import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from mqcore.errors import BrokerError, RemotingError
 from mqcore.logs import get_logger
@@ -28,15 +28,16 @@ from mqcore.protocol.bodies import SubscriptionData
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import dumps
 from mqcore.remoting.command import RemotingCommand
+from mqcore.server.operations import Serving, error, ok, operation
 
 __all__ = ["known_groups"]
 
 log = get_logger(__name__)
 
-Reply = RemotingCommand
+Reply = RemotingCommand  # these handlers answer at once
 
 
-def known_groups(processor: BrokerProcessor) -> set[str]:
+def known_groups(processor: Serving) -> set[str]:
     """Consumer groups with a member online, a committed offset, or a retry or dead-letter
     topic (mqcore keeps no separate subscription-group configs)."""
     broker = processor.broker
@@ -50,7 +51,7 @@ def known_groups(processor: BrokerProcessor) -> set[str]:
 
 
 def _unknown_group(req: RemotingCommand, group: str) -> RemotingCommand:
-    return _error(
+    return error(
         req,
         ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
         f"consumer group {group!r} is unknown to this broker (no member online, no offset "
@@ -59,39 +60,39 @@ def _unknown_group(req: RemotingCommand, group: str) -> RemotingCommand:
 
 
 def _no_topic(req: RemotingCommand, topic: str) -> RemotingCommand:
-    return _error(
+    return error(
         req,
         ResponseCode.TOPIC_NOT_EXIST,
         f"topic {topic!r} does not exist; `mqcore topic list` shows the topics",
     )
 
 
-def _queue_count(processor: BrokerProcessor, topic: str) -> int | None:
+def _queue_count(processor: Serving, topic: str) -> int | None:
     cfg = processor.broker.topics.get(topic)
     return None if cfg is None else max(cfg.read_queue_nums, cfg.write_queue_nums)
 
 
-def _store_time(processor: BrokerProcessor, topic: str, queue_id: int, offset: int) -> int:
+def _store_time(processor: Serving, topic: str, queue_id: int, offset: int) -> int:
     if offset < 0:
         return 0
     got = processor.broker.store.get(topic, queue_id, offset, max_count=1)
     return int(got.messages[0].store_timestamp) if got.messages else 0
 
 
-@_op(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-def _all_groups(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+@operation(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+def _all_groups(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     body = admin_bodies.SubscriptionGroupWrapper(groups=known_groups(self)).encode()
-    return _ok(req, body=body)
+    return ok(req, body=body)
 
 
-@_op(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-def _topic_names(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+@operation(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+def _topic_names(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     names = sorted(t.topic_name for t in self.broker.list_topics())
-    return _ok(req, body=dumps({"topicList": names}))
+    return ok(req, body=dumps({"topicList": names}))
 
 
-@_op(RequestCode.GET_TOPIC_STATS_INFO)
-def _topic_stats(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+@operation(RequestCode.GET_TOPIC_STATS_INFO)
+def _topic_stats(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     count = _queue_count(self, h.topic)
     if count is None:
         return _no_topic(req, h.topic)
@@ -105,10 +106,10 @@ def _topic_stats(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any)
             max_offset=high,
             last_update_timestamp=_store_time(self, h.topic, queue_id, high - 1),
         )
-    return _ok(req, body=admin_bodies.TopicStatsTable(offset_table=table).encode())
+    return ok(req, body=admin_bodies.TopicStatsTable(offset_table=table).encode())
 
 
-def _group_topics(self: BrokerProcessor, group: str) -> set[str]:
+def _group_topics(self: Serving, group: str) -> set[str]:
     # As RocketMQ: the topics the group has offsets in, kept to those it subscribes to when
     # its members are online (a topic it left no longer counts).
     topics = set(self.broker.offsets.topics_by_group(group))
@@ -119,8 +120,8 @@ def _group_topics(self: BrokerProcessor, group: str) -> set[str]:
     return {t for t in topics if self.broker.topics.get(t) is not None}
 
 
-@_op(RequestCode.GET_CONSUME_STATS)
-def _consume_stats(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+@operation(RequestCode.GET_CONSUME_STATS)
+def _consume_stats(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     group = h.consumer_group
     if group not in known_groups(self):
         return _unknown_group(req, group)
@@ -144,7 +145,7 @@ def _consume_stats(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: An
                 pull_offset=consumer,
                 last_timestamp=_store_time(self, topic, queue_id, consumer - 1),
             )
-    return _ok(req, body=admin_bodies.ConsumeStats(offset_table=table).encode())
+    return ok(req, body=admin_bodies.ConsumeStats(offset_table=table).encode())
 
 
 def _connection(client_id: str, channel: Any) -> admin_bodies.Connection:
@@ -159,13 +160,13 @@ def _connection(client_id: str, channel: Any) -> admin_bodies.Connection:
     )
 
 
-@_op(RequestCode.GET_CONSUMER_CONNECTION_LIST)
-def _connections(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+@operation(RequestCode.GET_CONSUMER_CONNECTION_LIST)
+def _connections(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     group = h.consumer_group
     data = self.broker.consumers.group_data(group)
     members = self.broker.consumers.client_ids(group)
     if data is None or not members:
-        return _error(
+        return error(
             req, ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group {group!r} is not online"
         )
     channels = dict(self.broker.consumers.channels(group))
@@ -181,16 +182,16 @@ def _connections(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any)
         message_model=data.message_model.name,
         consume_from_where=data.consume_from_where.name,
     ).encode()
-    return _ok(req, body=body)
+    return ok(req, body=body)
 
 
-@_op(RequestCode.GET_CONSUMER_RUNNING_INFO)
-def _running_info(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+@operation(RequestCode.GET_CONSUMER_RUNNING_INFO)
+def _running_info(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     group, client_id = h.consumer_group, h.client_id
     channel = dict(self.broker.consumers.channels(group)).get(client_id)
     ask = getattr(channel, "consumer_running_info", None)
     if ask is None:
-        return _error(
+        return error(
             req,
             ResponseCode.SYSTEM_ERROR,
             f"The Consumer <{group}> <{client_id}> not online",
@@ -198,9 +199,9 @@ def _running_info(self: BrokerProcessor, req: RemotingCommand, h: Any, conn: Any
     try:
         info = ask(group)
     except RemotingError as exc:  # RocketMQ answers a silent client's timeout this way
-        return _error(
+        return error(
             req, ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}>: {exc}"
         )
     except BrokerError as exc:
-        return _error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
-    return _ok(req, body=info.encode())
+        return error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
+    return ok(req, body=info.encode())

@@ -13,10 +13,10 @@ import pytest
 from mqtest import wait_until
 
 from mqcore import Message
-from mqcore.commands.serve import Server
 from mqcore.protocol import headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.remoting.command import RemotingCommand
+from mqcore.server import Server
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from mqcore import Message, MessageQueue, Producer, PullConsumer
-from mqcore.broker.processor import OPERATION_TABLE
-from mqcore.commands.serve import Server
 from mqcore.remoting.command import RemotingCommand, SerializeType
+from mqcore.server import OPERATION_TABLE, Server
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -19,12 +19,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from mqcore.broker.namesrv import (
-    REGISTER_BROKER,
-    UNREGISTER_BROKER,
-    RegisterBrokerRequestHeader,
-    UnregisterBrokerRequestHeader,
-)
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import loads
@@ -32,6 +26,12 @@ from mqcore.protocol.headers import GetRouteInfoRequestHeader
 from mqcore.protocol.route import TopicRoute
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
+from mqcore.server.namesrv import (
+    REGISTER_BROKER,
+    UNREGISTER_BROKER,
+    RegisterBrokerRequestHeader,
+    UnregisterBrokerRequestHeader,
+)
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker

@@ -1,0 +1,150 @@
+"""The composition roots: a broker served over the network (:class:`Server`, what ``mqcore
+serve`` runs) and a name server alone (:class:`NamesrvServer`, what ``mqcore namesrv`` runs).
+
+Each owns a :class:`~mqcore.remoting.server.RemotingServer` and what answers behind it.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from mqcore.broker import Broker
+from mqcore.broker.ha import HAMaster
+from mqcore.client.common import client_ip
+from mqcore.config import BrokerConfig
+from mqcore.errors import InvalidArgumentError
+from mqcore.remoting.server import RemotingServer
+from mqcore.server.namesrv import NameServer
+from mqcore.server.processor import BrokerProcessor
+from mqcore.server.registration import NamesrvRegistrar
+
+__all__ = ["NamesrvServer", "Server", "split_listen"]
+
+
+def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` as its host and port; ``option`` names the setting in the refusal."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise InvalidArgumentError(
+            f"{option} takes HOST:PORT (e.g. 127.0.0.1:9876), got {listen!r}"
+        )
+    return host.strip("[]"), int(port)
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be listened on now (port 0 always can)."""
+    if port == 0:
+        return True
+    try:
+        with socket.create_server((host, port)):
+            return True
+    except OSError:
+        return False
+
+
+class Server:
+    """A :class:`~mqcore.broker.Broker` behind a remoting server; owns both.
+
+    The constructor returns once the server can serve: its port accepts connections only
+    after the store has recovered, topics and offsets are loaded and (with ``namesrv_addr``)
+    the first registration with the name servers is done.
+
+    :param data_dir: the broker's data directory.
+    :param listen: ``HOST:PORT`` to listen on (port 0: any free port).
+    :param store: the store plugin's name.
+    :param settings: :class:`~mqcore.config.BrokerConfig` settings by name.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        listen: str = "127.0.0.1:9876",
+        store: str = "mmap",
+        settings: dict[str, Any] | None = None,
+        **server_options: Any,
+    ) -> None:
+        host, port = split_listen(listen)
+        settings = dict(settings or {})
+        # The port is taken first (the broker records it, and port 0 picks one), but listened
+        # on only once the broker can serve: until then a client's connection is refused, so
+        # one that connects as soon as the port accepts is answered, never told to wait.
+        self.remoting = RemotingServer(None, host, port, **server_options)
+        bound_host, bound_port = self.remoting.bind()
+        self.registrar: NamesrvRegistrar | None = None
+        broker: Broker | None = None
+        try:
+            # Records name the broker by where clients reach it (their offset message ids).
+            public = client_ip() if bound_host in ("0.0.0.0", "::", "") else bound_host
+            settings.setdefault("broker_ip", public)
+            settings.setdefault("listen_port", bound_port)
+            role = str(settings.get("broker_role", "ASYNC_MASTER")).upper()
+            if role != "SLAVE" and store == "mmap" and "ha_listen_port" not in settings:
+                # RocketMQ's haListenPort: the port + 1 (any free port when the port is, or
+                # when the port + 1 is taken and no replication port was asked for).
+                wanted = bound_port + 1 if port else 0
+                settings["ha_listen_port"] = wanted if _bindable(bound_host, wanted) else 0
+            settings.setdefault("ha_listen_host", bound_host)
+            self.broker = broker = Broker(data_dir, store=store, config=BrokerConfig(**settings))
+            self.address = f"{public}:{bound_port}"
+            ha = self.broker.ha
+            #: ``host:port`` of the replication port slaves connect to (None: no slaves)
+            self.ha_address = f"{public}:{ha.port}" if isinstance(ha, HAMaster) else None
+            self.processor = BrokerProcessor(self.broker, self.address)
+            self.remoting.processor = self.processor
+            self.remoting.inline_codes = self.processor.inline_codes
+            self.remoting.start()
+            if self.broker.config.namesrv_addr:
+                # Registered before start-up ends: a client that asks the name servers once
+                # this server reports it listens finds the route.
+                self.registrar = NamesrvRegistrar(self.broker, self.address, self.ha_address)
+                self.processor.registrar = self.registrar  # topics it creates: registered first
+        except BaseException:
+            try:
+                self.remoting.close()
+            finally:
+                if broker is not None:
+                    broker.close()
+            raise
+
+    def close(self) -> None:
+        """Close every connection, then the broker (offsets and delay progress persisted)."""
+        try:
+            if self.registrar is not None:
+                self.registrar.close()
+        finally:
+            try:
+                self.remoting.close()
+            finally:
+                self.broker.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NamesrvServer:
+    """A :class:`~mqcore.server.namesrv.NameServer` behind a remoting server; owns both.
+
+    :param listen: ``HOST:PORT`` (port 0: any free port).
+    """
+
+    def __init__(self, listen: str = "127.0.0.1:9876") -> None:
+        host, port = split_listen(listen)
+        self.tables = NameServer()
+        self.remoting = RemotingServer(self.tables, host, port)
+        bound_host, bound_port = self.remoting.start()
+        self.address = f"{bound_host}:{bound_port}"
+
+    def close(self) -> None:
+        """Close every connection."""
+        self.remoting.close()
+
+    def __enter__(self) -> NamesrvServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

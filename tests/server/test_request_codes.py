@@ -1,0 +1,188 @@
+"""Every request code docs/remote.md lists is answered over the network, through the one table."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from mqcore import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+from mqcore.message import MessageQueue
+from mqcore.protocol import bodies, headers
+from mqcore.protocol.codes import RequestCode, ResponseCode
+from mqcore.protocol.send import encode_batch
+from mqcore.remoting.client import RemotingClient
+from mqcore.remoting.command import RemotingCommand
+from mqcore.server import OPERATION_TABLE, Server
+
+DOC = Path(__file__).parents[2] / "docs" / "remote.md"
+
+
+def _documented_codes() -> list[int]:
+    """The request codes of the table under "What the server speaks", but those sent to clients."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## What the server speaks", 1)[1].split("\n## ", 1)[0]
+    codes: list[int] = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or "(to clients)" in cells[0]:
+            continue
+        if re.fullmatch(r"\d+(\s*,\s*\d+)*", cells[0]):
+            codes += [int(c) for c in cells[0].split(",")]
+    return codes
+
+
+CODES = _documented_codes()
+
+# Answers other than SUCCESS that a well-formed request may get here, by code.
+_ALSO = {
+    RequestCode.QUERY_CONSUMER_OFFSET: {ResponseCode.QUERY_NOT_FOUND},
+}
+
+
+@attrs.define
+class _Scene:
+    server: Server
+    client: RemotingClient
+    consumer_id: str
+    queue_id: int  # where the message is
+    commitlog_offset: int
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> Iterator[_Scene]:
+    """A server with topic Orders holding one message, and a push consumer of group cg."""
+    data = tmp_path / "data"
+    small = {"store_options": {"segment_size": 1024 * 1024}}
+    got = threading.Event()
+
+    def listener(msgs: Any, ctx: Any) -> ConsumeConcurrentlyStatus:
+        got.set()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    with Server(data, "127.0.0.1:0", settings=small) as server, RemotingClient() as client:
+        server.broker.create_topic("Orders", queue_nums=4)
+        with Producer("pg", namesrv_addr=server.address) as producer:
+            sent = producer.send(Message(topic="Orders", body=b"paid", keys="order-1"))
+        consumer = PushConsumer("cg", namesrv_addr=server.address, instance_name="c1")
+        consumer.subscribe("Orders", "*")
+        consumer.register_message_listener(listener)
+        consumer.start()
+        try:
+            assert got.wait(10), "the consumer never got the message"
+            found = server.broker.query_message("Orders", "order-1", 1, 0, 2**62)
+            queue_id = sent.message_queue.queue_id
+            yield _Scene(server, client, consumer.client_id, queue_id, found[0].commitlog_offset)
+        finally:
+            consumer.shutdown()
+
+
+def _values(scene: _Scene) -> dict[str, Any]:
+    """A value for each header field the documented requests carry, by attribute name."""
+    now = int(time.time() * 1000)
+    return {
+        "topic": "Orders",
+        "default_topic": "TBW102",
+        "default_topic_queue_nums": 4,
+        "queue_id": scene.queue_id,
+        "sys_flag": 0,
+        "born_timestamp": now,
+        "flag": 0,
+        "producer_group": "pg",
+        "consumer_group": "cg",
+        "group": "cg",
+        "queue_offset": 0,
+        "max_msg_nums": 1,
+        "commit_offset": 0,
+        "suspend_timeout_millis": 0,
+        "sub_version": 0,
+        "key": "order-1",
+        "max_num": 32,
+        "begin_timestamp": 0,
+        "end_timestamp": now + 60_000,
+        "read_queue_nums": 4,
+        "write_queue_nums": 4,
+        "perm": 6,
+        "topic_filter_type": "SINGLE_TAG",
+        "timestamp": 0,
+        "offset": scene.commitlog_offset,
+        "client_id": scene.consumer_id,
+        "delay_level": 0,
+    }
+
+
+# Per code: header fields that differ from _values (requests that would undo the scene).
+_OVERRIDES: dict[int, dict[str, Any]] = {
+    RequestCode.UPDATE_AND_CREATE_TOPIC: {"topic": "Scratch"},
+    RequestCode.DELETE_TOPIC_IN_BROKER: {"topic": "Scratch"},
+    RequestCode.UNREGISTER_CLIENT: {"client_id": "127.0.0.1@probe", "consumer_group": "probe"},
+}
+
+
+def _request(code: int, scene: _Scene) -> RemotingCommand:
+    header_cls = headers.REQUEST_HEADERS.get(code)
+    header = None
+    if header_cls is not None:
+        values = {**_values(scene), **_OVERRIDES.get(code, {})}
+        fields = attrs.fields(header_cls)
+        missing = [f.name for f in fields if f.default is attrs.NOTHING and f.name not in values]
+        assert not missing, f"no sample value for {header_cls.__name__} fields {missing}"
+        header = header_cls(**{f.name: values[f.name] for f in fields if f.name in values})
+    mq = MessageQueue("Orders", scene.server.broker.config.broker_name, 3)
+    body: bytes | None = {
+        RequestCode.SEND_MESSAGE: b"probe",
+        RequestCode.SEND_MESSAGE_V2: b"probe",
+        RequestCode.SEND_BATCH_MESSAGE: encode_batch([Message(topic="Orders", body=b"probe")]),
+        RequestCode.HEART_BEAT: bodies.HeartbeatData(client_id="127.0.0.1@probe").encode(),
+        RequestCode.CHECK_CLIENT_CONFIG: b"{}",
+        RequestCode.LOCK_BATCH_MQ: bodies.LockBatchRequestBody(
+            consumer_group="probe", client_id="127.0.0.1@probe", mq_set=[mq]
+        ).encode(),
+        RequestCode.UNLOCK_BATCH_MQ: bodies.UnlockBatchRequestBody(
+            consumer_group="probe", client_id="127.0.0.1@probe", mq_set=[mq]
+        ).encode(),
+    }.get(code)
+    if code == RequestCode.SEND_BATCH_MESSAGE:
+        header = attrs.evolve(header, batch=True)
+    return RemotingCommand.request(code, header, body)
+
+
+def test_the_document_lists_the_codes_the_table_serves() -> None:
+    """The walk below covers the table: every code it serves is listed, and none twice."""
+    assert len(CODES) == len(set(CODES))
+    assert set(CODES) == set(OPERATION_TABLE)
+    assert RequestCode.QUERY_BROKER_OFFSET in CODES
+
+
+@pytest.mark.timeout(60)
+def test_each_documented_code_is_answered_over_the_network(scene: _Scene) -> None:
+    """Each code, in the document's order, sent as a well-formed request: answered SUCCESS
+    (or a documented refusal), never REQUEST_CODE_NOT_SUPPORTED."""
+    wrong = {}
+    for code in CODES:
+        answer = scene.client.invoke(scene.server.address, _request(code, scene), 10)
+        if answer.code not in {ResponseCode.SUCCESS, *_ALSO.get(code, ())}:
+            wrong[RequestCode(code).name] = (answer.code, answer.remark)
+    assert not wrong
+
+
+def test_query_broker_offset_is_the_queue_s_max_offset(scene: _Scene) -> None:
+    """QUERY_BROKER_OFFSET (13) answers what GET_MAX_OFFSET (30) answers."""
+    offsets = {}
+    for code in (RequestCode.QUERY_BROKER_OFFSET, RequestCode.GET_MAX_OFFSET):
+        header = headers.GetMaxOffsetRequestHeader(topic="Orders", queue_id=scene.queue_id)
+        answer = scene.client.invoke(
+            scene.server.address, RemotingCommand.request(code, header), 10
+        )
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        offsets[code] = answer.read_header(headers.GetMaxOffsetResponseHeader).offset
+    assert offsets[RequestCode.QUERY_BROKER_OFFSET] == offsets[RequestCode.GET_MAX_OFFSET]
+    stored = scene.server.broker.get_max_offset("Orders", scene.queue_id)
+    assert offsets[RequestCode.GET_MAX_OFFSET] == stored
+    assert offsets[RequestCode.GET_MAX_OFFSET] >= 1
