@@ -7,7 +7,9 @@ back to back. :func:`record_columns` checks every record's layout, picks those b
 ``end_offset`` (queue offset) and inside the store-time range, and returns the Arrow
 buffers of the wanted columns: fixed-width ones read at their header positions, the others
 as offsets + data (tags, keys and the properties map parsed from the property string).
-Bodies are copied once, from the store's buffer into the column.
+Bodies are copied once, from the store's buffer into the column; a body its sender
+compressed (sys flag bit 0, as clients send bodies over 4 KiB) is inflated on the way, so
+the column holds what was sent, as :attr:`mqcore.message.MessageExt.body` does.
 
 It runs in C (``mqcore._speedups.record_columns``) when the extension was built and
 ``MQCORE_NO_SPEEDUPS`` is unset; :func:`py_record_columns` is the reference, and the tests
@@ -18,6 +20,7 @@ hold both to the same bytes and the same errors. A record whose layout is broken
 from __future__ import annotations
 
 import struct
+import zlib
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -71,6 +74,7 @@ _HEADER_SIZE = codec.HEADER_SIZE
 _MIN_RECORD = _HEADER_SIZE + 3  # empty body, topic and property string
 _MAGIC = codec.MESSAGE_MAGIC_CODE
 _V6 = 0x30  # born / store host IPv6 flags
+_COMPRESSED = 0x1  # sys flag bit 0: the body is zlib-compressed
 _POS_PHYS = codec.POS_PHYSICAL_OFFSET
 _FIXED = (  # column, header field, array type code
     ("queue_id", 3, "i"),
@@ -127,6 +131,20 @@ def _check(buf: Any, pos: int, avail: int, usize: int | None, offset: int) -> tu
     return h
 
 
+def inflate(data: bytes, offset: int) -> bytes:
+    """The body ``data`` of the record at commit-log ``offset``, stored compressed, inflated.
+
+    Both builders call it (the C one through the callable it is given), so a body that is
+    flagged compressed but does not inflate raises the same error from each.
+    """
+    try:
+        return zlib.decompress(data)
+    except zlib.error as exc:
+        raise _corrupt(
+            offset, f"its body is flagged compressed but is not zlib data ({exc})"
+        ) from None
+
+
 def _tag(text: bytes) -> bytes | None:
     """The last TAGS value of a property string (None without one)."""
     found = None
@@ -170,9 +188,11 @@ def py_record_columns(
     tags: TagsFilter | None = None,
 ) -> tuple[int, bool, tuple[Any, ...]]:
     """:func:`record_columns` in Python: the reference for ``_speedups.record_columns``."""
-    picked: list[tuple[Any, int, tuple[Any, ...]]] = []
+    # (record buffer, record position, header, body when it was inflated, else None)
+    picked: list[tuple[Any, int, tuple[Any, ...], bytes | None]] = []
     codes = None if tags is None else set(tags[0])
     want = {name for name in COLUMNS if wanted >> _INDEX[name] & 1}
+    want_body = "body" in want
     want_props = bool(want.intersection(_PROPERTY_COLUMNS))
     finished = False
     for buf, units, base in spans:
@@ -224,11 +244,14 @@ def py_record_columns(
                 props = bytes(view[tpos + 3 + tlen : at + h[0]])
                 if not _utf8(props):
                     raise _corrupt(offset, "the properties are not UTF-8")
-            picked.append((view, at, h))
+            inflated = None
+            if want_body and h[7] & _COMPRESSED:
+                inflated = inflate(bytes(view[at + _HEADER_SIZE : tpos]), offset)
+            picked.append((view, at, h, inflated))
         if finished:
             break
     n = len(picked)
-    total_body = sum(h[14] for _, _, h in picked)
+    total_body = sum(h[14] if body is None else len(body) for _, _, h, body in picked)
     if total_body > 0x7FFFFFFF:
         raise OverflowError(
             f"record_columns: {total_body} body bytes in one batch, more than an Arrow binary "
@@ -237,16 +260,16 @@ def py_record_columns(
     cols: list[Any] = [None] * len(COLUMNS)
     for name, field, code in _FIXED:
         if name in want:
-            cols[_INDEX[name]] = array(code, [h[field] for _, _, h in picked]).tobytes()
+            cols[_INDEX[name]] = array(code, [h[field] for _, _, h, _ in picked]).tobytes()
     texts: list[tuple[bytes, bytes, bytes]] = []  # topic, body, properties of each record
-    for view, at, h in picked:
+    for view, at, h, inflated in picked:
         bpos = at + _HEADER_SIZE
         tpos = bpos + h[14]
         tlen = view[tpos]
         texts.append(
             (
                 bytes(view[tpos + 1 : tpos + 1 + tlen]),
-                bytes(view[bpos:tpos]),
+                bytes(view[bpos:tpos]) if inflated is None else inflated,
                 bytes(view[tpos + 3 + tlen : at + h[0]]),
             )
         )
@@ -258,7 +281,7 @@ def py_record_columns(
         # The store host (ip, port) and the commit-log offset, as the header holds them.
         ids = [
             (h[11] + bytes(v[at + _POS_PHYS : at + _POS_PHYS + 8])).hex().upper().encode()
-            for v, at, h in picked
+            for v, at, h, _ in picked
         ]
         cols[_INDEX["msg_id"]] = _strings(ids)
     if want_props:
@@ -324,7 +347,7 @@ def record_columns(
     if SPEEDUPS and not python:
         assert _speedups is not None
         return _speedups.record_columns(  # type: ignore[no-any-return]
-            spans, wanted, ts_low, ts_high, end_offset, StoreCorruptedError, tags
+            spans, wanted, ts_low, ts_high, end_offset, StoreCorruptedError, tags, inflate
         )
     return py_record_columns(spans, wanted, ts_low, ts_high, end_offset, tags=tags)
 

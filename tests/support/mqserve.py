@@ -40,8 +40,9 @@ def wait_until_accepting(
 class ServeProcess:
     """``mqcore serve`` in a child process on a free port, restartable on its data dir."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, store: str = "mmap") -> None:
         self.data_dir = data_dir
+        self.store = store
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
 
@@ -49,7 +50,7 @@ class ServeProcess:
         """Start the process and return at once (``settings``: ``NAME=VALUE`` for --set)."""
         cmd = [
             sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
-            "--listen", listen, "--data-dir", str(self.data_dir),
+            "--listen", listen, "--data-dir", str(self.data_dir), "--store", self.store,
         ]  # fmt: skip
         for pair in settings:
             cmd += ["--set", pair]

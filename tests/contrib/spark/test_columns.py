@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 pytest.importorskip("pyarrow")
@@ -117,11 +119,24 @@ def test_batches_hold_what_the_store_holds(
             assert rb.to_pylist() == want
 
 
-def _records(batch: list[Message]) -> tuple[bytes, bytes]:
-    """``batch`` encoded back to back from offset 1000, and its consume-queue units."""
+COMPRESSED_FLAG = 0x1  # sys flag bit 0: the body is stored zlib-compressed
+
+
+def _records(batch: list[Message], compressed: bool = False) -> tuple[bytes, bytes]:
+    """``batch`` encoded back to back from offset 1000, and its consume-queue units; with
+    ``compressed``, each body stored deflated and flagged, as a remote producer sends it."""
     out, units = b"", b""
     for i, m in enumerate(batch):
-        rec = codec.encode(m, queue_offset=i, commitlog_offset=1000 + len(out), store_timestamp=i)
+        if compressed:
+            m = attrs.evolve(m, body=zlib.compress(m.body))
+        rec = codec.pack(
+            codec.prepare([m], 0, sys_flag=COMPRESSED_FLAG if compressed else 0),
+            queue_id=0,
+            queue_offset=i,
+            commitlog_offset=1000 + len(out),
+            store_timestamp=i,
+            store_host=codec.host_bytes("127.0.0.1:10911"),
+        )
         units += struct.pack(">qiq", 1000 + len(out), len(rec), codec.tags_hash_code(m.tags))
         out += rec
     return out, units
@@ -141,12 +156,14 @@ def _outcome(spans: list[Any], wanted: int, python: bool, **kw: Any) -> Any:
     data=st.data(),
     wanted=st.integers(0, ALL),
     units=st.booleans(),
+    compressed=st.booleans(),
 )
 def test_c_and_python_agree_on_damaged_records(
-    batch: list[Message], data: Any, wanted: int, units: bool
+    batch: list[Message], data: Any, wanted: int, units: bool, compressed: bool
 ) -> None:
-    """Flipped bytes, cut buffers and wrong unit sizes: same columns or the same error."""
-    buf, unit_bytes = _records(batch)
+    """Flipped bytes, cut buffers and wrong unit sizes, in plain and compressed bodies: same
+    columns or the same error."""
+    buf, unit_bytes = _records(batch, compressed)
     damage = data.draw(st.sampled_from(["none", "byte", "cut", "unit"]))
     if damage == "byte":
         at = data.draw(st.integers(0, len(buf) - 1))
@@ -199,6 +216,40 @@ def test_damaged_record_raises_the_store_error(python: bool, damage: Any, reason
         record_columns([(damage(rec), None, 1000)], ALL, python=python)
     assert info.value.offset == 1000
     assert "commit-log offset 1000" in str(info.value)
+
+
+@pytest.mark.parametrize("python", [False, True] if columns.SPEEDUPS else [True])
+@settings(max_examples=50, deadline=None)
+@given(batch=messages, units=st.booleans())
+def test_compressed_bodies_are_inflated(python: bool, batch: list[Message], units: bool) -> None:
+    """A body stored compressed (sys flag bit 0) is inflated into the body column; the other
+    columns are those of the same records stored plain."""
+    buf, unit_bytes = _records(batch, compressed=True)
+    rb, _ = build_batch([(buf, unit_bytes if units else None, 1000)], SCHEMA, python=python)
+    assert rb.column("body").to_pylist() == [m.body for m in batch]
+    plain, plain_units = _records(batch)
+    want, _ = build_batch([(plain, plain_units if units else None, 1000)], SCHEMA, python=True)
+    different = {"body", "commitlog_offset", "msg_id"}  # compressed records are shorter
+    assert rb.drop_columns(list(different)) == want.drop_columns(list(different))
+
+
+@pytest.mark.parametrize("python", [False, True] if columns.SPEEDUPS else [True])
+def test_a_compressed_body_that_does_not_inflate_is_corruption(python: bool) -> None:
+    """A body flagged compressed that is not zlib data raises the store's corruption error
+    naming the record; a read without the body column does not inflate it."""
+    rec = codec.pack(
+        codec.prepare([Message(topic="T", body=b"not zlib at all")], 0, sys_flag=COMPRESSED_FLAG),
+        queue_id=0,
+        queue_offset=0,
+        commitlog_offset=1000,
+        store_timestamp=0,
+        store_host=codec.host_bytes("127.0.0.1:10911"),
+    )
+    with pytest.raises(StoreCorruptedError, match="flagged compressed but is not zlib") as info:
+        record_columns([(rec, None, 1000)], ALL, python=python)
+    assert info.value.offset == 1000
+    n, _, cols = record_columns([(rec, None, 1000)], wanted_mask(["topic"]), python=python)
+    assert (n, bytes(cols[COLUMNS.index("topic")][1])) == (1, b"T")
 
 
 @pytest.mark.parametrize("python", [False, True] if columns.SPEEDUPS else [True])
