@@ -1,52 +1,39 @@
 """Per-batch layout shared by the stores: consume-queue units, record offsets, put results.
 
 A put of ``n`` messages stores ``n`` records back to back. Each store then needs the
-records' commit-log offsets, their 20-byte consume-queue units (RocketMQ's layout:
-commit-log offset, size, tags hash code, big-endian) and one :class:`~mqcore.store.PutResult`
-per message. These loops run once per message on the producer's hot path, so they run in C
-when the optional ``mqcore._speedups`` extension was built (see :data:`SPEEDUPS`); the
-Python versions here are the reference, and the tests hold both to the same output.
+records' commit-log offsets, their 20-byte consume-queue units
+(:data:`mqcore.record.unit.UNIT`) and one :class:`~mqcore.store.PutResult` per message. These
+loops run once per message on the producer's hot path, so they run in C when the optional
+``codec`` speedups were built (see :data:`SPEEDUPS` and :mod:`mqcore.speedups`); the Python
+versions here are the reference, and the tests hold both to the same output.
 
 Set ``MQCORE_NO_SPEEDUPS=1`` in the environment to run the pure-Python code.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import struct
 from collections.abc import Sequence
 from itertools import accumulate, repeat
-from operator import itemgetter
-from types import ModuleType
 from typing import Any
 
+from mqcore import speedups
 from mqcore.errors import InvalidArgumentError
 from mqcore.message import Message
 from mqcore.protocol.validation import REFUSABLE_PROPERTIES
+from mqcore.record.prepared import size_of, tags_code_of, with_tags_code
+from mqcore.record.unit import UNIT
 from mqcore.store import PutResult, deliver_timestamp
 
-__all__ = ["SPEEDUPS", "UNIT", "put_results", "units", "with_deliver_times"]
+__all__ = ["SPEEDUPS", "put_results", "units", "with_deliver_times"]
 
-#: One consume-queue unit: commit-log offset, record size, tags hash code.
-UNIT = struct.Struct(">qiq")
-
-
-def _load_speedups() -> ModuleType | None:
-    if os.environ.get("MQCORE_NO_SPEEDUPS"):
-        return None
-    try:
-        return importlib.import_module("mqcore._speedups")
-    except ImportError:  # built without a C compiler: the Python code below serves
-        return None
-
-
-_speedups = _load_speedups()
+_speedups = speedups.load("codec")
 
 #: True when the C versions of the batch loops (and of :func:`mqcore.codec.pack`) are used.
 SPEEDUPS = _speedups is not None
 
-_c_sent_prefix = None if _speedups is None else _speedups.sent_prefix
+_protocol = speedups.load("protocol")
+_c_sent_prefix = None if _protocol is None else _protocol.sent_prefix
 
 
 def plain_prefix(messages: Sequence[Message], topic: str, limit: int) -> int:
@@ -59,8 +46,6 @@ def plain_prefix(messages: Sequence[Message], topic: str, limit: int) -> int:
     return int(_c_sent_prefix(messages, topic, limit, REFUSABLE_PROPERTIES))
 
 
-_size = itemgetter(0)  # Prepared.size
-_tags_code = itemgetter(9)  # Prepared.tags_code
 _new_tuple = tuple.__new__
 _QWORDS: dict[int, struct.Struct] = {}
 
@@ -74,10 +59,10 @@ def _qwords(count: int) -> struct.Struct:
 
 def py_units(prepared: list[Any], start: int) -> tuple[bytes, list[int], int]:
     """:func:`units` in Python."""
-    sizes = list(map(_size, prepared))
+    sizes = list(map(size_of, prepared))
     offsets = list(accumulate(sizes, initial=start))
     end = offsets.pop()
-    return b"".join(map(UNIT.pack, offsets, sizes, map(_tags_code, prepared))), offsets, end
+    return b"".join(map(UNIT.pack, offsets, sizes, map(tags_code_of, prepared))), offsets, end
 
 
 def py_put_results(
@@ -104,7 +89,7 @@ def py_put_results(
                 range(queue_offset, queue_offset + n),
                 offsets,
                 repeat(store_timestamp, n),
-                map(_size, prepared),
+                map(size_of, prepared),
                 strict=True,
             ),
         )
@@ -114,7 +99,7 @@ def py_put_results(
 def units(prepared: list[Any], start: int) -> tuple[bytes, list[int], int]:
     """The records of ``prepared`` laid back to back from commit-log offset ``start``.
 
-    Returns their consume-queue units as one ``bytes`` (:data:`UNIT` each), the offset of
+    Returns their consume-queue units as one ``bytes`` (a ``UNIT`` each), the offset of
     each record, and the offset just past the last one.
     """
     if _speedups is not None:
@@ -153,7 +138,6 @@ def with_deliver_times(
     out = list(prepared)
     for i, m in enumerate(messages):
         if m.delay_level > 0:
-            p = out[i]
             code = deliver_timestamp(delays, m.delay_level, store_timestamp)
-            out[i] = (*p[:9], code, *p[10:])
+            out[i] = with_tags_code(out[i], code)
     return out

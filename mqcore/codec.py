@@ -1,26 +1,7 @@
-"""RocketMQ's commit-log record format (version 1, IPv4 hosts), big-endian.
+"""RocketMQ's commit-log record format: encoding, checking and decoding records.
 
-=====  =====  ==============================================================
-bytes  field  meaning
-=====  =====  ==============================================================
-4      i      total size of the record
-4      i      magic code (``MESSAGE_MAGIC_CODE``; ``BLANK_MAGIC_CODE`` ends a segment)
-4      i      body CRC32, masked to 31 bits
-4      i      queue id
-4      i      flag
-8      q      queue offset (logical, in the consume queue)
-8      q      physical offset (in the commit log)
-4      i      sys flag
-8      q      born timestamp (ms)
-8      4s+i   born host (IPv4, port)
-8      q      store timestamp (ms)
-8      4s+i   store host (IPv4, port)
-4      i      reconsume times
-8      q      prepared transaction offset
-4+n    i+     body length and body
-1+n    b+     topic length and topic (UTF-8)
-2+n    h+     properties length and ``name\\x01value\\x02`` pairs (UTF-8)
-=====  =====  ==============================================================
+The layout itself (the header, the field positions, the magic codes, the limits, the sys
+flag bits) is defined in :mod:`mqcore.record`; this module writes and reads it.
 
 Encoding is split in two so that a store can do the expensive part outside its write lock:
 :func:`prepare` turns messages into :class:`Prepared` parts (body CRC, topic and property
@@ -34,9 +15,9 @@ import operator
 import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-from mqcore.batch import _speedups
+from mqcore import speedups
 from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
 
 try:
@@ -47,19 +28,39 @@ try:
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     from zlib import crc32 as _crc32
 from mqcore.message import (
-    _HEADER,
-    HEADER_SIZE,
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_UNIQ_KEY,
     Message,
     MessageExt,
     parse_properties,
 )
+from mqcore.record.layout import (
+    BLANK_MAGIC_CODE,
+    BLANK_SIZE,
+    H_BODY_CRC,
+    H_BODY_LENGTH,
+    H_SYS_FLAG,
+    HEADER,
+    HEADER_SIZE,
+    MAX_PROPERTIES_SIZE,
+    MAX_TOPIC_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    POS_BODY_CRC,
+    POS_BODY_LENGTH,
+    POS_SYS_FLAG,
+    SIZE_MAGIC,
+)
+from mqcore.record.prepared import BATCH_SHARED, Prepared
+from mqcore.record.sysflag import V6_FLAGS
 from mqcore.store import TIMER_TOPIC
+
+_speedups = speedups.load("codec")
 
 #: The CRC-32 of record bodies (ISA-L's when installed, else zlib's: the same checksum).
 body_crc32: Callable[[bytes], int] = _crc32
 
+# The layout's constants in this list are mqcore.record's, named here for the codec's users.
 __all__ = [
     "BLANK_MAGIC_CODE",
     "HEADER_SIZE",
@@ -83,19 +84,7 @@ __all__ = [
     "timer_tags_code",
 ]
 
-MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7 as a signed Java int
-BLANK_MAGIC_CODE = -875286124  # 0xCBD43194: the rest of the segment is empty
-MAX_TOPIC_LENGTH = 127  # the topic length is one signed byte in version-1 records
-MAX_PROPERTIES_SIZE = 32767  # the properties length is one signed short
-BLANK_SIZE = 8  # a blank marker is total size + magic code
-
-# Bits of sys_flag that change the record layout; mqcore writes IPv4 hosts only.
-BORNHOST_V6_FLAG = 0x1 << 4
-STOREHOSTADDRESS_V6_FLAG = 0x1 << 5
-_V6_FLAGS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-
 _INT = struct.Struct(">i")
-_MAGIC_AT = struct.Struct(">ii")  # total size, magic code
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 _MSGID = struct.Struct(">4siq")
@@ -104,11 +93,7 @@ _MSGID = struct.Struct(">4siq")
 # with the 48 bytes they share (sys flag .. prepared-transaction offset) as one field.
 _MIDDLE = struct.Struct(">iq4siq4siiq")
 _HEADER_SPLIT = struct.Struct(f">iiiiiqq{_MIDDLE.size}si")
-
-# Offsets of fields inside the header, for patching and recovery.
-POS_QUEUE_OFFSET = 20
-POS_PHYSICAL_OFFSET = 28
-POS_STORE_TIMESTAMP = 56
+assert _MIDDLE.size == POS_BODY_LENGTH - POS_SYS_FLAG and _HEADER_SPLIT.size == HEADER_SIZE
 
 
 def _int32(value: int) -> int:
@@ -194,25 +179,6 @@ def decode_message_id(msg_id: str) -> tuple[str, int]:
 # --- encoding --------------------------------------------------------------------------
 
 
-class Prepared(NamedTuple):
-    """The parts of one record that do not depend on where it is stored.
-
-    The layout of the tuples :func:`prepare` returns (which are plain tuples, for speed).
-    """
-
-    size: int  # total record size
-    body: bytes
-    trailer: bytes  # topic length, topic, properties length, properties
-    body_crc: int
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    reconsume_times: int
-    prepared_transaction_offset: int
-    tags_code: int
-    keys: str | None
-
-
 def _trailer(topic: str, properties: str) -> bytes:
     tb = topic.encode()
     if not tb or len(tb) > MAX_TOPIC_LENGTH:
@@ -266,7 +232,8 @@ def timer_tags_code(deliver: str | None, tags_code: int) -> int:
     scheduler reads the consume queue alone. A real deliver time (ms since the epoch) is at
     least 2**31 while a tag's hash code is a 32-bit int, so a reader tells them apart: a code
     below 2**31 means "read the record" (a unit written before the deliver time was kept
-    there, or a record without a usable ``TIMER_OUT_MS``).
+    there, or a record without a usable ``TIMER_OUT_MS``; see
+    :data:`mqcore.record.unit.MIN_DELIVER_CODE`).
     """
     if deliver is not None and 0 < len(deliver) <= 18 and deliver.isascii() and deliver.isdigit():
         return int(deliver)
@@ -421,7 +388,7 @@ def pack(
     """
     if not prepared:
         return b""
-    if len(prepared) > 1 and prepared[-1][5:9] != prepared[0][5:9]:
+    if len(prepared) > 1 and prepared[-1][BATCH_SHARED] != prepared[0][BATCH_SHARED]:
         raise CodecError("pack() takes the items of one prepare() call (or a slice of one)")
     born_ip, born_port = born_host or store_host
     store_ip, store_port = store_host
@@ -458,7 +425,7 @@ def py_pack_records(
     first = prepared[0]
     if len(prepared) == 1:  # one message per put is common: one 17-field pack
         size, body, trailer, crc, flag, sflag, born, recon, ptx, _code, _keys = first
-        header = _HEADER.pack(
+        header = HEADER.pack(
             size,
             magic,
             crc,
@@ -478,7 +445,7 @@ def py_pack_records(
             len(body),
         )
         return b"".join((header, body, trailer))
-    sflag, born, recon, ptx = first[5:9]
+    sflag, born, recon, ptx = first[BATCH_SHARED]
     # The 48 header bytes from the sys flag to the prepared-transaction offset are the same
     # for every record of a batch: packed once, they make each header a 9-field pack.
     middle = _MIDDLE.pack(
@@ -504,7 +471,7 @@ _pack_records: Callable[..., bytes] = py_pack_records if _speedups is None else 
 
 def pack_blank(size: int) -> bytes:
     """The end-of-segment marker filling ``size`` (>= 8) bytes: total size + blank magic."""
-    return _MAGIC_AT.pack(size, BLANK_MAGIC_CODE) + bytes(size - BLANK_SIZE)
+    return SIZE_MAGIC.pack(size, BLANK_MAGIC_CODE) + bytes(size - BLANK_SIZE)
 
 
 def encode(
@@ -558,7 +525,7 @@ def check_record(
             f"record header at offset {where} is truncated ({limit - pos} bytes left)",
             offset=where,
         )
-    size, magic = _MAGIC_AT.unpack_from(buf, pos)
+    size, magic = SIZE_MAGIC.unpack_from(buf, pos)
     if magic == BLANK_MAGIC_CODE:
         if size < BLANK_SIZE or pos + size > limit:
             raise CorruptRecordError(
@@ -569,19 +536,19 @@ def check_record(
         raise CorruptRecordError(
             f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at offset {where}", offset=where
         )
-    if size < HEADER_SIZE + 3:
+    if size < MIN_RECORD_SIZE:
         raise CorruptRecordError(f"impossible record size {size} at offset {where}", offset=where)
     if pos + size > limit:
         raise TruncatedRecordError(
             f"record at offset {where} needs {size} bytes, only {limit - pos} present",
             offset=where,
         )
-    h = _HEADER.unpack_from(buf, pos)
-    if h[7] & _V6_FLAGS:
+    h = HEADER.unpack_from(buf, pos)
+    if h[H_SYS_FLAG] & V6_FLAGS:
         raise CorruptRecordError(
             f"record at offset {where} uses IPv6 hosts, which mqcore does not read", offset=where
         )
-    body_len = h[16]
+    body_len = h[H_BODY_LENGTH]
     tpos = pos + HEADER_SIZE + body_len
     if body_len < 0 or tpos + 3 > pos + size:
         raise CorruptRecordError(f"bad body length {body_len} at offset {where}", offset=where)
@@ -599,16 +566,18 @@ def check_record(
     if check_crc:
         start = pos + HEADER_SIZE
         crc = _crc32(memoryview(buf)[start : start + body_len]) & 0x7FFFFFFF
-        if crc != h[2]:
+        if crc != h[H_BODY_CRC]:
             raise CorruptRecordError(
-                f"body CRC mismatch at offset {where}: stored {h[2]}, computed {crc}",
+                f"body CRC mismatch at offset {where}: stored {h[H_BODY_CRC]}, computed {crc}",
                 offset=where,
             )
     return RECORD, size
 
 
 # size, magic, body CRC, sys flag, body length: what the fast scan needs of a header.
-_SCAN = struct.Struct(">iii24xi44xi")
+_SCAN = struct.Struct(
+    f">iii{POS_SYS_FLAG - POS_BODY_CRC - 4}xi{POS_BODY_LENGTH - POS_SYS_FLAG - 4}xi"
+)
 
 
 def scan_valid(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> int:
@@ -623,8 +592,8 @@ def scan_valid(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> int
     unpack = _SCAN.unpack_from
     crc32 = _crc32
     magic_ok = MESSAGE_MAGIC_CODE
-    min_size = HEADER_SIZE + 3
-    v6 = _V6_FLAGS
+    min_size = MIN_RECORD_SIZE
+    v6 = V6_FLAGS
     while pos + HEADER_SIZE <= limit:
         size, magic, crc, sys_flag, body_len = unpack(view, pos)
         end = pos + size
@@ -649,9 +618,9 @@ def body_crc_ok(view: memoryview, pos: int) -> bool:
     fields and one CRC of the body, no other validation (on False, :func:`check_record`
     says what is wrong).
     """
-    length = _INT.unpack_from(view, pos + HEADER_SIZE - 4)[0]
+    length = _INT.unpack_from(view, pos + POS_BODY_LENGTH)[0]
     body = view[pos + HEADER_SIZE : pos + HEADER_SIZE + length]
-    return bool(_crc32(body) & 0x7FFFFFFF == _INT.unpack_from(view, pos + 8)[0])
+    return bool(_crc32(body) & 0x7FFFFFFF == _INT.unpack_from(view, pos + POS_BODY_CRC)[0])
 
 
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, check: bool = False) -> MessageExt:
@@ -681,7 +650,7 @@ def iter_records(
 
 def record_properties(buf: bytes | bytearray | memoryview, pos: int) -> dict[str, str]:
     """All properties of the record at ``pos`` (TAGS included) without touching the body."""
-    body_len = _INT.unpack_from(buf, pos + HEADER_SIZE - 4)[0]
+    body_len = _INT.unpack_from(buf, pos + POS_BODY_LENGTH)[0]
     tpos = pos + HEADER_SIZE + body_len
     ppos = tpos + 1 + buf[tpos]
     plen = (buf[ppos] << 8) | buf[ppos + 1]

@@ -19,6 +19,29 @@ import attrs
 
 from mqcore.errors import InvalidArgumentError
 from mqcore.protocol.validation import check_text, check_user_properties
+from mqcore.record.layout import (
+    H_BODY_CRC,
+    H_BODY_LENGTH,
+    H_BORN_IP,
+    H_BORN_PORT,
+    H_BORN_TIMESTAMP,
+    H_FLAG,
+    H_PHYSICAL_OFFSET,
+    H_PREPARED_TRANSACTION_OFFSET,
+    H_QUEUE_ID,
+    H_QUEUE_OFFSET,
+    H_RECONSUME_TIMES,
+    H_STORE_IP,
+    H_STORE_PORT,
+    H_STORE_TIMESTAMP,
+    H_SYS_FLAG,
+    H_TOTAL_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    POS_BODY_LENGTH,
+    POS_SYS_FLAG,
+)
+from mqcore.record.sysflag import COMPRESSED_FLAG
 
 __all__ = [
     "PROPERTY_DELAY",
@@ -364,15 +387,10 @@ class PullResult:
 
 # --- MessageExt: a lazy view over one record ---------------------------------------------
 
-# RocketMQ's fixed record header (see mqcore.codec for the full layout); duplicated here as a
-# struct only so that message.py does not import codec (codec imports message).
-_HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
-HEADER_SIZE = _HEADER.size  # 88: everything up to and including the body length
 _BODY_LEN = struct.Struct(">i")
-# sysFlag is the big-endian int at bytes 36..39 of a record; bit 0 (COMPRESSED_FLAG) is in
-# its last byte, read without unpacking the header.
-_SYS_FLAG_LOW_BYTE = 39
-_COMPRESSED = 0x1
+# The sys flag is a big-endian int: bit 0 (COMPRESSED_FLAG) is in its last byte, read
+# without unpacking the header.
+_SYS_FLAG_LOW_BYTE = POS_SYS_FLAG + 3
 
 
 #: The fields of :class:`Message`, as :meth:`MessageExt.to_message` copies them. The timer
@@ -385,15 +403,16 @@ _MESSAGE_FIELDS = tuple(
 class MessageExt:
     """A stored message: a read-only view over one encoded commit-log record.
 
-    The fixed header is unpacked once; body, topic and properties are decoded when first
-    read. Build one with :func:`mqcore.codec.decode` (or ``MessageExt(record_bytes)``).
+    The fixed header (:data:`mqcore.record.layout.HEADER`) is unpacked once; body, topic
+    and properties are decoded when first read. Build one with :func:`mqcore.codec.decode`
+    (or ``MessageExt(record_bytes)``).
     """
 
     __slots__ = ("_buf", "_hdr", "_meta", "_pos")
 
     def __init__(self, record: bytes | bytearray | memoryview, pos: int = 0) -> None:
         if len(record) - pos < HEADER_SIZE or pos < 0:
-            _HEADER.unpack_from(record, pos)  # raises struct.error, as an eager unpack would
+            HEADER.unpack_from(record, pos)  # raises struct.error, as an eager unpack would
         self._buf = record
         self._pos = pos
         # The header is unpacked on first access: a consumer that only reads the body (or
@@ -405,7 +424,7 @@ class MessageExt:
     def _h(self) -> tuple[Any, ...]:
         h = self._hdr
         if h is None:
-            h = self._hdr = (self._pos, *_HEADER.unpack_from(self._buf, self._pos))
+            h = self._hdr = HEADER.unpack_from(self._buf, self._pos)
         return h
 
     def record_bytes(self) -> bytes:
@@ -416,67 +435,67 @@ class MessageExt:
     @property
     def store_size(self) -> int:
         """Total size of the record in bytes."""
-        return int(self._h[1])
+        return int(self._h[H_TOTAL_SIZE])
 
     @property
     def body_crc(self) -> int:
         """CRC32 of the body (masked to 31 bits, as RocketMQ)."""
-        return int(self._h[3])
+        return int(self._h[H_BODY_CRC])
 
     @property
     def queue_id(self) -> int:
         """Queue the message is stored in."""
-        return int(self._h[4])
+        return int(self._h[H_QUEUE_ID])
 
     @property
     def flag(self) -> int:
         """The producer's flag field."""
-        return int(self._h[5])
+        return int(self._h[H_FLAG])
 
     @property
     def queue_offset(self) -> int:
         """Logical offset of the message in its queue."""
-        return int(self._h[6])
+        return int(self._h[H_QUEUE_OFFSET])
 
     @property
     def commitlog_offset(self) -> int:
         """Physical offset of the record in the commit log."""
-        return int(self._h[7])
+        return int(self._h[H_PHYSICAL_OFFSET])
 
     @property
     def sys_flag(self) -> int:
         """RocketMQ's system flag (compression, transaction type...)."""
-        return int(self._h[8])
+        return int(self._h[H_SYS_FLAG])
 
     @property
     def born_timestamp(self) -> int:
         """When the producer created the message (ms since the epoch)."""
-        return int(self._h[9])
+        return int(self._h[H_BORN_TIMESTAMP])
 
     @property
     def born_host(self) -> str:
         """``ip:port`` of the producer."""
-        return _host(self._h[10], self._h[11])
+        return _host(self._h[H_BORN_IP], self._h[H_BORN_PORT])
 
     @property
     def store_timestamp(self) -> int:
         """When the broker stored the message (ms since the epoch)."""
-        return int(self._h[12])
+        return int(self._h[H_STORE_TIMESTAMP])
 
     @property
     def store_host(self) -> str:
         """``ip:port`` of the broker that stored the message."""
-        return _host(self._h[13], self._h[14])
+        return _host(self._h[H_STORE_IP], self._h[H_STORE_PORT])
 
     @property
     def reconsume_times(self) -> int:
         """How many times the message has been sent back for retry."""
-        return int(self._h[15])
+        return int(self._h[H_RECONSUME_TIMES])
 
     @property
     def prepared_transaction_offset(self) -> int:
         """Commit-log offset of the prepared half message (transactions), else 0."""
-        return int(self._h[16])
+        return int(self._h[H_PREPARED_TRANSACTION_OFFSET])
 
     @property
     def msg_id(self) -> str:
@@ -490,7 +509,8 @@ class MessageExt:
     def offset_msg_id(self) -> str:
         """Where this copy is stored: store host (ip, port) and commit-log offset, as
         upper-case hex (RocketMQ's offset message id)."""
-        return f"{self._h[13].hex().upper()}{self._h[14]:08X}{self._h[7]:016X}"
+        h = self._h
+        return f"{h[H_STORE_IP].hex().upper()}{h[H_STORE_PORT]:08X}{h[H_PHYSICAL_OFFSET]:016X}"
 
     # variable part --------------------------------------------------------------------
     @property
@@ -501,14 +521,13 @@ class MessageExt:
         4 KiB) is stored as sent and inflated here.
         """
         h = self._hdr
+        start = self._pos + HEADER_SIZE
         if h is None:
             # Only the body length is needed: skip unpacking the whole header.
-            start = self._pos + HEADER_SIZE
-            size = _BODY_LEN.unpack_from(self._buf, start - 4)[0]
+            size = _BODY_LEN.unpack_from(self._buf, self._pos + POS_BODY_LENGTH)[0]
         else:
-            start = h[0] + HEADER_SIZE
-            size = h[17]
-        if self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & _COMPRESSED:
+            size = h[H_BODY_LENGTH]
+        if self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & COMPRESSED_FLAG:
             return zlib.decompress(self._buf[start : start + size])
         return bytes(self._buf[start : start + size])
 
@@ -516,38 +535,38 @@ class MessageExt:
     def body_size(self) -> int:
         """``len(self.body)`` without the copy: read from the header (a body stored
         compressed is inflated to be measured)."""
-        if self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & _COMPRESSED:
+        if self._buf[self._pos + _SYS_FLAG_LOW_BYTE] & COMPRESSED_FLAG:
             return len(self.body)
         h = self._hdr
         if h is None:
-            return int(_BODY_LEN.unpack_from(self._buf, self._pos + HEADER_SIZE - 4)[0])
-        return int(h[17])
+            return int(_BODY_LEN.unpack_from(self._buf, self._pos + POS_BODY_LENGTH)[0])
+        return int(h[H_BODY_LENGTH])
 
     @property
     def body_view(self) -> memoryview:
         """The body as a memoryview into the record, without a copy (of the inflated body
         when it was stored compressed)."""
-        start = self._h[0] + HEADER_SIZE
-        if self.sys_flag & _COMPRESSED:
+        start = self._pos + HEADER_SIZE
+        if self.sys_flag & COMPRESSED_FLAG:
             return memoryview(self.body)
-        return memoryview(self._buf)[start : start + self._h[17]]
+        return memoryview(self._buf)[start : start + self._h[H_BODY_LENGTH]]
 
     @property
     def stored_body(self) -> bytes:
         """The body bytes exactly as stored (still compressed when the sender compressed it)."""
-        start = self._h[0] + HEADER_SIZE
-        return bytes(self._buf[start : start + self._h[17]])
+        start = self._pos + HEADER_SIZE
+        return bytes(self._buf[start : start + self._h[H_BODY_LENGTH]])
 
     def _decode_meta(self) -> tuple[str, dict[str, str]]:
         meta = self._meta
         if meta is None:
             buf = self._buf
             h = self._hdr
+            pos = self._pos + HEADER_SIZE
             if h is None:  # only the body length is needed, not the whole header
-                pos = self._pos + HEADER_SIZE
                 pos += _BODY_LEN.unpack_from(buf, pos - 4)[0]
             else:
-                pos = h[0] + HEADER_SIZE + h[17]
+                pos += h[H_BODY_LENGTH]
             tlen = buf[pos]
             # str(buffer, encoding) decodes a bytes slice or a memoryview without a copy.
             topic = str(buf[pos + 1 : pos + 1 + tlen], "utf-8")
@@ -571,7 +590,7 @@ class MessageExt:
         # A push consumer counts local re-deliveries on its own view (RocketMQ's client sets
         # reconsumeTimes in memory); the stored record is not touched.
         h = list(self._h)
-        h[15] = times
+        h[H_RECONSUME_TIMES] = times
         self._hdr = tuple(h)
 
     def all_properties(self) -> dict[str, str]:
@@ -632,8 +651,8 @@ class MessageExt:
     @property
     def record(self) -> memoryview:
         """The encoded record this message was decoded from (no copy)."""
-        pos = self._h[0]
-        return memoryview(self._buf)[pos : pos + self._h[1]]
+        pos = self._pos
+        return memoryview(self._buf)[pos : pos + self._h[H_TOTAL_SIZE]]
 
     def to_message(self, **changes: Any) -> Message:
         """A plain :class:`Message` with this message's fields, ``changes`` replacing some
@@ -659,7 +678,7 @@ class MessageExt:
         return (
             f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
             f"queue_offset={self.queue_offset}, msg_id={self.msg_id!r}, tags={self.tags!r}, "
-            f"keys={self.keys!r}, body_size={self._h[17]})"
+            f"keys={self.keys!r}, body_size={self._h[H_BODY_LENGTH]})"
         )
 
 

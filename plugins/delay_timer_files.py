@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mqcore.batch import _speedups
+from mqcore import speedups
 from mqcore.errors import StoreCorruptedError
 
 __all__ = ["Checkpoint", "TimerCheckpoint", "TimerLog", "TimerWheel", "Unit", "py_write_slots"]
@@ -180,6 +180,7 @@ def py_write_slots(wheel: Any, slots: dict[int, tuple[int, int, int, int]]) -> N
         pack(wheel, index * SLOT_SIZE, t, due, last, num, 0)
 
 
+_speedups = speedups.load("timer")
 _write_slots: Any = py_write_slots if _speedups is None else _speedups.write_slots
 
 

@@ -40,8 +40,8 @@ from typing import Any
 
 import attrs
 
+from mqcore import speedups
 from mqcore.atomicfile import backup_path, read_with_backup, write_json_atomic
-from mqcore.batch import _speedups
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import RegisterTimerSchedulers, hookimpl
 from mqcore.logs import get_logger
@@ -63,6 +63,9 @@ from mqcore.plugins.delay_timer_files import (
     TimerLog,
     TimerWheel,
 )
+from mqcore.record.layout import HEADER_SIZE, POS_BODY_LENGTH, POS_PHYSICAL_OFFSET, POS_QUEUE_OFFSET
+from mqcore.record.unit import MIN_DELIVER_CODE
+from mqcore.record.unit import UNIT as CQ_UNIT
 from mqcore.store import GetStatus, UnitsResult
 
 __all__ = [
@@ -90,11 +93,7 @@ _ENQUEUE_PER_PASS = 65_536  # bound one pass, so deliveries are not starved by a
 _DELIVER_PER_PASS = 512
 _SKIP_PER_PASS = 65_536
 # Record size, queue offset, commit-log offset and body length, from the record header.
-_RECORD = struct.Struct(">i16xqq48xi")
-_HEADER_SIZE = 88
-# A consume-queue unit: commit-log offset, record size, tags code (here the deliver time).
-_CQ_UNIT = struct.Struct(">qiq")
-_MIN_DELIVER_CODE = 1 << 31  # any tag's hash code is below; any real deliver time above
+_RECORD = struct.Struct(f">i{POS_QUEUE_OFFSET - 4}xqq{POS_BODY_LENGTH - POS_PHYSICAL_OFFSET - 8}xi")
 _OUT_PREFIX = PROPERTY_TIMER_OUT_MS.encode() + b"\x01"
 _OUT_START = len(_OUT_PREFIX)
 _OUT_HEAD = _OUT_START + 13 + 1  # prefix, 13 digits, separator
@@ -106,7 +105,7 @@ def _wall_clock_ms() -> int:
 
 def _deliver_ms_of(record: memoryview, body_len: int) -> int | None:
     """``TIMER_OUT_MS`` of an encoded record, without decoding the rest."""
-    pos = _HEADER_SIZE + body_len
+    pos = HEADER_SIZE + body_len
     pos += 1 + record[pos]  # the topic
     plen = (record[pos] << 8) | record[pos + 1]
     pos += 2
@@ -172,23 +171,23 @@ def py_link_timers(
     ``NEW_SEGMENT`` (``pos >= seg_end``) or must ``READ_RECORD``: returns ``(index of
     that unit, pos, top_slot, status)``, ``top_slot`` the latest slot time linked.
 
-    The reference for ``mqcore._speedups.link_timers`` (same arguments, same results, the
+    The reference for the ``timer`` speedups' ``link_timers`` (same arguments, same results, the
     tests hold both to the same bytes).
     """
     if precision_ms <= 0 or slots <= 0 or start < 0:
         raise InvalidArgumentError("link_timers: precision and slots must be > 0")
-    unpack = _CQ_UNIT.unpack_from
+    unpack = CQ_UNIT.unpack_from
     pack = UNIT.pack
     get_slot = SLOT.unpack_from
-    n = len(units) // _CQ_UNIT.size
+    n = len(units) // CQ_UNIT.size
     i = start
     status = LINKED
     chunks: list[bytes] = []
     while i < n:
-        cl_offset, size, deliver = unpack(units, i * _CQ_UNIT.size)
+        cl_offset, size, deliver = unpack(units, i * CQ_UNIT.size)
         if i == start and forced >= 0:
             deliver = forced
-        elif deliver < _MIN_DELIVER_CODE:
+        elif deliver < MIN_DELIVER_CODE:
             status = READ_RECORD
             break
         slot_ms = deliver - deliver % precision_ms
@@ -218,6 +217,7 @@ def py_link_timers(
     return i, pos, top_slot, status
 
 
+_speedups = speedups.load("timer")
 _link_timers: Any = py_link_timers if _speedups is None else _speedups.link_timers
 
 
@@ -238,10 +238,10 @@ def _units_of_records(
     for i, (size, queue_offset, cl_offset, deliver) in enumerate(held):
         if queue_offset != first + i:
             break
-        if deliver is None or deliver < _MIN_DELIVER_CODE:
+        if deliver is None or deliver < MIN_DELIVER_CODE:
             odd[i] = deliver
             deliver = 0
-        parts.append(_CQ_UNIT.pack(cl_offset, size, deliver))
+        parts.append(CQ_UNIT.pack(cl_offset, size, deliver))
     return first, b"".join(parts), odd
 
 
@@ -583,9 +583,9 @@ class TimerScheduler:
         if replay is None or base >= replay.end:
             return []
         out = []
-        for i in range(min(len(units) // _CQ_UNIT.size, replay.end - base)):
-            deliver: int | None = _CQ_UNIT.unpack_from(units, i * _CQ_UNIT.size)[2]
-            if deliver is None or deliver < _MIN_DELIVER_CODE:
+        for i in range(min(len(units) // CQ_UNIT.size, replay.end - base)):
+            deliver: int | None = CQ_UNIT.unpack_from(units, i * CQ_UNIT.size)[2]
+            if deliver is None or deliver < MIN_DELIVER_CODE:
                 deliver = self._deliver_of_record(base + i) if odd is None else odd.get(i)
             if deliver is not None and replay.delivered(base + i, deliver):
                 out.append(i)
@@ -691,7 +691,7 @@ class TimerScheduler:
             top_slot = self._seg_max.get(seg_end - seg, -1)
             blocked = False
             mapping = wheel.mapping
-            i, n = 0, len(units) // _CQ_UNIT.size
+            i, n = 0, len(units) // CQ_UNIT.size
             forced, forced_at = -1, -1
             # Units the old master delivered (imported progress): left out of the wheel.
             skip = self._replayed(base, units, odd)
@@ -702,7 +702,7 @@ class TimerScheduler:
                 if k < len(skip) and skip[k] == i:
                     i += 1
                     continue
-                upto = units if k == len(skip) else units[: skip[k] * _CQ_UNIT.size]
+                upto = units if k == len(skip) else units[: skip[k] * CQ_UNIT.size]
                 i, pos, top_slot, status = _link_timers(
                     upto, i, base, forced if i == forced_at else -1, read_ms, prec, nslots,
                     horizon, now, pos, seg_end, top_slot, mapping, slots, before, linked,

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mqcore import Message, batch, codec
 from mqcore.message import system_message
+from mqcore.record.unit import UNIT
 from mqcore.store import TIMER_TOPIC, PutResult
 
 speedups = pytest.importorskip("mqcore._speedups", reason="built without a C compiler")
@@ -211,7 +212,7 @@ def test_units_layout() -> None:
     """Offset, size and tags code per unit, big-endian, as a consume queue stores them."""
     prepared = codec.prepare([Message("T", b"abc", tags="TagA"), Message("T", b"")], 1)
     units, offs, end = batch.units(prepared, 1000)
-    first, second = batch.UNIT.unpack_from(units, 0), batch.UNIT.unpack_from(units, 20)
+    first, second = UNIT.unpack_from(units, 0), UNIT.unpack_from(units, 20)
     assert first == (1000, prepared[0][0], codec.tags_hash_code("TagA"))
     assert second == (1000 + prepared[0][0], prepared[1][0], 0)
     assert offs == [first[0], second[0]]

@@ -1,7 +1,7 @@
 """Arrow columns of stored records, one call per batch: no Python loop per record.
 
 A batch is a list of *spans*: ``(buffer, units, base)``. With ``units`` (consume-queue units,
-20 bytes each: commit-log offset, size, tags code, big-endian) record ``i`` lies at its
+:mod:`mqcore.record.unit`) record ``i`` lies at its
 commit-log offset minus ``base`` in ``buffer``; with ``units=None`` the buffer holds records
 back to back. :func:`record_columns` checks every record's layout, picks those before
 ``end_offset`` (queue offset) and inside the store-time range, and returns the Arrow
@@ -11,7 +11,7 @@ Bodies are copied once, from the store's buffer into the column; a body its send
 compressed (sys flag bit 0, as clients send bodies over 4 KiB) is inflated on the way, so
 the column holds what was sent, as :attr:`mqcore.message.MessageExt.body` does.
 
-It runs in C (``mqcore._speedups.record_columns``) when the extension was built and
+It runs in C (the ``spark`` speedups' ``record_columns``) when the extension was built and
 ``MQCORE_NO_SPEEDUPS`` is unset; :func:`py_record_columns` is the reference, and the tests
 hold both to the same bytes and the same errors. A record whose layout is broken raises
 :class:`~mqcore.errors.StoreCorruptedError` naming its commit-log offset.
@@ -27,9 +27,29 @@ from typing import Any
 
 import pyarrow as pa
 
-from mqcore import codec
-from mqcore.batch import _speedups
+from mqcore import speedups
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
+from mqcore.record.layout import (
+    H_BODY_LENGTH,
+    H_BORN_TIMESTAMP,
+    H_PHYSICAL_OFFSET,
+    H_QUEUE_ID,
+    H_QUEUE_OFFSET,
+    H_RECONSUME_TIMES,
+    H_STORE_TIMESTAMP,
+    H_SYS_FLAG,
+    H_TOTAL_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    HOST_SIZE,
+    MESSAGE_MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    POS_PHYSICAL_OFFSET,
+    POS_STORE_HOST,
+    SIZE_MAGIC,
+)
+from mqcore.record.sysflag import COMPRESSED_FLAG, V6_FLAGS
+from mqcore.record.unit import UNIT, UNIT_SIZE
 
 __all__ = [
     "COLUMNS",
@@ -62,27 +82,19 @@ Span = tuple[Any, Any, int]
 #: ``(tags codes, tags as UTF-8)``: keep records whose consume-queue unit holds one of the
 #: codes and whose ``TAGS`` property is one of the tags (a pushed-down tag filter).
 TagsFilter = tuple[tuple[int, ...], tuple[bytes, ...]]
+_speedups = speedups.load("spark")
 #: True when the C builder runs.
-SPEEDUPS = _speedups is not None and hasattr(_speedups, "record_columns")
+SPEEDUPS = _speedups is not None
 
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
-_HEADER = struct.Struct(">iiiiiqqiq8sq8siqi")  # the store host as 8 bytes (ip + port)
-_SIZE_MAGIC = struct.Struct(">ii")
-_UNIT = struct.Struct(">qiq")
 _Q = struct.Struct(">q")
-_HEADER_SIZE = codec.HEADER_SIZE
-_MIN_RECORD = _HEADER_SIZE + 3  # empty body, topic and property string
-_MAGIC = codec.MESSAGE_MAGIC_CODE
-_V6 = 0x30  # born / store host IPv6 flags
-_COMPRESSED = 0x1  # sys flag bit 0: the body is zlib-compressed
-_POS_PHYS = codec.POS_PHYSICAL_OFFSET
 _FIXED = (  # column, header field, array type code
-    ("queue_id", 3, "i"),
-    ("queue_offset", 5, "q"),
-    ("commitlog_offset", 6, "q"),
-    ("born_timestamp", 8, "q"),
-    ("store_timestamp", 10, "q"),
-    ("reconsume_times", 12, "i"),
+    ("queue_id", H_QUEUE_ID, "i"),
+    ("queue_offset", H_QUEUE_OFFSET, "q"),
+    ("commitlog_offset", H_PHYSICAL_OFFSET, "q"),
+    ("born_timestamp", H_BORN_TIMESTAMP, "q"),
+    ("store_timestamp", H_STORE_TIMESTAMP, "q"),
+    ("reconsume_times", H_RECONSUME_TIMES, "i"),
 )
 _STRINGS = ("topic", "msg_id", "tags", "keys", "body")
 _PROPERTY_COLUMNS = ("tags", "keys", "properties")
@@ -104,25 +116,27 @@ def _corrupt(offset: int, reason: str) -> StoreCorruptedError:
 
 def _check(buf: Any, pos: int, avail: int, usize: int | None, offset: int) -> tuple[Any, ...]:
     """The unpacked header of the record at ``pos``, its layout checked (C's check_one)."""
-    if avail < _MIN_RECORD:
-        raise _corrupt(offset, f"truncated: {avail} bytes left, a record takes at least 91")
-    size, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if avail < MIN_RECORD_SIZE:
+        raise _corrupt(
+            offset, f"truncated: {avail} bytes left, a record takes at least {MIN_RECORD_SIZE}"
+        )
+    size, magic = SIZE_MAGIC.unpack_from(buf, pos)
     if usize is not None and size != usize:
         raise _corrupt(offset, f"its header says {size} bytes, its consume-queue unit {usize}")
-    if magic != _MAGIC:
+    if magic != MESSAGE_MAGIC_CODE:
         raise _corrupt(offset, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}")
-    if size < _MIN_RECORD:
+    if size < MIN_RECORD_SIZE:
         raise _corrupt(offset, f"impossible record size {size}")
     if size > avail:
         raise _corrupt(offset, f"{size} bytes long, only {avail} bytes left")
-    h = _HEADER.unpack_from(buf, pos)
-    if h[7] & _V6:
+    h = HEADER.unpack_from(buf, pos)
+    if h[H_SYS_FLAG] & V6_FLAGS:
         raise _corrupt(offset, "IPv6 hosts, which mqcore does not read")
-    body_len = h[14]
-    if body_len < 0 or _HEADER_SIZE + body_len + 3 > size:
+    body_len = h[H_BODY_LENGTH]
+    if body_len < 0 or MIN_RECORD_SIZE + body_len > size:
         raise _corrupt(offset, f"bad body length {body_len}")
-    tlen = buf[pos + _HEADER_SIZE + body_len]
-    ppos = _HEADER_SIZE + body_len + 1 + tlen
+    tlen = buf[pos + HEADER_SIZE + body_len]
+    ppos = HEADER_SIZE + body_len + 1 + tlen
     if ppos + 2 > size:
         raise _corrupt(offset, f"bad topic length {tlen}")
     plen = (buf[pos + ppos] << 8) | buf[pos + ppos + 1]
@@ -187,7 +201,7 @@ def py_record_columns(
     error: Any = StoreCorruptedError,
     tags: TagsFilter | None = None,
 ) -> tuple[int, bool, tuple[Any, ...]]:
-    """:func:`record_columns` in Python: the reference for ``_speedups.record_columns``."""
+    """:func:`record_columns` in Python: the reference for the C ``record_columns``."""
     # (record buffer, record position, header, body when it was inflated, else None)
     picked: list[tuple[Any, int, tuple[Any, ...], bytes | None]] = []
     codes = None if tags is None else set(tags[0])
@@ -202,9 +216,9 @@ def py_record_columns(
             locs: Any = None
         else:
             raw = memoryview(units).cast("B")
-            if len(raw) % _UNIT.size:
-                raise InvalidArgumentError("record_columns: units are 20 bytes each")
-            locs = _UNIT.iter_unpack(raw)
+            if len(raw) % UNIT_SIZE:
+                raise InvalidArgumentError(f"record_columns: units are {UNIT_SIZE} bytes each")
+            locs = UNIT.iter_unpack(raw)
         pos = 0
         while True:
             usize: int | None = None
@@ -218,40 +232,41 @@ def py_record_columns(
                     continue  # the consume-queue stage: the record is not read
             elif pos >= length:
                 break
-            elif length - pos >= _POS_PHYS + 8:
-                offset = _Q.unpack_from(view, pos + _POS_PHYS)[0]
+            elif length - pos >= POS_PHYSICAL_OFFSET + 8:
+                offset = _Q.unpack_from(view, pos + POS_PHYSICAL_OFFSET)[0]
             else:
                 offset = base + pos
             if pos < 0 or pos > length:
                 raise _corrupt(offset, f"outside its segment of {length} bytes")
             h = _check(view, pos, length - pos, usize, offset)
-            if h[5] >= end_offset:
+            if h[H_QUEUE_OFFSET] >= end_offset:
                 finished = True
                 break
             at = pos
+            end = at + h[H_TOTAL_SIZE]
             if locs is None:
-                pos += h[0]
-            ts = h[10]
+                pos = end
+            ts = h[H_STORE_TIMESTAMP]
             if (ts_low is not None and ts < ts_low) or (ts_high is not None and ts >= ts_high):
                 continue
-            tpos = at + _HEADER_SIZE + h[14]
+            tpos = at + HEADER_SIZE + h[H_BODY_LENGTH]
             tlen = view[tpos]
-            if tags is not None and _tag(bytes(view[tpos + 3 + tlen : at + h[0]])) not in tags[1]:
+            if tags is not None and _tag(bytes(view[tpos + 3 + tlen : end])) not in tags[1]:
                 continue
             if "topic" in want and not _utf8(bytes(view[tpos + 1 : tpos + 1 + tlen])):
                 raise _corrupt(offset, "the topic is not UTF-8")
             if want_props:
-                props = bytes(view[tpos + 3 + tlen : at + h[0]])
+                props = bytes(view[tpos + 3 + tlen : end])
                 if not _utf8(props):
                     raise _corrupt(offset, "the properties are not UTF-8")
             inflated = None
-            if want_body and h[7] & _COMPRESSED:
-                inflated = inflate(bytes(view[at + _HEADER_SIZE : tpos]), offset)
+            if want_body and h[H_SYS_FLAG] & COMPRESSED_FLAG:
+                inflated = inflate(bytes(view[at + HEADER_SIZE : tpos]), offset)
             picked.append((view, at, h, inflated))
         if finished:
             break
     n = len(picked)
-    total_body = sum(h[14] if body is None else len(body) for _, _, h, body in picked)
+    total_body = sum(h[H_BODY_LENGTH] if body is None else len(body) for _, _, h, body in picked)
     if total_body > 0x7FFFFFFF:
         raise OverflowError(
             f"record_columns: {total_body} body bytes in one batch, more than an Arrow binary "
@@ -263,14 +278,14 @@ def py_record_columns(
             cols[_INDEX[name]] = array(code, [h[field] for _, _, h, _ in picked]).tobytes()
     texts: list[tuple[bytes, bytes, bytes]] = []  # topic, body, properties of each record
     for view, at, h, inflated in picked:
-        bpos = at + _HEADER_SIZE
-        tpos = bpos + h[14]
+        bpos = at + HEADER_SIZE
+        tpos = bpos + h[H_BODY_LENGTH]
         tlen = view[tpos]
         texts.append(
             (
                 bytes(view[tpos + 1 : tpos + 1 + tlen]),
                 bytes(view[bpos:tpos]) if inflated is None else inflated,
-                bytes(view[tpos + 3 + tlen : at + h[0]]),
+                bytes(view[tpos + 3 + tlen : at + h[H_TOTAL_SIZE]]),
             )
         )
     if "topic" in want:
@@ -280,8 +295,14 @@ def py_record_columns(
     if "msg_id" in want:
         # The store host (ip, port) and the commit-log offset, as the header holds them.
         ids = [
-            (h[11] + bytes(v[at + _POS_PHYS : at + _POS_PHYS + 8])).hex().upper().encode()
-            for v, at, h, _ in picked
+            (
+                bytes(v[at + POS_STORE_HOST : at + POS_STORE_HOST + HOST_SIZE])
+                + bytes(v[at + POS_PHYSICAL_OFFSET : at + POS_PHYSICAL_OFFSET + 8])
+            )
+            .hex()
+            .upper()
+            .encode()
+            for v, at, _, _ in picked
         ]
         cols[_INDEX["msg_id"]] = _strings(ids)
     if want_props:

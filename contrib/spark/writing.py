@@ -26,16 +26,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mqcore import codec
-from mqcore.batch import _speedups
+from mqcore import codec, speedups
 from mqcore.errors import MQError
 from mqcore.message import PROPERTY_UNIQ_KEY
 from mqcore.protocol.validation import check_copied_properties
 
 __all__ = ["SPEEDUPS", "arrow_prepare", "queue_rows", "uniq_ids"]
 
+_speedups = speedups.load("spark")
 #: True when batches can be prepared in C.
-SPEEDUPS = _speedups is not None and hasattr(_speedups, "arrow_prepare")
+SPEEDUPS = _speedups is not None
 
 _STRINGS = (pa.string(), pa.binary())
 _PROPERTIES = pa.map_(pa.string(), pa.string())

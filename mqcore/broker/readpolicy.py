@@ -11,8 +11,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from mqcore.codec import POS_PHYSICAL_OFFSET
 from mqcore.config import BrokerConfig
+from mqcore.record.layout import POS_PHYSICAL_OFFSET
 from mqcore.storecaps import CommitLogBounds
 
 __all__ = ["SLAVE_READ_BROKER_ID", "read_from_slave"]

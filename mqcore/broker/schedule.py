@@ -33,8 +33,7 @@ from typing import Any
 
 import attrs
 
-from mqcore import codec
-from mqcore.batch import _speedups
+from mqcore import codec, speedups
 from mqcore.broker.topics import NOT_ALLOWED_SEND_TOPICS, SCHEDULE_TOPIC, validate_topic
 from mqcore.errors import CodecError, MessageIllegalError, TimerMessageError
 from mqcore.interfaces import SchedulerState
@@ -237,6 +236,7 @@ def py_hold_timers(
     return prepared, (uniqs if any(u is not None for u in uniqs) else None)
 
 
+_speedups = speedups.load("schedule")
 _hold_timers: Callable[..., tuple[list[Any], list[str | None] | None] | None] | None = (
     None if _speedups is None else _speedups.hold_timers
 )

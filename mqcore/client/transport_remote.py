@@ -47,6 +47,7 @@ from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import MASTER_ID, TopicRoute
 from mqcore.protocol.send import encode_batch, wire_properties
+from mqcore.record.sysflag import COMPRESSED_FLAG
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
 from mqcore.store import PutResult
@@ -57,7 +58,6 @@ log = get_logger(__name__)
 
 COMPRESS_OVER = 4096  # RocketMQ's compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5  # RocketMQ's zipCompressLevel default
-COMPRESSED_FLAG = 0x1
 DEFAULT_TOPIC = "TBW102"
 _RECORD_SIZE = struct.Struct(">I")  # a stored record's first word: its size
 _MSGID_FIELDS = struct.Struct(">4siq")  # an offset message id: store ip, port, offset

@@ -20,7 +20,7 @@ import struct
 
 import attrs
 
-from mqcore.batch import _speedups
+from mqcore import speedups
 from mqcore.errors import MessageIllegalError
 from mqcore.message import (
     _FIELD_PROPERTIES,
@@ -105,8 +105,9 @@ _OTHER_DEFAULTS = tuple(
 if any(hasattr(d, "factory") or d is attrs.NOTHING for _, d in _OTHER_DEFAULTS):
     raise ImportError("mqcore.protocol.send: a Message field without a plain default")
 _blank_message = functools.partial(_new_message, Message)
-_c_decode_batch = None if _speedups is None else getattr(_speedups, "decode_batch", None)
-_c_encode_batch = None if _speedups is None else getattr(_speedups, "encode_batch", None)
+_speedups = speedups.load("protocol")
+_c_decode_batch = None if _speedups is None else _speedups.decode_batch
+_c_encode_batch = None if _speedups is None else _speedups.encode_batch
 
 
 def wire_properties(msg: Message) -> str:

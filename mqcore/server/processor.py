@@ -39,6 +39,7 @@ from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.send import decode_batch, message_from_wire
+from mqcore.record.sysflag import COMPRESSED_FLAG
 from mqcore.remoting.command import RemotingCommand
 from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
 
@@ -50,7 +51,6 @@ __all__ = ["BrokerProcessor", "RemoteChannel"]
 
 log = get_logger(__name__)
 
-COMPRESSED_FLAG = 0x1  # MessageSysFlag.COMPRESSED_FLAG: the body is zlib-compressed
 _SYS_FLAG_KEPT = COMPRESSED_FLAG  # the only sender sys flag bit a stored record keeps
 RUNNING_INFO_TIMEOUT_S = 5.0  # how long the broker waits for a client's running info
 

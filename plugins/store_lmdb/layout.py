@@ -52,6 +52,8 @@ import hashlib
 import struct
 
 from mqcore.errors import InvalidArgumentError
+from mqcore.record.unit import UNIT as CQ_UNIT
+from mqcore.record.unit import UNIT_SIZE, sizes_struct, units_struct
 
 __all__ = [
     "CQ_DB",
@@ -82,25 +84,11 @@ QUEUE_META = b"q"
 
 OFFSET = struct.Struct(">Q")  # commit-log offsets and queue offsets as keys
 QUEUE_ID = struct.Struct(">I")
-CQ_UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags hash code: RocketMQ's 20 bytes
-UNIT_SIZE = CQ_UNIT.size
 
 # LMDB refuses keys over 511 bytes; a long message key is indexed by its digest instead
 # (lookups compare the record's own keys, so a digest can never return a wrong message).
 _MAX_INDEX_KEY = 400
 _DIGEST_MARK = b"\xff#"
-
-
-@functools.lru_cache(maxsize=1024)
-def units_struct(count: int) -> struct.Struct:
-    """Packs or unpacks ``count`` consume-queue units in one call (flat: cl, size, code...)."""
-    return struct.Struct(">" + "qiq" * count)
-
-
-@functools.lru_cache(maxsize=1024)
-def sizes_struct(count: int) -> struct.Struct:
-    """Unpacks only the sizes of ``count`` consume-queue units in one call."""
-    return struct.Struct(">" + "8xi8x" * count)
 
 
 def topic_prefix(topic: str) -> bytes:

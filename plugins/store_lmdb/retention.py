@@ -38,10 +38,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mqcore import codec
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt
 from mqcore.plugins.store_lmdb import layout
+from mqcore.record.layout import POS_STORE_TIMESTAMP
 from mqcore.uniqkey import record_index_keys
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ def _oldest_timestamp(txn: Any, env: Environment) -> int | None:
     if not cur.first() or not cur.next():
         return None
     cur.first()
-    return int(_TIMESTAMP.unpack_from(cur.value(), codec.POS_STORE_TIMESTAMP)[0])
+    return int(_TIMESTAMP.unpack_from(cur.value(), POS_STORE_TIMESTAMP)[0])
 
 
 def _delete_oldest(txn: Any, env: Environment, cutoff_ms: int, over: float) -> Pass:
@@ -226,7 +226,7 @@ def _delete_oldest(txn: Any, env: Environment, cutoff_ms: int, over: float) -> P
         if key == newest:
             break
         view = log_cur.value()
-        expired = _TIMESTAMP.unpack_from(view, codec.POS_STORE_TIMESTAMP)[0] < cutoff_ms
+        expired = _TIMESTAMP.unpack_from(view, POS_STORE_TIMESTAMP)[0] < cutoff_ms
         if not expired and over - step.bytes <= 0:
             break
         base = _OFFSET.unpack(key)[0]

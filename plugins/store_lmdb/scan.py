@@ -26,6 +26,7 @@ from typing import Any
 from mqcore import codec
 from mqcore.interfaces import MessageFilter
 from mqcore.plugins.store_lmdb import layout
+from mqcore.record.layout import HEADER_SIZE, POS_STORE_TIMESTAMP
 from mqcore.store import GetStatus, position_status
 
 __all__ = ["MAX_SCAN", "Chunk", "batch_timestamp", "queue_bounds", "read_queue", "record_at"]
@@ -380,7 +381,7 @@ def record_at(txn: Any, log_db: Any, commitlog_offset: int) -> bytes | None:
         return None
     view = cur.value()
     want = commitlog_offset - _OFFSET.unpack(cur.key())[0]
-    if want > len(view) - codec.HEADER_SIZE:  # no record starts that late in the batch
+    if want > len(view) - HEADER_SIZE:  # no record starts that late in the batch
         return None
     pos = 0
     while pos < want:
@@ -400,4 +401,4 @@ def batch_timestamp(txn: Any, log_db: Any, units: Any) -> int:
     view = txn.get(_OFFSET_PACK(_FIRST_CL(units, 0)[0]), db=log_db)
     if view is None:
         return -1
-    return int(_TIMESTAMP.unpack_from(view, codec.POS_STORE_TIMESTAMP)[0])
+    return int(_TIMESTAMP.unpack_from(view, POS_STORE_TIMESTAMP)[0])

@@ -19,7 +19,6 @@ with the mmap store's options and defaults (``file_reserved_time_hours``,
 from __future__ import annotations
 
 import functools
-import operator
 import os
 import struct
 import threading
@@ -46,6 +45,8 @@ from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_UNIQ_KEY, Message, MessageExt
 from mqcore.plugins.store_lmdb import layout, retention, scan
 from mqcore.plugins.store_lmdb.environment import SLACK_PAGES, Environment, Syncer, corrupted
+from mqcore.record.layout import HEADER_SIZE, POS_STORE_TIMESTAMP
+from mqcore.record.prepared import Prepared, keys_of
 from mqcore.spans import RawSpans
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
@@ -86,9 +87,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _OFFSET = layout.OFFSET
 _OFFSET_PACK = layout.OFFSET.pack
 _TIMESTAMP = struct.Struct(">q")
-# Fields of codec.prepare's items, by position: they are laid out as codec.Prepared.
 _QUEUE_ID_SIZE = layout.QUEUE_ID.size
-_KEYS = operator.itemgetter(codec.Prepared._fields.index("keys"))
+_KEYS = keys_of
 
 
 def _now_ms() -> int:
@@ -225,7 +225,7 @@ class LmdbStore:
             return 0, 0
         batch = cur.value()  # the last put's records: they share one store timestamp
         end = _OFFSET.unpack(cur.key())[0] + len(batch)
-        return end, _TIMESTAMP.unpack_from(batch, codec.POS_STORE_TIMESTAMP)[0]
+        return end, _TIMESTAMP.unpack_from(batch, POS_STORE_TIMESTAMP)[0]
 
     def _check_version(self, version: bytes | None) -> None:
         """Refuse a directory written in another format (``None``: a new, empty store)."""
@@ -604,7 +604,7 @@ class LmdbStore:
         try:
             codec.check_record(data, start, start + size, check_crc=True)
         except CodecError as exc:
-            offset = MessageExt(data, start).commitlog_offset if size >= codec.HEADER_SIZE else -1
+            offset = MessageExt(data, start).commitlog_offset if size >= HEADER_SIZE else -1
             raise StoreCorruptedError(
                 f"the LMDB store at {str(self.path)!r} holds a damaged record at commit-log "
                 f"offset {offset} ({exc}); restore data.mdb from a copy, or move the "
@@ -708,7 +708,7 @@ class LmdbStore:
 
 
 def _batch_items(
-    prepared: list[codec.Prepared],
+    prepared: list[Prepared],
     prefix: bytes,
     start_cl: int,
     next_q: int,

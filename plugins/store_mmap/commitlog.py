@@ -16,21 +16,15 @@ from __future__ import annotations
 
 import itertools
 import os
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mqcore.codec import (
-    BLANK_MAGIC_CODE,
-    BLANK_SIZE,
-    MESSAGE_MAGIC_CODE,
-    Prepared,
-    pack,
-    pack_blank,
-)
+from mqcore.codec import pack, pack_blank
 from mqcore.errors import StoreCorruptedError
 from mqcore.logs import get_logger
+from mqcore.record.layout import BLANK_MAGIC_CODE, BLANK_SIZE, MESSAGE_MAGIC_CODE, SIZE_MAGIC
+from mqcore.record.prepared import Prepared, size_of
 
 from .mappedfile import MappedFile, TransientStorePool, segment_name
 
@@ -38,7 +32,6 @@ __all__ = ["CommitLog"]
 
 log = get_logger(__name__)
 
-_BLANK_HEADER = struct.Struct(">ii")
 _WARM_AHEAD = 16 * 1024 * 1024  # wake the page warmer when less is warmed ahead
 #: bytes written or read through the maps between two releases of their pages
 RELEASE_EVERY = 64 * 1024 * 1024
@@ -53,7 +46,7 @@ def _whole(path: str, size: int) -> bool:
     length: int
     magic: int
     while pos + 8 <= size:
-        length, magic = _BLANK_HEADER.unpack_from(data, pos)
+        length, magic = SIZE_MAGIC.unpack_from(data, pos)
         if magic == BLANK_MAGIC_CODE:
             return pos + length == size
         if magic != MESSAGE_MAGIC_CODE or length <= 0:
@@ -309,7 +302,7 @@ class CommitLog:
             mf.append(pack_blank(rest))  # a reused buffer holds an older segment's bytes
         else:
             # Header only: the rest of a fresh segment is already zero.
-            mf.append(_BLANK_HEADER.pack(rest, BLANK_MAGIC_CODE))
+            mf.append(SIZE_MAGIC.pack(rest, BLANK_MAGIC_CODE))
         mf.wrote_position = mf.file_size
         if not mf.uses_buffer:
             mf.committed_position = mf.file_size
@@ -356,7 +349,7 @@ class CommitLog:
             if self._since_release >= RELEASE_EVERY:
                 self.release_cold_pages()
             return [(phys, len(prepared))]
-        self._ensure_room([p[0] for p in prepared])
+        self._ensure_room(list(map(size_of, prepared)))
         chunks: list[tuple[int, int]] = []
         i = 0
         n = len(prepared)

@@ -57,6 +57,7 @@ from typing import NamedTuple
 
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 from mqcore.logs import get_logger
+from mqcore.record.unit import UNIT, UNIT_POS_SIZE, UNIT_POS_TAGS_CODE, UNIT_SIZE
 
 from .filemaps import FileMaps
 from .mappedfile import segment_name
@@ -71,8 +72,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-UNIT = struct.Struct(">qiq")  # commit-log offset, size, tags hash code
-UNIT_SIZE = UNIT.size  # 20
 BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)  # fills a rebuilt queue's first file before its start
 _PHY = struct.Struct(">q")
 _SIZE = struct.Struct(">i")
@@ -99,13 +98,13 @@ def _valid_prefix(buf: bytes | memoryview | mmap.mmap) -> int:
         return 0
     first_bad = count
     # A negative offset or size: the high bit of byte 0 or byte 8 is set.
-    for col in (data[0::UNIT_SIZE], data[8::UNIT_SIZE]):
+    for col in (data[0::UNIT_SIZE], data[UNIT_POS_SIZE::UNIT_SIZE]):
         pos = col[:first_bad].translate(_SIGN_BITS).find(b"\x80")
         if pos >= 0:
             first_bad = pos
     # A zero size: the OR of the four size bytes of the unit is zero.
     merged = 0
-    for k in range(8, 12):
+    for k in range(UNIT_POS_SIZE, UNIT_POS_TAGS_CODE):
         merged |= int.from_bytes(data[k::UNIT_SIZE][:first_bad], "big")
     pos = merged.to_bytes(first_bad, "big").find(b"\x00") if first_bad else -1
     if pos >= 0:
@@ -460,9 +459,10 @@ class ConsumeQueue:
             chunk = data[done * UNIT_SIZE : (done + n) * UNIT_SIZE] if n != count else data
             # The first unit's offset and size go last, the size last of all: until then it
             # reads as free space, so another process sees the whole chunk or none of it.
-            mm[pos + 12 : pos + n * UNIT_SIZE] = chunk[12:]
-            mm[pos : pos + 8] = chunk[:8]
-            mm[pos + 8 : pos + 12] = chunk[8:12]
+            code, size = UNIT_POS_TAGS_CODE, UNIT_POS_SIZE
+            mm[pos + code : pos + n * UNIT_SIZE] = chunk[code:]
+            mm[pos : pos + size] = chunk[:size]
+            mm[pos + size : pos + code] = chunk[size:code]
             self._maps.mark_dirty(start)
             done += n
             end += n
@@ -494,9 +494,9 @@ class ConsumeQueue:
         pos = into * UNIT_SIZE
         # As in append_units: tags code, then offset, then size last, so another process
         # reads the unit as free space until it is whole.
-        _PHY.pack_into(mm, pos + 12, tags_code)
+        _PHY.pack_into(mm, pos + UNIT_POS_TAGS_CODE, tags_code)
         _PHY.pack_into(mm, pos, commitlog_offset)
-        _SIZE.pack_into(mm, pos + 8, size)
+        _SIZE.pack_into(mm, pos + UNIT_POS_SIZE, size)
         self._maps.mark_dirty(start)
         self.max_offset = end + 1  # publish after the bytes are in place
         self.max_physical_offset = commitlog_offset + size

@@ -14,24 +14,23 @@ time instead, and a timer message its deliver time as :mod:`mqcore.codec` comput
 from __future__ import annotations
 
 from itertools import accumulate, repeat
-from operator import itemgetter
 from typing import Any
 
 from mqcore import batch
 from mqcore.codec import record_tags_code
 from mqcore.errors import StoreCorruptedError
 from mqcore.message import MessageExt
+from mqcore.record.prepared import keys_of, tags_code_of
+from mqcore.record.unit import UNIT
 from mqcore.store import SCHEDULE_TOPIC, deliver_timestamp
 from mqcore.uniqkey import index_keys, record_index_keys
 
-from .consumequeue import UNIT, ConsumeQueue
+from .consumequeue import ConsumeQueue
 from .parts import QueueKey, StoreParts
 
 __all__ = ["Dispatcher", "LogDispatch"]
 
 _pack_unit = UNIT.pack
-_get_code = itemgetter(9)  # Prepared.tags_code
-_get_keys = itemgetter(10)  # Prepared.keys
 _UNITS_PER_DRAIN = 1 << 20  # bytes of units gathered per queue before they are appended
 _KEYS_PER_DRAIN = 65536  # index entries gathered before they are written (bounded memory)
 
@@ -71,7 +70,7 @@ class Dispatcher:
                 keys = index_keys(first[10], uniqs[0] if uniqs else None)
                 if keys:
                     keyed = [(topic, keys, phys, store_ts)]
-            cq.append_unit(queue_offset, phys, total, first[9])
+            cq.append_unit(queue_offset, phys, total, tags_code_of(first))
             offsets = [phys]
             end = phys + total
         else:
@@ -87,12 +86,14 @@ class Dispatcher:
                     end = part.pop()
                     offsets += part
                     i += n
-                units = b"".join(map(_pack_unit, offsets, sizes, map(_get_code, prepared)))
-            if uniqs is not None or any(map(_get_keys, prepared)):
+                units = b"".join(map(_pack_unit, offsets, sizes, map(tags_code_of, prepared)))
+            if uniqs is not None or any(map(keys_of, prepared)):
                 keyed = [
-                    (topic, index_keys(p[10], uniq), phys, store_ts)
-                    for p, uniq, phys in zip(prepared, uniqs or repeat(None), offsets, strict=False)
-                    if p[10] or uniq
+                    (topic, index_keys(keys, uniq), phys, store_ts)
+                    for keys, uniq, phys in zip(
+                        map(keys_of, prepared), uniqs or repeat(None), offsets, strict=False
+                    )
+                    if keys or uniq
                 ]
             cq.append_units(queue_offset, units)
         # Keys last: recovery knows the index may lag the queues by one batch.

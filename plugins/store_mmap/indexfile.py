@@ -39,7 +39,6 @@ API used by the store:
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import mmap
 import os
 import struct
@@ -48,10 +47,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from pathlib import Path
-from types import ModuleType
 
 import attrs
 
+from mqcore import speedups
 from mqcore.codec import string_hash_code
 from mqcore.errors import InvalidArgumentError, StoreClosedError, StoreCorruptedError
 from mqcore.logs import get_logger
@@ -181,17 +180,8 @@ def py_put_entries(
     return pos, key_pos, count, last_phy, new_slots, begin_phy, begin_ts, end_phy, end_ts
 
 
-def _load_keyindex() -> ModuleType | None:
-    if os.environ.get("MQCORE_NO_SPEEDUPS"):
-        return None
-    try:
-        return importlib.import_module("mqcore._keyindex")
-    except ImportError:  # built without a C compiler: the Python loop serves
-        return None
-
-
-_keyindex = _load_keyindex()
-#: True when the key index's entries are written by the C loop of ``mqcore._keyindex``.
+_keyindex = speedups.load("keyindex")
+#: True when the key index's entries are written by the C loop of the ``keyindex`` speedups.
 SPEEDUPS = _keyindex is not None
 _put_entries: Callable[..., tuple[int, int, int, int, int, int, int, int, int]] = (
     py_put_entries if _keyindex is None else _keyindex.put_entries

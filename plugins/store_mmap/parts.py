@@ -14,8 +14,8 @@ import struct
 import threading
 from pathlib import Path
 
-from mqcore.codec import HEADER_SIZE, POS_STORE_TIMESTAMP
 from mqcore.errors import InvalidArgumentError
+from mqcore.record.layout import HEADER_SIZE, POS_STORE_TIMESTAMP
 
 from .commitlog import CommitLog
 from .consumequeue import ConsumeQueue

@@ -22,18 +22,17 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from mqcore.codec import (
-    BLANK,
+from mqcore.codec import BLANK, check_record, scan_valid
+from mqcore.errors import CodecError, StoreCorruptedError
+from mqcore.logs import get_logger
+from mqcore.message import MessageExt
+from mqcore.record.layout import (
     BLANK_MAGIC_CODE,
     HEADER_SIZE,
     MESSAGE_MAGIC_CODE,
     POS_STORE_TIMESTAMP,
-    check_record,
-    scan_valid,
+    SIZE_MAGIC,
 )
-from mqcore.errors import CodecError, StoreCorruptedError
-from mqcore.logs import get_logger
-from mqcore.message import MessageExt
 
 from . import queueends
 from .checkpoint import StoreCheckpoint, had_abnormal_shutdown
@@ -46,14 +45,13 @@ __all__ = ["find_end", "recover"]
 log = get_logger(__name__)
 
 _MAGIC = struct.pack(">i", MESSAGE_MAGIC_CODE)
-_SIZE_MAGIC = struct.Struct(">ii")
 _I64 = struct.Struct(">q")
 NORMAL_RECOVERY_SEGMENTS = 3  # RocketMQ's recoverNormally starts at the third-last file
 
 
 def _first_timestamp(mf: MappedFile) -> int:
     """Store timestamp of the first record of a segment (0 if it does not start with one)."""
-    size, magic = _SIZE_MAGIC.unpack_from(mf.view, 0)
+    size, magic = SIZE_MAGIC.unpack_from(mf.view, 0)
     if magic != MESSAGE_MAGIC_CODE or size <= POS_STORE_TIMESTAMP + 8 or size > mf.file_size:
         return 0
     return int(_I64.unpack_from(mf.view, POS_STORE_TIMESTAMP)[0])
@@ -188,7 +186,7 @@ def iter_records(
         stop = min(mf.file_size, end - mf.file_from_offset)
         view = mf.view
         while pos + 8 <= stop:
-            size, magic = _SIZE_MAGIC.unpack_from(view, pos)
+            size, magic = SIZE_MAGIC.unpack_from(view, pos)
             if magic == BLANK_MAGIC_CODE:
                 break  # a blank marker: the rest of the segment is empty
             if magic != MESSAGE_MAGIC_CODE or size < HEADER_SIZE or pos + size > mf.file_size:

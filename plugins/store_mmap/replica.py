@@ -14,19 +14,15 @@ again from the end of its last complete record.
 
 from __future__ import annotations
 
-import struct
-
-from mqcore.codec import BLANK_MAGIC_CODE, HEADER_SIZE, MESSAGE_MAGIC_CODE
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.message import MessageExt
+from mqcore.record.layout import BLANK_MAGIC_CODE, HEADER_SIZE, MESSAGE_MAGIC_CODE, SIZE_MAGIC
 
 from .commitlog import CommitLog
 from .dispatch import Dispatcher
 from .parts import QueueKey
 
 __all__ = ["Replica", "read"]
-
-_SIZE_MAGIC = struct.Struct(">ii")
 
 
 def read(commitlog: CommitLog, offset: int, max_bytes: int) -> bytes | None:
@@ -94,7 +90,7 @@ class Replica:
             head = log.read(frm, 8)
             if head is None:
                 break  # the header is not complete yet
-            size, magic = _SIZE_MAGIC.unpack(head)
+            size, magic = SIZE_MAGIC.unpack(head)
             if magic == BLANK_MAGIC_CODE:
                 frm = mf.file_end_offset  # the rest of the segment is empty
                 continue

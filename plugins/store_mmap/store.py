@@ -28,9 +28,6 @@ from typing import Any, NoReturn
 
 from mqcore import batch
 from mqcore.codec import (
-    BLANK_SIZE,
-    HEADER_SIZE,
-    MESSAGE_MAGIC_CODE,
     body_crc_ok,
     cached_host_bytes,
     check_record,
@@ -50,6 +47,9 @@ from mqcore.interfaces import MessageFilter
 from mqcore.lockfile import StoreLock, no_write_access
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt
+from mqcore.record.layout import BLANK_SIZE, HEADER_SIZE, MESSAGE_MAGIC_CODE, SIZE_MAGIC
+from mqcore.record.prepared import body_of, size_of
+from mqcore.record.unit import UNIT, UNIT_SIZE
 from mqcore.spans import RawSpans
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
@@ -68,7 +68,7 @@ from mqcore.uniqkey import record_index_keys, uniq_ids
 
 from . import queueends, recovery, replica, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
-from .consumequeue import UNIT, UNIT_SIZE, ConsumeQueue
+from .consumequeue import ConsumeQueue
 from .dispatch import Dispatcher
 from .flushservice import CommitService, FlushService
 from .mappedfile import TransientStorePool
@@ -81,7 +81,6 @@ __all__ = ["MmapStore"]
 log = get_logger(__name__)
 
 _I64 = struct.Struct(">q")
-_SIZE_MAGIC = struct.Struct(">ii")
 _make_put = partial(tuple.__new__, PutResult)
 _pack_unit = UNIT.pack
 _MAX_FILTER_UNITS = 16000 // UNIT_SIZE  # RocketMQ's maxFilterMessageCount, in units
@@ -305,9 +304,9 @@ class MmapStore:
         count = len(prepared)
         if count == 1:  # one message per put is common: skip the batch machinery
             sizes: list[int] = []
-            total = biggest = prepared[0][0]
+            total = biggest = size_of(prepared[0])
         else:
-            sizes = [p[0] for p in prepared]
+            sizes = list(map(size_of, prepared))
             total = sum(sizes)
             biggest = max(sizes)
         if biggest > self._size_alarm:
@@ -364,14 +363,14 @@ class MmapStore:
     def _check_sizes(self, prepared: Sequence[Any]) -> None:
         limit = self.segment_size - BLANK_SIZE
         for i, p in enumerate(prepared):
-            if len(p[1]) > MAX_BODY_SIZE:
+            if len(body_of(p)) > MAX_BODY_SIZE:
                 raise InvalidArgumentError(
-                    f"message {i} of the batch has a {len(p[1])}-byte body; the limit is "
+                    f"message {i} of the batch has a {len(body_of(p))}-byte body; the limit is "
                     f"{MAX_BODY_SIZE} bytes (4 MiB)"
                 )
-            if p[0] > limit:
+            if size_of(p) > limit:
                 raise InvalidArgumentError(
-                    f"message {i} of the batch encodes to {p[0]} bytes, more than a "
+                    f"message {i} of the batch encodes to {size_of(p)} bytes, more than a "
                     f"{self.segment_size}-byte commit-log segment holds; raise segment_size"
                 )
 
@@ -628,7 +627,7 @@ class MmapStore:
         head = self._parts.commitlog.read(phys, 8)
         if head is None:
             return None
-        size, magic = _SIZE_MAGIC.unpack(head)
+        size, magic = SIZE_MAGIC.unpack(head)
         if magic != MESSAGE_MAGIC_CODE or size < HEADER_SIZE:
             return None
         rec = self._parts.commitlog.read(phys, size)

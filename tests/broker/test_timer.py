@@ -134,7 +134,8 @@ def test_the_wheel_reads_deliver_times_from_units_or_records(
     """The wheel takes deliver times from the timer topic's consume-queue units; a unit
     whose tags code is no deliver time (written before the stores kept it there) and a
     store without ``get_units`` make it read the records instead: same deliveries."""
-    from mqcore import batch, codec
+    from mqcore import codec
+    from mqcore.record.unit import UNIT
 
     clock = FakeClock()
     with _open(tmp_path, store_name, clock) as b:
@@ -143,7 +144,7 @@ def test_the_wheel_reads_deliver_times_from_units_or_records(
         with sched._lock:  # the wheel takes them in below, one way after the other
             b.send_message("T", 0, [Message(topic="T", body=b"unit", deliver_time_ms=t0 + 1500)])
             units = b.store.get_units(TIMER_TOPIC, 0, 0, 10)
-            assert batch.UNIT.unpack_from(units.units, 0)[2] == t0 + 1500
+            assert UNIT.unpack_from(units.units, 0)[2] == t0 + 1500
             sched._enqueue(clock.now)
             # A unit as written before: the tag's hash code, not the deliver time.
             old = system_message(

@@ -309,7 +309,7 @@ def test_timer_topic_units_hold_the_deliver_time(harness, reopen_mode, tags_code
 def test_get_units_reads_the_consume_queue_alone(harness, reopen_mode):
     """``get_units``: the units of the records ``get_raw`` returns (commit-log offset, size,
     tags code), across batches, and get's status rules outside the queue."""
-    from mqcore.batch import UNIT
+    from mqcore.record.unit import UNIT
 
     store = harness.open()
     if not isinstance(store, UnitReader):

@@ -21,6 +21,7 @@ from mqcore import Kernel, Message, codec
 from mqcore.contrib.spark import columns
 from mqcore.contrib.spark.columns import COLUMNS, build_batch, record_columns, wanted_mask
 from mqcore.errors import StoreCorruptedError
+from mqcore.record.sysflag import COMPRESSED_FLAG
 
 ALL = wanted_mask(COLUMNS)
 needs_c = pytest.mark.skipif(not columns.SPEEDUPS, reason="C speedups not built or turned off")
@@ -117,9 +118,6 @@ def test_batches_hold_what_the_store_holds(
             rb, done = build_batch(got.spans, SCHEMA, python=python)
             assert not done
             assert rb.to_pylist() == want
-
-
-COMPRESSED_FLAG = 0x1  # sys flag bit 0: the body is stored zlib-compressed
 
 
 def _records(batch: list[Message], compressed: bool = False) -> tuple[bytes, bytes]:

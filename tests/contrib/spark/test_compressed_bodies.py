@@ -15,10 +15,9 @@ pytest.importorskip("pyspark")
 from mqserve import ServeProcess
 
 from mqcore import Kernel, Message, Producer
+from mqcore.record.sysflag import COMPRESSED_FLAG
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-COMPRESSED_FLAG = 0x1  # sys flag bit 0, as the remote producer sets it over 4 KiB
 
 
 def _stores() -> list[str]:

@@ -20,6 +20,7 @@ from mqcore.message import Message
 from mqcore.plugins.store_mmap import recovery
 from mqcore.plugins.store_mmap.consumequeue import UNIT_SIZE
 from mqcore.plugins.store_mmap.mappedfile import segment_name
+from mqcore.record.layout import POS_QUEUE_OFFSET
 
 OPTIONS = {
     "segment_size": 4096,
@@ -105,7 +106,7 @@ def test_torn_tail_is_cut(kernel, tmp_path):
     segment, pos, size = _last_record(crashed)
     data = bytearray(segment.read_bytes())
     torn = data[pos : pos + size]
-    struct.pack_into(">q", torn, codec.POS_QUEUE_OFFSET, 10_000)  # any later record
+    struct.pack_into(">q", torn, POS_QUEUE_OFFSET, 10_000)  # any later record
     cut_at = pos + size
     half = bytes(torn[: size // 2])
     data[cut_at : cut_at + len(half)] = half
