@@ -1,23 +1,31 @@
 """Build the optional C speedups; everything else is configured in pyproject.toml.
 
-``mqcore._speedups`` (codec and batch loops) and ``mqcore._keyindex`` (the mmap store's key
-index entries) are ``optional``: where no C compiler is available the build goes on without
-them and mqcore runs its pure-Python code (same bytes, slower puts).
+One extension per owner, each beside its Python reference (see ``mqcore.speedups``, the
+loader, for which serves what). All are ``optional``: where no C compiler is available the
+build goes on without them and mqcore runs its pure-Python code (same bytes, slower).
+Shared helpers are in ``mqcore/speedups.h``; the record and queue layout they read and
+write is ``mqcore/record/record.h``.
 """
 
 from setuptools import Extension, setup
 
+HEADERS = ["mqcore/speedups.h", "mqcore/record/record.h"]
+
+
+def speedups(name: str, source: str) -> Extension:
+    """One optional extension, built with the shared headers."""
+    return Extension(
+        name, sources=[source], include_dirs=["mqcore"], depends=HEADERS, optional=True
+    )
+
+
 setup(
     ext_modules=[
-        Extension(
-            "mqcore._speedups",
-            sources=["mqcore/_speedups.c"],
-            optional=True,
-        ),
-        Extension(
-            "mqcore._keyindex",
-            sources=["mqcore/_keyindex.c"],
-            optional=True,
-        ),
+        speedups("mqcore._codec", "mqcore/_codec.c"),
+        speedups("mqcore.protocol._protocol", "mqcore/protocol/_protocol.c"),
+        speedups("mqcore.broker._schedule", "mqcore/broker/_schedule.c"),
+        speedups("mqcore.plugins._delay_timer", "plugins/_delay_timer.c"),
+        speedups("mqcore.contrib.spark._arrow", "contrib/spark/_arrow.c"),
+        speedups("mqcore.plugins.store_mmap._keyindex", "plugins/store_mmap/_keyindex.c"),
     ]
 )

@@ -19,10 +19,24 @@ for required in ("mqcore/py.typed", "mqcore/plugins/__init__.py", "mqcore/contri
         sys.exit(f"wheel {wheels[0].name} is missing {required}")
 # The C speedups are optional for an install, but the wheel this project ships must have them:
 # without a compiler the build quietly falls back to the (slower) pure-Python loops.
-for ext in ("_speedups", "_keyindex"):
-    if not any(n.startswith(f"mqcore/{ext}.") and n.endswith((".so", ".pyd")) for n in names):
+# One extension per owner (mqcore.speedups.EXTENSIONS names them).
+EXTENSIONS = (
+    "mqcore/_codec",
+    "mqcore/protocol/_protocol",
+    "mqcore/broker/_schedule",
+    "mqcore/plugins/_delay_timer",
+    "mqcore/contrib/spark/_arrow",
+    "mqcore/plugins/store_mmap/_keyindex",
+)
+for ext in EXTENSIONS:
+    if not any(n.startswith(f"{ext}.") and n.endswith((".so", ".pyd")) for n in names):
+        module = ext.replace("/", ".")
         sys.exit(
-            f"wheel {wheels[0].name} lacks the compiled mqcore.{ext} extension; install a C "
+            f"wheel {wheels[0].name} lacks the compiled {module} extension; install a C "
             f"compiler and the Python headers (e.g. gcc and python3-dev) and build again"
         )
+# The C sources and headers build the extensions; they are not part of the installed package.
+sources = [n for n in names if n.endswith((".c", ".h"))]
+if sources:
+    sys.exit(f"wheel {wheels[0].name} ships C sources: {sources}")
 print(f"{wheels[0].name}: {len(names)} files, top level {sorted(tops)}")

@@ -122,7 +122,7 @@ class BenchResult:
             "flush": c.flush,
             "threads": c.threads,
             "pull_batch": c.pull_batch,
-            # Whether the C loops of mqcore._speedups ran (see mqcore.batch).
+            # Whether the codec's C loops ran (mqcore._codec, see mqcore.batch).
             "speedups": batch.SPEEDUPS,
             # The -o options the store ran with (check_crc_on_read=true...), so a figure says
             # what it measured.

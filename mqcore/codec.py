@@ -53,6 +53,7 @@ from mqcore.record.layout import (
 )
 from mqcore.record.prepared import BATCH_SHARED, Prepared
 from mqcore.record.sysflag import V6_FLAGS
+from mqcore.record.unit import MAX_DELIVER_DIGITS
 from mqcore.store import TIMER_TOPIC
 
 _speedups = speedups.load("codec")
@@ -235,7 +236,12 @@ def timer_tags_code(deliver: str | None, tags_code: int) -> int:
     there, or a record without a usable ``TIMER_OUT_MS``; see
     :data:`mqcore.record.unit.MIN_DELIVER_CODE`).
     """
-    if deliver is not None and 0 < len(deliver) <= 18 and deliver.isascii() and deliver.isdigit():
+    if (
+        deliver is not None
+        and 0 < len(deliver) <= MAX_DELIVER_DIGITS
+        and deliver.isascii()
+        and deliver.isdigit()
+    ):
         return int(deliver)
     return tags_code
 
@@ -329,7 +335,7 @@ def py_prepare(
     reconsume_times: int = 0,
     sys_flag: int = 0,
 ) -> list[Any]:
-    """:func:`prepare` in Python: the reference for ``mqcore._speedups.prepare``."""
+    """:func:`prepare` in Python: the reference for ``mqcore._codec.prepare``."""
     # Plain tuples in Prepared's field order: building the NamedTuple would cost a second
     # allocation per message, and every consumer unpacks or indexes them anyway.
     out: list[Any] = []
@@ -420,7 +426,7 @@ def py_pack_records(
 ) -> bytes:
     """The records of ``prepared`` back to back (the items of one :func:`prepare` call).
 
-    The reference for ``mqcore._speedups.pack``, which :func:`pack` uses when it was built.
+    The reference for ``mqcore._codec.pack``, which :func:`pack` uses when it was built.
     """
     first = prepared[0]
     if len(prepared) == 1:  # one message per put is common: one 17-field pack

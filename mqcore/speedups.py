@@ -23,14 +23,16 @@ from mqcore.errors import InvalidArgumentError
 
 __all__ = ["EXTENSIONS", "disabled", "load"]
 
-#: Owner name -> the extension module that serves it.
+#: Owner name -> the extension module that serves it (its source is the ``.c`` file beside
+#: the owner's Python reference; shared helpers in ``mqcore/speedups.h``, the record layout
+#: in ``mqcore/record/record.h``).
 EXTENSIONS = {
-    "codec": "mqcore._speedups",  # codec.prepare and pack, batch.units and put_results
-    "protocol": "mqcore._speedups",  # the SEND_BATCH_MESSAGE body and the sent checks
-    "schedule": "mqcore._speedups",  # the broker's timer hold (broker.schedule)
-    "timer": "mqcore._speedups",  # the timer wheel plugin's enqueue loop and slots
-    "spark": "mqcore._speedups",  # the Spark source's columns and the sink's records
-    "keyindex": "mqcore._keyindex",  # the mmap store's key-index entries
+    "codec": "mqcore._codec",  # codec.prepare and pack, batch.units and put_results
+    "protocol": "mqcore.protocol._protocol",  # the sent checks, the SEND_BATCH_MESSAGE body
+    "schedule": "mqcore.broker._schedule",  # the broker's timer hold (broker.schedule)
+    "timer": "mqcore.plugins._delay_timer",  # the timer wheel's enqueue loop and slots
+    "spark": "mqcore.contrib.spark._arrow",  # the Spark source's columns, the sink's records
+    "keyindex": "mqcore.plugins.store_mmap._keyindex",  # the mmap store's key-index entries
 }
 
 

@@ -169,7 +169,7 @@ class TimerLog:
 
 def py_write_slots(wheel: Any, slots: dict[int, tuple[int, int, int, int]]) -> None:
     """Write each ``index: (slot time, latest deliver time, last pos, units)`` of ``slots``
-    into the mapped ``wheel``: the reference for ``mqcore._speedups.write_slots``."""
+    into the mapped ``wheel``: the reference for ``mqcore.plugins._delay_timer.write_slots``."""
     size = len(wheel)
     pack = SLOT.pack_into
     for index, (t, due, last, num) in slots.items():

@@ -15,7 +15,7 @@ from mqcore.message import system_message
 from mqcore.record.unit import UNIT
 from mqcore.store import TIMER_TOPIC, PutResult
 
-speedups = pytest.importorskip("mqcore._speedups", reason="built without a C compiler")
+speedups = pytest.importorskip("mqcore._codec", reason="built without a C compiler")
 
 MAGIC = codec.MESSAGE_MAGIC_CODE
 HOSTS = (b"\x0a\x01\x02\x03", 10911, b"\xc0\xa8\x00\x07", 54321)  # store ip, port, born ...

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import struct
+from pathlib import Path
 
 from mqcore import Message, codec
-from mqcore.record import layout, prepared, unit
+from mqcore.record import layout, prepared, sysflag, unit
 
 # The header's fields in order: (name, struct code). The positions and indexes of
 # mqcore.record.layout must follow from it.
@@ -93,3 +95,31 @@ def test_prepared_fields_by_name() -> None:
     q = prepared.with_tags_code(p, 42)
     assert prepared.tags_code_of(q) == 42
     assert q[: prepared.P_TAGS_CODE] == p[: prepared.P_TAGS_CODE] and q[-1] == p[-1]
+
+
+def _c_defines() -> dict[str, int]:
+    """The integer #defines of the C extensions' record header."""
+    header = Path(__file__).resolve().parents[1] / "mqcore" / "record" / "record.h"
+    out: dict[str, int] = {}
+    for line in header.read_text().splitlines():
+        m = re.match(r"#define (\w+) (.+?)\s*(/\*.*)?$", line)
+        if m and not m.group(1).endswith("_H"):
+            expr = re.sub(r"(0x[0-9A-Fa-f]+)u\b", r"\1", m.group(2)).replace("LL", "")
+            out[m.group(1)] = eval(expr, {}, dict(out))  # small integer expressions only
+    return out
+
+
+def test_the_c_header_says_what_mqcore_record_says() -> None:
+    """Every constant of record.h equals its Python definition (magic codes as unsigned)."""
+    c = _c_defines()
+    modules = (layout, unit, prepared, sysflag)
+    checked = 0
+    for name, value in c.items():
+        python = [getattr(m, name) for m in modules if hasattr(m, name)]
+        if name == "P_FIELDS":
+            python = [len(prepared.Prepared._fields)]
+        assert python, f"record.h defines {name}, which mqcore.record does not"
+        want = python[0] & 0xFFFFFFFF if name.endswith("MAGIC_CODE") else python[0]
+        assert value == want, name
+        checked += 1
+    assert checked == len(c) >= 40

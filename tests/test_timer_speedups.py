@@ -29,7 +29,9 @@ from mqcore.protocol.validation import (
 )
 from mqcore.store import TIMER_TOPIC
 
-speedups = pytest.importorskip("mqcore._speedups", reason="built without a C compiler")
+protocol_c = pytest.importorskip("mqcore.protocol._protocol", reason="built without a C compiler")
+schedule_c = pytest.importorskip("mqcore.broker._schedule", reason="built without a C compiler")
+timer_c = pytest.importorskip("mqcore.plugins._delay_timer", reason="built without a C compiler")
 
 # Text with and without what the checks and the record format care about: separators,
 # lone surrogates, non-ASCII, digits.
@@ -98,9 +100,9 @@ def _broker_checks(m: Message, topic: str, limit: int) -> bool:
 def test_c_sent_prefix_matches_python(msgs: list[Message], limit: int) -> None:
     """The C loop accepts the same leading messages as its reference, and each of them
     passes the broker's full checks."""
-    got = speedups.sent_prefix(msgs, "T", limit, REFUSABLE_PROPERTIES)
+    got = protocol_c.sent_prefix(msgs, "T", limit, REFUSABLE_PROPERTIES)
     assert got == py_sent_prefix(msgs, "T", limit)
-    assert got == speedups.sent_prefix(tuple(msgs), "T", limit, REFUSABLE_PROPERTIES)
+    assert got == protocol_c.sent_prefix(tuple(msgs), "T", limit, REFUSABLE_PROPERTIES)
     for m in msgs[:got]:
         assert sent_fast_ok(m, "T", limit)
         assert _broker_checks(m, "T", limit)
@@ -116,9 +118,9 @@ def test_sent_prefix_fields_that_fail_to_read() -> None:
         def body(self) -> bytes:
             raise RuntimeError("no body")
 
-    assert speedups.sent_prefix([Message("T", b"x"), Broken()], "T", 9, REFUSABLE_PROPERTIES) == 1
+    assert protocol_c.sent_prefix([Message("T", b"x"), Broken()], "T", 9, REFUSABLE_PROPERTIES) == 1
     with pytest.raises(TypeError):
-        speedups.sent_prefix(5, "T", 9, REFUSABLE_PROPERTIES)
+        protocol_c.sent_prefix(5, "T", 9, REFUSABLE_PROPERTIES)
 
 
 def test_plain_and_timer_messages_take_the_fast_checks() -> None:
@@ -129,9 +131,9 @@ def test_plain_and_timer_messages_take_the_fast_checks() -> None:
         Message("T", b"x", deliver_time_ms=1_700_000_000_000),
         Message("T", b"x", delay_level=3),
     ]
-    assert speedups.sent_prefix(ok, "T", 10, REFUSABLE_PROPERTIES) == len(ok)
+    assert protocol_c.sent_prefix(ok, "T", 10, REFUSABLE_PROPERTIES) == len(ok)
     refused = _bypassing(properties={"TIMER_OUT_MS": "1"})
-    assert speedups.sent_prefix([*ok, refused, *ok], "T", 10, REFUSABLE_PROPERTIES) == len(ok)
+    assert protocol_c.sent_prefix([*ok, refused, *ok], "T", 10, REFUSABLE_PROPERTIES) == len(ok)
 
 
 # --- the hold --------------------------------------------------------------------------
@@ -209,7 +211,7 @@ def test_c_hold_timers_matches_python(
     or the same None; and a batch they take is stored as the general path stores it."""
     args = (msgs, topic, qid, NOW, max_delay, 17, 2, 0, codec._crc32, TIMER_TOPIC)
     want = _hold_outcome(py_hold_timers, *args)
-    assert _hold_outcome(speedups.hold_timers, *args) == want
+    assert _hold_outcome(schedule_c.hold_timers, *args) == want
     if isinstance(want, tuple) and isinstance(want[0], list):
         assert want[0] == _general_hold(msgs, topic, qid, max_delay)
         uniqs = [m.properties.get("UNIQ_KEY") for m in msgs]
@@ -223,7 +225,7 @@ def test_hold_timers_takes_what_producers_send() -> None:
     ]
     object.__setattr__(msgs[1], "properties", {"REAL_QID": "9", **msgs[1].properties})
     args = (msgs, "T", "1", NOW, 60_000, 17, 2, 0, codec._crc32, TIMER_TOPIC)
-    got, uniqs = speedups.hold_timers(*args)
+    got, uniqs = schedule_c.hold_timers(*args)
     assert (got, uniqs) == py_hold_timers(*args)
     assert got == _general_hold(msgs, "T", "1", 60_000)
     assert uniqs is None
@@ -233,13 +235,13 @@ def test_hold_timers_takes_what_producers_send() -> None:
     # A clock before the epoch (as a test's may be): a deliver time of 0 is "0".
     zero = [Message("T", b"x", deliver_time_ms=0)]
     early = (zero, "T", "1", -5, 60_000, 17, 2, 0, codec._crc32, TIMER_TOPIC)
-    assert speedups.hold_timers(*early) == py_hold_timers(*early)
-    trailer = speedups.hold_timers(*early)[0][0][2]
+    assert schedule_c.hold_timers(*early) == py_hold_timers(*early)
+    trailer = schedule_c.hold_timers(*early)[0][0][2]
     assert trailer[22:].startswith(b"TIMER_OUT_MS\x010\x02")  # after the topic, the length
     # A timer already due, or a delay in seconds: the general path holds the batch.
     due = Message("T", b"x", deliver_time_ms=NOW)
-    assert speedups.hold_timers([*msgs, due], *args[1:]) is None
-    assert speedups.hold_timers([Message("T", b"x", delay_sec=5)], *args[1:]) is None
+    assert schedule_c.hold_timers([*msgs, due], *args[1:]) is None
+    assert schedule_c.hold_timers([Message("T", b"x", delay_sec=5)], *args[1:]) is None
 
 
 # --- the wheel's enqueue loop --------------------------------------------------------
@@ -320,7 +322,7 @@ def test_c_link_timers_matches_python(
         5,
     )
     want = _link_outcome(wheel_mod.py_link_timers, units, args, slots)
-    assert _link_outcome(speedups.link_timers, units, args, slots) == want
+    assert _link_outcome(timer_c.link_timers, units, args, slots) == want
 
 
 @settings(max_examples=300, deadline=None)
@@ -339,7 +341,7 @@ def test_c_link_timers_matches_python(
 def test_c_write_slots_matches_python(slots: dict[int, Any]) -> None:
     """Same wheel bytes, and the same error at the same slot."""
     outcomes = []
-    for fn in (speedups.write_slots, files_mod.py_write_slots):
+    for fn in (timer_c.write_slots, files_mod.py_write_slots):
         wheel = _wheel([(1, 2, 3, 4)] * SLOTS)
         try:
             fn(wheel, slots)
@@ -353,7 +355,7 @@ def test_c_write_slots_matches_python(slots: dict[int, Any]) -> None:
 def test_link_timers_layout_and_errors() -> None:
     units = struct.pack(">qiq", 4096, 200, NOW + 1500) + struct.pack(">qiq", 9, 3, 12)
     wheel = _wheel([(0, 0, -1, 0)] * SLOTS)
-    for fn in (speedups.link_timers, wheel_mod.py_link_timers):
+    for fn in (timer_c.link_timers, wheel_mod.py_link_timers):
         changed: dict[int, Any] = {}
         before: dict[int, Any] = {}
         out = bytearray()
@@ -373,14 +375,14 @@ def test_link_timers_layout_and_errors() -> None:
 
 
 def test_the_modules_use_the_c_loops_unless_turned_off() -> None:
-    from mqcore import batch
+    from mqcore import batch, speedups
     from mqcore.broker import schedule
 
-    on = batch._speedups is not None  # MQCORE_NO_SPEEDUPS=1 turns them off
-    assert batch._c_sent_prefix is (speedups.sent_prefix if on else None)
-    assert schedule._hold_timers is (speedups.hold_timers if on else None)
-    assert wheel_mod._link_timers is (speedups.link_timers if on else wheel_mod.py_link_timers)
-    assert files_mod._write_slots is (speedups.write_slots if on else files_mod.py_write_slots)
+    on = not speedups.disabled()  # MQCORE_NO_SPEEDUPS=1 turns them off
+    assert batch._c_sent_prefix is (protocol_c.sent_prefix if on else None)
+    assert schedule._hold_timers is (schedule_c.hold_timers if on else None)
+    assert wheel_mod._link_timers is (timer_c.link_timers if on else wheel_mod.py_link_timers)
+    assert files_mod._write_slots is (timer_c.write_slots if on else files_mod.py_write_slots)
 
 
 def test_fields_are_read_as_getattr_reads_them() -> None:
@@ -396,12 +398,12 @@ def test_fields_are_read_as_getattr_reads_them() -> None:
     object.__setattr__(odd, "__class__", Emptied)
     for batch in ([good, odd], [odd, good], [good, good, odd]):
         want = py_sent_prefix(batch, "T", 10)
-        assert speedups.sent_prefix(batch, "T", 10, REFUSABLE_PROPERTIES) == want
+        assert protocol_c.sent_prefix(batch, "T", 10, REFUSABLE_PROPERTIES) == want
     timer = Message("T", b"x", deliver_time_ms=NOW + 5)
     odd_timer = Message("T", b"x", deliver_time_ms=NOW + 5)
     object.__setattr__(odd_timer, "__class__", Emptied)
     args = ("T", "0", NOW, 60_000, 17, 0, 0, codec._crc32, TIMER_TOPIC)
-    got = speedups.hold_timers([timer, odd_timer], *args)
+    got = schedule_c.hold_timers([timer, odd_timer], *args)
     assert got == py_hold_timers([timer, odd_timer], *args)
     assert got is not None and got[0][1][1] == b""  # the property's body
 

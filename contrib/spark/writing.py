@@ -1,7 +1,7 @@
 """Arrow batches into a store's batch put, without a :class:`~mqcore.message.Message` per row.
 
 The sink receives Arrow record batches. For a store with ``put_prepared`` (both bundled
-stores), one C call (``mqcore._speedups.arrow_prepare``) turns a batch's columns into the
+stores), one C call (``mqcore.contrib.spark._arrow.arrow_prepare``) turns a batch's columns into the
 tuples :func:`mqcore.codec.prepare` would make from the equivalent messages: body, CRC, the
 topic and property bytes (user properties, ``REPLAY_ID``, ``TAGS``, ``KEYS``, in the order
 ``prepare`` writes them) and the tags hash code. Rows go to queues as the message path sends

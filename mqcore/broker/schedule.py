@@ -176,7 +176,7 @@ def py_hold_timers(
     :func:`mqcore.uniqkey.uniq_ids`, but None when none has one); or None when one of them
     is left to :meth:`DelayService.put`'s general path (which then holds the whole batch).
 
-    The reference for ``mqcore._speedups.hold_timers``, which does the same in one C call
+    The reference for ``mqcore.broker._schedule.hold_timers``, which does the same in one C call
     per batch and no :class:`Message` copy: the tests hold both to the same bytes, and these
     to the general path's. Taken here: a ``dict`` of at most 16 ``str`` properties that
     encode as UTF-8, with ``TIMER_DELIVER_MS`` of 1 to 18 ASCII digits (no

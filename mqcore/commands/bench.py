@@ -88,7 +88,7 @@ def _print_table(result: BenchResult, show_rss: bool) -> None:
     console.print(table)
     data = result.as_dict()
     if not data["speedups"]:
-        console.print("codec: pure Python (mqcore._speedups was not built or is disabled)")
+        console.print("codec: pure Python (mqcore._codec was not built or is disabled)")
     if "puts_per_s" in data:
         console.print(f"puts/s: {data['puts_per_s']:,.0f}")
     if "fsyncs_per_s" in data:

@@ -129,7 +129,8 @@ def decode_batch(topic: str, data: bytes | bytearray | memoryview) -> list[Messa
 
 
 def py_decode_batch(topic: str, data: bytes | bytearray | memoryview) -> list[Message]:
-    """:func:`decode_batch` in Python (the reference for ``mqcore._speedups.decode_batch``)."""
+    """:func:`decode_batch` in Python (the reference for the C ``decode_batch`` of
+    ``mqcore.protocol._protocol``)."""
     view = memoryview(data)
     out: list[Message] = []
     pos, end = 0, len(view)
@@ -170,7 +171,8 @@ def encode_batch(messages: list[Message]) -> bytes:
 
 
 def py_encode_batch(messages: list[Message]) -> bytes:
-    """:func:`encode_batch` in Python (the reference for ``mqcore._speedups.encode_batch``)."""
+    """:func:`encode_batch` in Python (the reference for the C ``encode_batch`` of
+    ``mqcore.protocol._protocol``)."""
     parts: list[bytes | bytearray | memoryview] = []
     append, head, props_len = parts.append, _HEAD.pack, _PROPS_LEN.pack
     fixed = _HEAD.size + _PROPS_LEN.size

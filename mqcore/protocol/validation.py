@@ -355,7 +355,7 @@ def sent_fast_ok(msg: Message, topic: str, limit: int) -> bool:
     :data:`REFUSABLE_PROPERTIES` (none at all with a delay level). False says nothing: the
     full checks then decide, and explain a refusal.
 
-    The reference for ``mqcore._speedups.sent_prefix``, which the broker runs over a batch
+    The reference for ``mqcore.protocol._protocol.sent_prefix``, which the broker runs over a batch
     before checking the rest in Python (the tests hold both to the same answers, and every
     message accepted here to :func:`check_sent_message`'s).
     """
@@ -389,7 +389,7 @@ def _ascii_clean(text: object) -> bool:
 
 def py_sent_prefix(messages: Sequence[Message], topic: str, limit: int) -> int:
     """How many leading ``messages`` :func:`sent_fast_ok` accepts (the reference for
-    ``mqcore._speedups.sent_prefix``)."""
+    ``mqcore.protocol._protocol.sent_prefix``)."""
     count = 0
     for m in messages:
         if not sent_fast_ok(m, topic, limit):

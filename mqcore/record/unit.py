@@ -19,6 +19,7 @@ import functools
 import struct
 
 __all__ = [
+    "MAX_DELIVER_DIGITS",
     "MIN_DELIVER_CODE",
     "UNIT",
     "UNIT_POS_OFFSET",
@@ -39,6 +40,9 @@ UNIT_POS_TAGS_CODE = 12
 #: below it a tag's hash code (a 32-bit int): how a timer unit says whether its record must
 #: be read for its deliver time.
 MIN_DELIVER_CODE = 1 << 31
+#: A deliver time written in a record's properties takes 1 to this many digits to become a
+#: unit's tags code (any longer may not fit the signed 64-bit field).
+MAX_DELIVER_DIGITS = 18
 
 
 @functools.lru_cache(maxsize=1024)

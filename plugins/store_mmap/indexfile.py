@@ -129,13 +129,13 @@ def py_put_entries(
 ) -> tuple[int, int, int, int, int, int, int, int, int]:
     """Write the entries of ``records[pos:]`` into one index file's map, until it is full.
 
-    The reference for ``mqcore._keyindex.put_entries`` (the C loop used when it was built;
-    ``MQCORE_NO_SPEEDUPS=1`` selects this one). ``key_pos`` is -1 to start at record ``pos``
-    (skipped when at or below ``last_phy``, already indexed), or the key of record ``pos``
-    to resume at in a new file. ``count``, ``begin_*`` and ``end_*`` are the file's header
-    values. Returns ``(pos, key_pos, count, last_phy, new_slots, begin_phy, begin_ts,
-    end_phy, end_ts)``: ``pos`` is ``len(records)`` when all are indexed, else the file is
-    full and ``(pos, key_pos)`` is where to resume. The header itself is not written.
+    The reference for the C loop ``put_entries`` of ``mqcore.plugins.store_mmap._keyindex``
+    (used when it was built; ``MQCORE_NO_SPEEDUPS=1`` selects this one). ``key_pos`` is -1 to
+    start at record ``pos`` (skipped when at or below ``last_phy``, already indexed), or the key
+    of record ``pos`` to resume at in a new file. ``count``, ``begin_*`` and ``end_*`` are the
+    file's header values. Returns ``(pos, key_pos, count, last_phy, new_slots, begin_phy,
+    begin_ts, end_phy, end_ts)``: ``pos`` is ``len(records)`` when all are indexed, else the
+    file is full and ``(pos, key_pos)`` is where to resume. The header itself is not written.
     """
     unpack_slot, pack_slot, pack_entry = _SLOT.unpack_from, _SLOT.pack_into, ENTRY.pack_into
     new_slots = 0

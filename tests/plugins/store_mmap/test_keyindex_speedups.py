@@ -1,4 +1,4 @@
-"""The key index's C loop (``mqcore._keyindex``) against the Python reference.
+"""The key index's C loop (``mqcore.plugins.store_mmap._keyindex``) against the Python reference.
 
 ``py_put_entries`` is the reference: for the same records, map and header values, the C
 ``put_entries`` must return the same tuple and leave the same bytes in the map.
@@ -19,7 +19,9 @@ from mqcore.plugins.store_mmap import indexfile
 from mqcore.plugins.store_mmap.indexfile import ENTRY_SIZE, HEADER_SIZE, py_put_entries
 from mqcore.uniqkey import create_uniq_id
 
-keyindex = pytest.importorskip("mqcore._keyindex", reason="built without a C compiler")
+keyindex = pytest.importorskip(
+    "mqcore.plugins.store_mmap._keyindex", reason="built without a C compiler"
+)
 
 SLOTS = 7
 LIMIT = 12

@@ -222,7 +222,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    "mqcore._keyindex",
+    "mqcore.plugins.store_mmap._keyindex",
     "C loop of the mmap store's key index (optional; see indexfile.py_put_entries).",
     -1,
     methods,

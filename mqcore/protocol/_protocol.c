@@ -1,0 +1,474 @@
+/*
+ * mqcore.protocol._protocol: the per-message loops of the send protocol, in C.
+ *
+ * sent_prefix() runs the broker's checks of a sent batch over its plain messages
+ * (mqcore.protocol.validation.py_sent_prefix is the reference); decode_batch() and
+ * encode_batch() read and write a SEND_BATCH_MESSAGE body (mqcore.protocol.send). Optional:
+ * without it the Python code serves, and the tests hold both to the same results.
+ */
+#define SPEEDUPS_MESSAGE_FIELDS
+#include "speedups.h"
+
+/* --- the broker's checks of a sent batch (broker._check_messages) -------------------- */
+
+/* An exact str of ASCII text without a property separator (non-empty when ``nonempty``). */
+static int clean_ascii(PyObject *s, int nonempty)
+{
+    if (!PyUnicode_CheckExact(s))
+        return 0;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#endif
+    if (!PyUnicode_IS_ASCII(s))
+        return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (nonempty && n == 0)
+        return 0;
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(s);
+    return memchr(p, 1, (size_t)n) == NULL && memchr(p, 2, (size_t)n) == NULL;
+}
+
+/* 1 when message ``m`` certainly passes the broker's checks for ``topic`` (see
+ * validation.sent_fast_ok, its reference), 0 when the Python checks must decide; never
+ * raises (an error reading a field is cleared: the Python checks meet it again). */
+static int sent_one(PyObject *m, PyObject *topic, long long limit, PyObject *refusable)
+{
+    int ok = 0;
+    PyObject *t = NULL, *body = NULL, *tags = NULL, *keys = NULL, *level = NULL, *props = NULL;
+    if ((t = get_field(m, F_TOPIC)) == NULL)
+        goto done;
+    if (!PyUnicode_CheckExact(t) || PyUnicode_Compare(t, topic) != 0)
+        goto done;
+    if ((body = get_field(m, F_BODY)) == NULL)
+        goto done;
+    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) == 0 ||
+        PyBytes_GET_SIZE(body) > limit)
+        goto done;
+    if ((tags = get_field(m, F_TAGS)) == NULL)
+        goto done;
+    if (tags != Py_None && !clean_ascii(tags, 0))
+        goto done;
+    if ((keys = get_field(m, F_KEYS)) == NULL)
+        goto done;
+    if (keys != Py_None && !clean_ascii(keys, 0))
+        goto done;
+    if ((level = get_field(m, F_DELAY)) == NULL || !PyLong_CheckExact(level))
+        goto done;
+    int overflow;
+    long long lv = PyLong_AsLongLongAndOverflow(level, &overflow);
+    if (overflow || lv < 0)
+        goto done;
+    if ((props = get_field(m, F_PROPERTIES)) == NULL || !PyDict_CheckExact(props))
+        goto done;
+    if (PyDict_GET_SIZE(props) == 0) {
+        ok = 1;
+        goto done;
+    }
+    if (lv != 0)
+        goto done;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        /* Nothing below runs Python code: the dict cannot change while it is read. */
+        if (!clean_ascii(k, 1) || !clean_ascii(v, 0))
+            goto done;
+        int refused = PySet_Contains(refusable, k);
+        if (refused != 0)
+            goto done;
+    }
+    ok = 1;
+done:
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    Py_XDECREF(t);
+    Py_XDECREF(body);
+    Py_XDECREF(tags);
+    Py_XDECREF(keys);
+    Py_XDECREF(level);
+    Py_XDECREF(props);
+    return ok;
+}
+
+PyDoc_STRVAR(sent_prefix_doc,
+"sent_prefix(messages, topic, limit, refusable) -> int\n\n"
+"How many leading messages of a sent batch certainly pass the broker's checks for\n"
+"``topic`` (body of 1..limit bytes, ASCII text without separators, no property name in\n"
+"the frozenset ``refusable``...): validation.sent_fast_ok is the reference. The broker\n"
+"checks the rest with the Python code, which raises what it always raised.");
+
+static PyObject *speedups_sent_prefix(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *topic, *refusable;
+    long long limit;
+    if (!PyArg_ParseTuple(args, "OULO!:sent_prefix", &messages, &topic, &limit,
+                          &PyFrozenSet_Type, &refusable))
+        return NULL;
+    PyObject *seq = PySequence_Fast(messages, "sent_prefix: messages must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i = 0;
+    if (PyUnicode_CheckExact(topic)) {
+        for (; i < n; i++) {
+            if (!sent_one(PySequence_Fast_GET_ITEM(seq, i), topic, limit, refusable))
+                break;
+        }
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(i);
+}
+
+
+/* --- decode_batch: a SEND_BATCH_MESSAGE body into Message objects ------------------------ */
+
+PyDoc_STRVAR(decode_batch_doc,
+"decode_batch(topic, data, new_message, defaults, fallback, illegal) -> list\n\n"
+"The messages of a SEND_BATCH_MESSAGE body; mqcore.protocol.send.py_decode_batch is the\n"
+"reference (same messages, same errors). new_message() makes a blank Message, whose other\n"
+"fields are set from the (name, value) pairs of defaults, as _wire_message does;\n"
+"fallback(topic, body, flag, properties) makes a message whose properties hold TAGS, KEYS or\n"
+"DELAY; illegal(text) makes the error raised for a malformed body.");
+
+static PyObject *batch_illegal(PyObject *illegal, const char *format, ...)
+{
+    va_list va;
+    va_start(va, format);
+    PyObject *text = PyUnicode_FromFormatV(format, va);
+    va_end(va);
+    if (text == NULL)
+        return NULL;
+    PyObject *exc = PyObject_CallOneArg(illegal, text);
+    Py_DECREF(text);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+/* name\x01value\x02... (valid UTF-8) into a dict, as message.parse_properties splits the
+   decoded text: the separators are ASCII, so cutting the bytes cuts the text the same way.
+   *field is set when a name is TAGS, KEYS or DELAY. */
+static PyObject *batch_properties(const char *p, Py_ssize_t n, int *field)
+{
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (i < n && p[i] != '\x02')
+            continue;
+        const char *item = p + start;
+        Py_ssize_t len = i - start;
+        const char *sep = memchr(item, '\x01', (size_t)len);
+        start = i + 1;
+        if (sep == NULL)
+            continue;
+        Py_ssize_t name_len = sep - item;
+        if ((name_len == 4 && (memcmp(item, "TAGS", 4) == 0 || memcmp(item, "KEYS", 4) == 0)) ||
+            (name_len == 5 && memcmp(item, "DELAY", 5) == 0))
+            *field = 1;
+        PyObject *name = PyUnicode_DecodeUTF8(item, name_len, "strict");
+        PyObject *value = name == NULL ? NULL : PyUnicode_DecodeUTF8(sep + 1, len - name_len - 1, "strict");
+        if (value == NULL || PyDict_SetItem(out, name, value) < 0) {
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(name);
+        Py_DECREF(value);
+    }
+    return out;
+}
+
+static PyObject *speedups_decode_batch(PyObject *self, PyObject *args)
+{
+    PyObject *topic, *data, *new_message, *defaults, *fallback, *illegal;
+    if (!PyArg_ParseTuple(args, "UOOO!OO", &topic, &data, &new_message, &PyTuple_Type, &defaults,
+                          &fallback, &illegal))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0, end = view.len;
+    PyObject *out = PyList_New(0);
+    PyObject *zero = PyLong_FromLong(0);
+    if (out == NULL || zero == NULL)
+        goto fail;
+    while (pos < end) {
+        if (end - pos < 22) {
+            batch_illegal(illegal, "batch body truncated at byte %zd of %zd", pos, end);
+            goto fail;
+        }
+        int32_t size = (int32_t)get_be32(buf + pos);
+        int32_t flag = (int32_t)get_be32(buf + pos + 12);
+        int32_t body_len = (int32_t)get_be32(buf + pos + 16);
+        Py_ssize_t body_at = pos + 20;
+        Py_ssize_t props_at = body_at + body_len;
+        if (body_len < 0 || size < 22 || props_at + 2 > end) {
+            batch_illegal(illegal, "batch message at byte %zd has a bad length (%d, %d)", pos,
+                          (int)size, (int)body_len);
+            goto fail;
+        }
+        int16_t props_len = (int16_t)(((unsigned)buf[props_at] << 8) | buf[props_at + 1]);
+        Py_ssize_t stop = props_at + 2 + props_len;
+        if (props_len < 0 || stop != pos + size || stop > end) {
+            batch_illegal(illegal, "batch message at byte %zd has a bad size %d", pos, (int)size);
+            goto fail;
+        }
+        const char *props = (const char *)buf + props_at + 2;
+        PyObject *text = NULL;
+        if (props_len) {
+            /* the whole text first, so that an invalid byte anywhere is the one error */
+            text = PyUnicode_DecodeUTF8(props, props_len, "strict");
+            if (text == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                batch_illegal(illegal, "batch message at byte %zd: properties are not UTF-8", pos);
+                goto fail;
+            }
+        }
+        PyObject *body = PyBytes_FromStringAndSize((const char *)buf + body_at, body_len);
+        if (body == NULL) {
+            Py_XDECREF(text);
+            goto fail;
+        }
+        int field = 0;
+        PyObject *dict = batch_properties(props, props_len, &field);
+        PyObject *msg = NULL;
+        if (dict != NULL && field) {
+            PyObject *flag_obj = PyLong_FromLong(flag);
+            if (flag_obj != NULL)
+                msg = PyObject_CallFunctionObjArgs(fallback, topic, body, flag_obj,
+                                                   text ? text : Py_None, NULL);
+            Py_XDECREF(flag_obj);
+        } else if (dict != NULL) {
+            msg = PyObject_CallNoArgs(new_message);
+            PyObject *flag_obj = msg == NULL ? NULL : PyLong_FromLong(flag);
+            int bad = flag_obj == NULL ||
+                      PyObject_GenericSetAttr(msg, s_topic, topic) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_body, body) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_tags, Py_None) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_keys, Py_None) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_properties, dict) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_flag, flag_obj) < 0 ||
+                      PyObject_GenericSetAttr(msg, s_delay_level, zero) < 0;
+            for (Py_ssize_t i = 0; !bad && i < PyTuple_GET_SIZE(defaults); i++) {
+                PyObject *pair = PyTuple_GET_ITEM(defaults, i);
+                if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                    PyErr_SetString(PyExc_TypeError, "decode_batch: defaults are (name, value) pairs");
+                    bad = 1;
+                    break;
+                }
+                bad = PyObject_GenericSetAttr(msg, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0;
+            }
+            Py_XDECREF(flag_obj);
+            if (bad)
+                Py_CLEAR(msg);
+        }
+        Py_XDECREF(dict);
+        Py_DECREF(body);
+        Py_XDECREF(text);
+        if (msg == NULL)
+            goto fail;
+        int appended = PyList_Append(out, msg);
+        Py_DECREF(msg);
+        if (appended < 0)
+            goto fail;
+        pos = stop;
+    }
+    if (PyList_GET_SIZE(out) == 0) {
+        batch_illegal(illegal, "the batch holds no message");
+        goto fail;
+    }
+    Py_DECREF(zero);
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(zero);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+
+/* --- encode_batch: a SEND_BATCH_MESSAGE body from Message objects ----------------------- */
+
+PyDoc_STRVAR(encode_batch_doc,
+"encode_batch(messages, message_cls) -> bytes | None\n\n"
+"The SEND_BATCH_MESSAGE body of a list of messages of exactly message_cls, each without\n"
+"tags, keys or delay level, with a dict of str properties, a bytes body and a flag in int32\n"
+"(mqcore.protocol.send.py_encode_batch is the reference: the same bytes). None when a\n"
+"message is not of that kind: the caller then encodes the whole batch in Python, which\n"
+"raises what it raises.");
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} grow_buffer;
+
+static int grow_reserve(grow_buffer *b, Py_ssize_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int grow_append(grow_buffer *b, const char *data, Py_ssize_t n)
+{
+    if (grow_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, data, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+/* 1: the text is empty (None or ""), 0: not, -1 on error */
+static int falsy_text(PyObject *v)
+{
+    return v == Py_None || (PyUnicode_CheckExact(v) && PyUnicode_GET_LENGTH(v) == 0);
+}
+
+/* Append one message; 1 when done, 0 when it is not of the plain kind, -1 on error. */
+static int encode_one(grow_buffer *b, PyObject *m)
+{
+    int done = 0;
+    PyObject *body = PyObject_GetAttr(m, s_body);
+    PyObject *flag = body ? PyObject_GetAttr(m, s_flag) : NULL;
+    PyObject *tags = flag ? PyObject_GetAttr(m, s_tags) : NULL;
+    PyObject *keys = tags ? PyObject_GetAttr(m, s_keys) : NULL;
+    PyObject *delay = keys ? PyObject_GetAttr(m, s_delay_level) : NULL;
+    PyObject *props = delay ? PyObject_GetAttr(m, s_properties) : NULL;
+    if (props == NULL) {
+        done = -1;
+        goto out;
+    }
+    if (!PyBytes_CheckExact(body) || !PyLong_CheckExact(flag) || !falsy_text(tags) ||
+        !falsy_text(keys) || !PyLong_CheckExact(delay) || !PyDict_CheckExact(props))
+        goto out;
+    int overflow = 0;
+    long flag_v = PyLong_AsLongAndOverflow(flag, &overflow);
+    long delay_v = PyLong_AsLongAndOverflow(delay, &overflow);
+    if (overflow || flag_v < INT32_MIN || flag_v > INT32_MAX || delay_v != 0)
+        goto out;
+    Py_ssize_t body_len = PyBytes_GET_SIZE(body);
+    Py_ssize_t head_at = b->len;
+    if (grow_reserve(b, 20) < 0) {
+        done = -1;
+        goto out;
+    }
+    b->len += 20;
+    if (grow_append(b, PyBytes_AS_STRING(body), body_len) < 0 || grow_reserve(b, 2) < 0) {
+        done = -1;
+        goto out;
+    }
+    Py_ssize_t props_at = b->len;
+    b->len += 2;
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+            goto out;
+        Py_ssize_t kn, vn;
+        const char *ks = PyUnicode_AsUTF8AndSize(k, &kn);
+        const char *vs = ks ? PyUnicode_AsUTF8AndSize(v, &vn) : NULL;
+        if (vs == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+                done = -1;
+                goto out;
+            }
+            PyErr_Clear(); /* a lone surrogate: Python's encode() raises it */
+            goto out;
+        }
+        if (grow_append(b, ks, kn) < 0 || grow_append(b, "\x01", 1) < 0 ||
+            grow_append(b, vs, vn) < 0 || grow_append(b, "\x02", 1) < 0) {
+            done = -1;
+            goto out;
+        }
+    }
+    Py_ssize_t text_len = b->len - props_at - 2;
+    Py_ssize_t size = 20 + body_len + 2 + text_len;
+    if (text_len > 32767 || body_len > INT32_MAX || size > INT32_MAX)
+        goto out;
+    unsigned char *h = (unsigned char *)b->p + head_at;
+    put_be32(h, (uint32_t)size);
+    put_be32(h + 4, 0);
+    put_be32(h + 8, 0);
+    put_be32(h + 12, (uint32_t)(int32_t)flag_v);
+    put_be32(h + 16, (uint32_t)body_len);
+    b->p[props_at] = (char)((text_len >> 8) & 0xFF);
+    b->p[props_at + 1] = (char)(text_len & 0xFF);
+    done = 1;
+out:
+    Py_XDECREF(body);
+    Py_XDECREF(flag);
+    Py_XDECREF(tags);
+    Py_XDECREF(keys);
+    Py_XDECREF(delay);
+    Py_XDECREF(props);
+    return done;
+}
+
+static PyObject *speedups_encode_batch(PyObject *self, PyObject *args)
+{
+    PyObject *messages, *cls;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &messages, &cls))
+        return NULL;
+    grow_buffer b = {NULL, 0, 0};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        PyObject *m = PyList_GET_ITEM(messages, i);
+        if ((PyObject *)Py_TYPE(m) != cls) {
+            PyMem_Free(b.p);
+            Py_RETURN_NONE;
+        }
+        Py_INCREF(m); /* the list may change under a property's __eq__: keep m alive */
+        int done = encode_one(&b, m);
+        Py_DECREF(m);
+        if (done <= 0) {
+            PyMem_Free(b.p);
+            if (done < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize(b.p ? b.p : "", b.len);
+    PyMem_Free(b.p);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"sent_prefix", speedups_sent_prefix, METH_VARARGS, sent_prefix_doc},
+    {"decode_batch", speedups_decode_batch, METH_VARARGS, decode_batch_doc},
+    {"encode_batch", speedups_encode_batch, METH_VARARGS, encode_batch_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "mqcore.protocol._protocol",
+    "C versions of the send protocol's batch loops (see mqcore.protocol.send).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__protocol(void)
+{
+    if (intern_field_names() < 0)
+        return NULL;
+    return PyModule_Create(&module);
+}
