@@ -10,7 +10,8 @@
 
 This package is the bottom of the record layer: it imports nothing else of mqcore. The value
 types (:mod:`mqcore.message`), the codec, the stores, the schedulers and the Spark source
-read these definitions.
+read these definitions; the C extensions read them from ``mqcore/record/record.h``, which
+``tests/test_record.py`` holds to the values here.
 """
 
 from __future__ import annotations
