@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mqcore import Message, batch, codec
 from mqcore.message import system_message
+from mqcore.record.prepared import P_TAGS_CODE
 from mqcore.record.unit import UNIT
 from mqcore.store import TIMER_TOPIC, PutResult
 
@@ -128,7 +129,7 @@ def test_c_trailers_match_python(msgs: list[Message], topic: str | None) -> None
             expected = codec.tags_hash_code(m.tags)
             if m.properties and t == TIMER_TOPIC:
                 expected = codec.timer_tags_code(m.properties.get("TIMER_OUT_MS"), expected)
-            assert p[9] == expected
+            assert p[P_TAGS_CODE] == expected
 
 
 def test_timer_tags_code() -> None:

@@ -27,6 +27,7 @@ from mqcore.protocol.validation import (
     py_sent_prefix,
     sent_fast_ok,
 )
+from mqcore.record.prepared import P_TAGS_CODE
 from mqcore.store import TIMER_TOPIC
 
 protocol_c = pytest.importorskip("mqcore.protocol._protocol", reason="built without a C compiler")
@@ -231,7 +232,7 @@ def test_hold_timers_takes_what_producers_send() -> None:
     assert uniqs is None
     assert got[1][2].endswith(b"REAL_QID\x011\x02p\x01\xc3\xa9\x02TIMER_DELIVER_MS\x01%d\x02"
                               b"REAL_TOPIC\x01T\x02" % (NOW + 9))  # fmt: skip
-    assert [p[9] for p in got] == [NOW + 5, NOW + 9]
+    assert [p[P_TAGS_CODE] for p in got] == [NOW + 5, NOW + 9]
     # A clock before the epoch (as a test's may be): a deliver time of 0 is "0".
     zero = [Message("T", b"x", deliver_time_ms=0)]
     early = (zero, "T", "1", -5, 60_000, 17, 2, 0, codec._crc32, TIMER_TOPIC)
