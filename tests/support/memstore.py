@@ -19,6 +19,8 @@ from mqcore import batch, codec
 from mqcore.hookspecs import hookimpl
 from mqcore.interfaces import MessageFilter
 from mqcore.message import Message, MessageExt
+from mqcore.record.prepared import size_of, tags_code_of
+from mqcore.record.unit import UNIT
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MESSAGE_DELAY_LEVEL,
@@ -98,7 +100,7 @@ class MemoryStore:
             results = []
             pos = 0
             for p in prepared:
-                size, code = p[0], p[9]
+                size, code = size_of(p), tags_code_of(p)
                 record = data[pos : pos + size]
                 phys = self._next + pos
                 results.append(PutResult(f"{self._prefix}{phys:016X}", len(queue), phys, ts, size))
@@ -244,7 +246,7 @@ class UnitsMemoryStore(MemoryStore):
         if early is not None:
             return UnitsResult(early[0], b"", early[1], 0, high)
         chosen = queue[offset : offset + max_count]
-        units = b"".join(batch.UNIT.pack(phys, len(rec), code) for phys, rec, code in chosen)
+        units = b"".join(UNIT.pack(phys, len(rec), code) for phys, rec, code in chosen)
         return UnitsResult(GetStatus.FOUND, units, offset + len(chosen), 0, high)
 
 
