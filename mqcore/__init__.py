@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from mqcore import errors
 from mqcore.broker import Broker
 from mqcore.client import Producer, PullConsumer, PushConsumer
@@ -28,11 +26,7 @@ from mqcore.message import (
     SendResult,
     SendStatus,
 )
-
-try:
-    __version__ = version("mqcore")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0"
+from mqcore.version import __version__
 
 __all__ = [
     "Broker",

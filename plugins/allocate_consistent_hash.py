@@ -25,10 +25,10 @@ from typing import ClassVar
 
 import attrs
 
+from mqcore.allocation import check_allocate_args, strategy_factory
 from mqcore.errors import InvalidArgumentError
 from mqcore.hookspecs import RegisterAllocators, hookimpl
 from mqcore.message import MessageQueue
-from mqcore.plugins.allocate import check_allocate_args, strategy_factory
 
 __all__ = [
     "DEFAULT_VIRTUAL_NODES",

@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 
 import attrs
 
+from mqcore.allocation import check_allocate_args, java_string_key, strategy_factory
 from mqcore.errors import InvalidArgumentError
 from mqcore.hookspecs import RegisterAllocators, hookimpl
 from mqcore.interfaces import AllocateStrategy
 from mqcore.message import MessageQueue
 from mqcore.plugins import allocate, allocate_consistent_hash
-from mqcore.plugins.allocate import check_allocate_args, java_string_key, strategy_factory
 
 __all__ = ["AllocateMachineRoomNearby", "bundled_strategy", "mqcore_register_allocators"]
 

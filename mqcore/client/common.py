@@ -38,20 +38,23 @@ def client_ip() -> str:
 
 def resolve_broker(broker: Any = None, namesrv_addr: str | None = None) -> BrokerAPI:
     """The transport behind ``broker=`` / ``namesrv_addr=``: a direct one for an in-process
-    :class:`~mqcore.broker.Broker`, a remoting one for ``"host:port[;host:port]"``."""
-    from mqcore.broker.broker import Broker  # the embedded transport is optional for remotes
+    :class:`~mqcore.broker.Broker`, a remoting one for ``"host:port[;host:port]"``.
 
+    A broker is recognised by what the embedded transport calls on it
+    (:class:`~mqcore.client.transport_embedded.InProcessBroker`): the clients import nothing
+    of :mod:`mqcore.broker`.
+    """
     if broker is not None and namesrv_addr is not None:
         raise InvalidArgumentError("pass broker= or namesrv_addr=, not both")
-    if isinstance(broker, Broker):
-        from mqcore.client.transport_embedded import EmbeddedTransport
-
-        return EmbeddedTransport(broker)
     addr = namesrv_addr if namesrv_addr is not None else broker
     if isinstance(addr, str):
         from mqcore.client.transport_remote import RemoteTransport
 
         return RemoteTransport(addr)
+    from mqcore.client.transport_embedded import EmbeddedTransport, InProcessBroker
+
+    if isinstance(broker, InProcessBroker):
+        return EmbeddedTransport(broker)
     if broker is None and namesrv_addr is None:
         raise InvalidArgumentError("a client needs broker= (a Broker or 'host:port')")
     raise InvalidArgumentError(

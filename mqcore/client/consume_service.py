@@ -6,11 +6,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 from mqcore.client.process_queue import ProcessQueue
+from mqcore.client.scheduler import Scheduler
 from mqcore.logs import get_logger
 from mqcore.message import (
     ConsumeConcurrentlyStatus,
@@ -21,11 +22,13 @@ from mqcore.message import (
 )
 
 if TYPE_CHECKING:
-    from mqcore.client.push_consumer import PushConsumer
+    from mqcore.interfaces import OffsetStore
+    from mqcore.kernel import Kernel
 
 __all__ = [
     "ConcurrentlyService",
     "ConsumeConcurrentlyContext",
+    "ConsumeHost",
     "ConsumeOrderlyContext",
     "OrderlyService",
 ]
@@ -66,8 +69,74 @@ class ConsumeOrderlyContext:
     suspend_current_queue_time_millis: int = -1
 
 
+class ConsumeHost(Protocol):
+    """What a consume service needs of the consumer it serves (a push consumer is one).
+
+    Settings are read when used, never copied: a consumer may change them while it runs, and
+    its scheduler and offset store exist only once it has started.
+    """
+
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        ...
+
+    @property
+    def kernel(self) -> Kernel:
+        """Whose hooks hear of each batch consumed."""
+        ...
+
+    @property
+    def message_model(self) -> MessageModel:
+        """Clustering (failed messages are sent back) or broadcasting (they are dropped)."""
+        ...
+
+    @property
+    def consume_thread_max(self) -> int:
+        """Threads of the consume pool."""
+        ...
+
+    @property
+    def consume_message_batch_max_size(self) -> int:
+        """Messages handed to the listener at once."""
+        ...
+
+    @property
+    def max_reconsume_times(self) -> int | None:
+        """Attempts before the dead-letter queue (None: unlimited)."""
+        ...
+
+    @property
+    def suspend_current_queue_time_millis(self) -> int:
+        """Orderly: the pause after SUSPEND_CURRENT_QUEUE_A_MOMENT."""
+        ...
+
+    @property
+    def max_time_consume_continuously(self) -> float:
+        """Orderly: seconds one task keeps its thread on one queue."""
+        ...
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """Where delayed work is scheduled (None before start)."""
+        ...
+
+    @property
+    def offset_store(self) -> OffsetStore:
+        """Where consumed offsets are recorded."""
+        ...
+
+    def send_message_back(self, msg: MessageExt, delay_level: int) -> bool:
+        """Have the broker redeliver ``msg`` later (or dead-letter it); False on failure."""
+        ...
+
+    def lock_queue(self, mq: MessageQueue) -> bool:
+        """Lock ``mq`` on its broker again for this consumer (orderly, clustering)."""
+        ...
+
+
 class _ServiceBase:
-    def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
+    def __init__(self, consumer: ConsumeHost, listener: Callable[..., Any]) -> None:
         self.consumer = consumer
         self.listener = listener
         self.executor = ThreadPoolExecutor(
@@ -167,7 +236,7 @@ class OrderlyService(_ServiceBase):
     queue, a lock to retry) are scheduled, never slept in a consume thread.
     """
 
-    def __init__(self, consumer: PushConsumer, listener: Callable[..., Any]) -> None:
+    def __init__(self, consumer: ConsumeHost, listener: Callable[..., Any]) -> None:
         super().__init__(consumer, listener)
         self._queue_locks: dict[MessageQueue, threading.Lock] = {}
         self._queue_locks_guard = threading.Lock()
@@ -198,7 +267,7 @@ class OrderlyService(_ServiceBase):
         def relock() -> None:
             if self._stop.is_set() or pq.dropped:
                 return
-            self.submit_later(pq, mq, 10 if self.consumer._lock_one(mq) else 3000)
+            self.submit_later(pq, mq, 10 if self.consumer.lock_queue(mq) else 3000)
 
         self._later(delay_ms / 1000, relock)
 

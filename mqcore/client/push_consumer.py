@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from mqcore.broker.topics import RETRY_GROUP_TOPIC_PREFIX, validate_group
+from mqcore.allocation import sorted_cids, sorted_queues
 from mqcore.client.common import ClientBase
 from mqcore.client.consume_service import (
     MAX_TIME_CONSUME_CONTINUOUSLY_S,
@@ -30,6 +30,7 @@ from mqcore.message import (
 from mqcore.protocol.admin_bodies import ConsumerRunningInfo
 from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION, ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
+from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX, validate_group
 
 __all__ = ["PushConsumer"]
 
@@ -42,14 +43,6 @@ _HEARTBEAT_S = 30.0
 _REBALANCE_LOCK_INTERVAL_S = 20.0  # ProcessQueue.REBALANCE_LOCK_INTERVAL: orderly lock renewal
 _CONSUME_LOCK_WAIT_S = 1.0  # how long rebalance waits for a running orderly listener
 _UNLOCK_DELAY_S = 20.0  # RebalancePushImpl.UNLOCK_DELAY_TIME_MILLS
-
-
-def _sorters() -> tuple[Callable[..., list[MessageQueue]], Callable[..., list[str]]]:
-    # RocketMQ's rebalance sorts queues and consumer ids (Java string order) before
-    # allocating; the allocation plugin provides the exact sort.
-    from mqcore.plugins.allocate import sorted_cids, sorted_queues
-
-    return sorted_queues, sorted_cids
 
 
 class PushConsumer(ClientBase):
@@ -326,7 +319,11 @@ class PushConsumer(ClientBase):
     def consumer_running_info(self, group: str) -> ConsumerRunningInfo:
         """The queues this consumer owns now, what it holds of each, and its settings (the
         broker asks for them on an operator's behalf: GET_CONSUMER_RUNNING_INFO)."""
-        return consumer_running_info(self)
+        with self._table_lock:
+            owned = [(mq, pq) for mq, (pq, _) in self._table.items() if not pq.dropped]
+        return consumer_running_info(
+            self, owned, list(self._subscriptions.values()), orderly=self._orderly
+        )
 
     def _run(self) -> None:
         # Separate schedules, as RocketMQ's: rebalance every rebalance_interval (and at once on
@@ -371,7 +368,6 @@ class PushConsumer(ClientBase):
             self.offset_store.persist_all(mqs)
 
     def _rebalance(self) -> None:
-        sorted_queues, sorted_cids = _sorters()
         for topic, sub in list(self._subscriptions.items()):
             if self._stop.is_set():
                 return
@@ -387,6 +383,8 @@ class PushConsumer(ClientBase):
                 cids = self.broker.get_consumer_list_by_group(self.group, topic)
                 if not cids:
                     continue
+                # RocketMQ's rebalance sorts queues and consumer ids (Java string order)
+                # before it asks the strategy.
                 mine = set(
                     self._strategy.allocate(
                         self.group, self.client_id, sorted_queues(mqs), sorted_cids(cids)
@@ -515,8 +513,12 @@ class PushConsumer(ClientBase):
             if pq.locked:
                 pq.last_lock_time = now
 
-    def _lock_one(self, mq: MessageQueue) -> bool:
-        """Lock one queue again for its consume task (RocketMQ's RebalanceImpl.lock)."""
+    def lock_queue(self, mq: MessageQueue) -> bool:
+        """Lock ``mq`` on its broker again for this consumer; True when it holds the lock.
+
+        An orderly consume task that found its queue's lock lost or expired asks for it here
+        (RocketMQ's ``RebalanceImpl.lock``). False once the consumer is shutting down.
+        """
         if self._stop.is_set():
             return False
         with self._table_lock:

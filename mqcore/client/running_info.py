@@ -9,20 +9,71 @@ settings. ``mqcore lag`` names each queue's owner from these answers.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
-import mqcore
+from mqcore.protocol import heartbeat
 from mqcore.protocol.admin_bodies import ConsumerRunningInfo, ProcessQueueInfo
 from mqcore.protocol.bodies import SubscriptionData
+from mqcore.version import __version__
 
 if TYPE_CHECKING:
     from mqcore.client.process_queue import ProcessQueue
-    from mqcore.client.push_consumer import PushConsumer
-    from mqcore.message import MessageQueue
+    from mqcore.interfaces import OffsetStore
+    from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
 
-__all__ = ["consumer_running_info"]
+__all__ = ["RunningInfoSource", "consumer_running_info"]
 
 _MIB = 1024 * 1024
+
+
+class RunningInfoSource(Protocol):
+    """The settings of a consumer its running information reports (a push consumer's)."""
+
+    @property
+    def group(self) -> str:
+        """The consumer group."""
+        ...
+
+    @property
+    def client_id(self) -> str:
+        """The member's client id."""
+        ...
+
+    @property
+    def message_model(self) -> MessageModel:
+        """Clustering or broadcasting."""
+        ...
+
+    @property
+    def consume_from_where(self) -> ConsumeFromWhere:
+        """Where a queue without a committed offset starts."""
+        ...
+
+    @property
+    def allocate_strategy(self) -> Any:
+        """The strategy's registered name, or the strategy object."""
+        ...
+
+    @property
+    def consume_thread_min(self) -> int:
+        """Core threads of the consume pool."""
+        ...
+
+    @property
+    def pull_batch_size(self) -> int:
+        """Messages asked for per pull."""
+        ...
+
+    @property
+    def consume_message_batch_max_size(self) -> int:
+        """Messages handed to the listener at once."""
+        ...
+
+    @property
+    def offset_store(self) -> OffsetStore | None:
+        """Where consumed offsets are recorded (None before start)."""
+        ...
 
 
 def _epoch_ms(monotonic_s: float, now_ms: int, now_mono: float) -> int:
@@ -30,7 +81,9 @@ def _epoch_ms(monotonic_s: float, now_ms: int, now_mono: float) -> int:
     return int(now_ms - (now_mono - monotonic_s) * 1000)
 
 
-def _queue_info(consumer: PushConsumer, mq: MessageQueue, pq: ProcessQueue) -> ProcessQueueInfo:
+def _queue_info(
+    consumer: RunningInfoSource, mq: MessageQueue, pq: ProcessQueue
+) -> ProcessQueueInfo:
     now_ms, now_mono = int(time.time() * 1000), time.monotonic()
     store = consumer.offset_store
     commit = store.read_offset(mq) if store is not None else -1
@@ -46,16 +99,25 @@ def _queue_info(consumer: PushConsumer, mq: MessageQueue, pq: ProcessQueue) -> P
     )
 
 
-def consumer_running_info(consumer: PushConsumer) -> ConsumerRunningInfo:
-    """What ``consumer`` owns and holds now, and its settings (RocketMQ's property names)."""
-    with consumer._table_lock:
-        owned = [(mq, pq) for mq, (pq, _) in consumer._table.items() if not pq.dropped]
+def consumer_running_info(
+    consumer: RunningInfoSource,
+    owned: Iterable[tuple[MessageQueue, ProcessQueue]],
+    subscriptions: Iterable[heartbeat.SubscriptionData],
+    *,
+    orderly: bool,
+) -> ConsumerRunningInfo:
+    """What ``consumer`` holds now and its settings (RocketMQ's property names).
+
+    :param owned: the queues it owns now, each with its process queue.
+    :param subscriptions: what it subscribes to.
+    :param orderly: whether its listener is orderly.
+    """
     strategy = consumer.allocate_strategy
     properties = {
         "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
-        "PROP_CONSUMEORDERLY": str(consumer._orderly).lower(),
+        "PROP_CONSUMEORDERLY": str(orderly).lower(),
         "PROP_THREADPOOL_CORE_SIZE": str(consumer.consume_thread_min),
-        "PROP_CLIENT_VERSION": f"mqcore {mqcore.__version__}",
+        "PROP_CLIENT_VERSION": f"mqcore {__version__}",
         "consumerGroup": consumer.group,
         "clientId": consumer.client_id,
         "messageModel": consumer.message_model.name,
@@ -64,12 +126,12 @@ def consumer_running_info(consumer: PushConsumer) -> ConsumerRunningInfo:
         "pullBatchSize": str(consumer.pull_batch_size),
         "consumeMessageBatchMaxSize": str(consumer.consume_message_batch_max_size),
     }
-    subscriptions = [
+    subscription_set = [
         SubscriptionData(topic=s.topic, sub_string=s.sub_string, expression_type=s.expression_type)
-        for s in consumer._subscriptions.values()
+        for s in subscriptions
     ]
     return ConsumerRunningInfo(
         properties=properties,
-        subscription_set=sorted(subscriptions, key=lambda s: s.topic),
+        subscription_set=sorted(subscription_set, key=lambda s: s.topic),
         mq_table={mq: _queue_info(consumer, mq, pq) for mq, pq in owned},
     )

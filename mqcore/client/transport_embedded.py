@@ -1,10 +1,14 @@
-"""The embedded transport: the client/broker seam as direct calls on an in-process broker."""
+"""The embedded transport: the client/broker seam as direct calls on an in-process broker.
+
+The transport knows the broker only through :class:`InProcessBroker`, the calls it makes, so
+the clients import nothing of :mod:`mqcore.broker`; a :class:`~mqcore.broker.Broker` is one.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from mqcore.errors import BrokerError, InvalidArgumentError
 from mqcore.message import Message, MessageExt, MessageQueue
@@ -15,10 +19,167 @@ from mqcore.protocol.route import TopicRoute
 from mqcore.store import PutResult
 
 if TYPE_CHECKING:
-    from mqcore.broker.broker import Broker
+    from mqcore.config import BrokerConfig
     from mqcore.kernel import Kernel
 
-__all__ = ["EmbeddedTransport"]
+__all__ = ["EmbeddedTransport", "InProcessBroker", "PullWaking"]
+
+
+class PullWaking(Protocol):
+    """Wakes the pulls a broker holds for a queue."""
+
+    def notify(self, key: Hashable) -> None:
+        """Wake the pulls held for ``key`` (``(topic, queue_id)``)."""
+        ...
+
+
+@runtime_checkable
+class InProcessBroker(Protocol):
+    """What the embedded transport calls on a broker in this process."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the broker is closed."""
+        ...
+
+    @property
+    def kernel(self) -> Kernel:
+        """The broker's plugins."""
+        ...
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's settings (its name)."""
+        ...
+
+    @property
+    def waiters(self) -> PullWaking:
+        """The pulls it holds."""
+        ...
+
+    def get_route_info_by_topic(self, topic: str) -> TopicRoute:
+        """The topic's route."""
+        ...
+
+    def heartbeat(
+        self,
+        client_id: str,
+        consumer_data: Iterable[ConsumerData] = (),
+        producer_groups: Iterable[str] = (),
+        channel: ClientChannel | None = None,
+    ) -> None:
+        """Register or refresh a client."""
+        ...
+
+    def unregister_client(self, client_id: str, consumer_group: str | None = None) -> None:
+        """Remove a client."""
+        ...
+
+    def get_consumer_list_by_group(self, consumer_group: str) -> list[str]:
+        """Client ids of a group's live members."""
+        ...
+
+    def send_message(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        producer_group: str = "",
+        born_timestamp: int | None = None,
+    ) -> list[PutResult]:
+        """Store a batch."""
+        ...
+
+    def pull_message(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_msg_nums: int = 32,
+        *,
+        sub_expression: str | None = "*",
+        expression_type: str = "TAG",
+        suspend_timeout_ms: int | None = None,
+        commit_offset: int | None = None,
+        client_host: str = "",
+        cancelled: Callable[[], bool] | None = None,
+    ) -> PullResponse:
+        """Read stored records (held up to ``suspend_timeout_ms``)."""
+        ...
+
+    def consumer_send_msg_back(
+        self,
+        group: str,
+        offset: int,
+        delay_level: int = 0,
+        origin_msg_id: str | None = None,
+        origin_topic: str | None = None,
+        max_reconsume_times: int | None = None,
+    ) -> PutResult:
+        """Store a consumed message again for a later retry (or in the DLQ)."""
+        ...
+
+    def view_message_by_id(self, msg_id: str) -> MessageExt:
+        """The message with offset id ``msg_id``."""
+        ...
+
+    def query_message_by_uniq_key(self, topic: str, uniq_key: str) -> MessageExt:
+        """The message of ``topic`` with unique id ``uniq_key``."""
+        ...
+
+    def query_message(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 32,
+        begin_timestamp: int = 0,
+        end_timestamp: int = 2**63 - 1,
+    ) -> list[MessageExt]:
+        """Messages indexed under ``key``."""
+        ...
+
+    def query_consumer_offset(self, consumer_group: str, topic: str, queue_id: int) -> int:
+        """A group's committed offset (-1: none)."""
+        ...
+
+    def update_consumer_offset(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        commit_offset: int,
+        client_host: str = "",
+        *,
+        reset_clients: bool = True,
+    ) -> None:
+        """Commit a group's offset."""
+        ...
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest offset stored in a queue."""
+        ...
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """One past a queue's last offset."""
+        ...
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """First offset stored at or after ``timestamp``."""
+        ...
+
+    def lock_batch_mq(
+        self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> set[MessageQueue]:
+        """Lock queues for a client."""
+        ...
+
+    def unlock_batch_mq(
+        self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> None:
+        """Release a client's queue locks."""
+        ...
 
 
 class EmbeddedTransport:
@@ -27,7 +188,7 @@ class EmbeddedTransport:
     stored bytes (copied out of the store's maps), decoded by the client when read.
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: InProcessBroker) -> None:
         self.broker = broker
         # Long polls in flight, per queue, so that cancel_pulls() can wake them.
         self._pulls_lock = threading.Lock()

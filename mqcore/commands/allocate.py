@@ -17,10 +17,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from mqcore.allocation import sorted_cids, sorted_queues
 from mqcore.errors import MQError
 from mqcore.kernel import Kernel
 from mqcore.message import MessageQueue
-from mqcore.plugins.allocate import sorted_cids, sorted_queues
 
 __all__ = ["allocate", "broker_names", "build_group", "compact_queues", "compute_plan"]
 

@@ -1,4 +1,4 @@
-"""The avg, avg_by_circle, config and machine_room strategies, checks and ordering helpers.
+"""The avg, avg_by_circle, config and machine_room strategies and their checks.
 
 Expected outcomes come from RocketMQ's own strategy tests (client ``rebalance`` package) and
 the seed article's example (8 queues b1_q0..b2_q3, consumers c1..c3).
@@ -18,10 +18,6 @@ from mqcore.plugins.allocate import (
     AllocateMessageQueueAveragelyByCircle,
     AllocateMessageQueueByConfig,
     AllocateMessageQueueByMachineRoom,
-    java_split,
-    java_string_key,
-    sorted_cids,
-    sorted_queues,
 )
 
 BUNDLED = [
@@ -341,42 +337,3 @@ def test_machine_room_needs_a_collection_of_rooms(kernel: Kernel) -> None:
         kernel.allocator("machine_room")
     with pytest.raises(InvalidArgumentError, match="string 'room1'"):
         AllocateMessageQueueByMachineRoom(consumer_idcs="room1")
-
-
-# --- ordering helpers -------------------------------------------------------------------------
-
-
-def test_sorted_queues_orders_topic_broker_then_queue_id() -> None:
-    mqs = [
-        MessageQueue("B", "a", 0),
-        MessageQueue("A", "b", 1),
-        MessageQueue("A", "b", 0),
-        MessageQueue("A", "a", 10),
-        MessageQueue("A", "a", 9),
-    ]
-    assert sorted_queues(mqs) == [mqs[4], mqs[3], mqs[2], mqs[1], mqs[0]]
-
-
-def test_java_string_order_differs_from_python_above_the_bmp() -> None:
-    """Java compares UTF-16 units: U+1F600 (a surrogate pair) sorts before U+E000."""
-    emoji, private = "\U0001f600", "\ue000"
-    assert sorted([emoji, private]) == [private, emoji]  # Python: code points
-    assert sorted_cids([emoji, private]) == [emoji, private]  # Java
-    assert java_string_key("a") < java_string_key("ab") < java_string_key("b")
-    assert sorted_cids(["c10", "c2", "c1"]) == ["c1", "c10", "c2"]
-
-
-@pytest.mark.parametrize(
-    ("text", "parts"),
-    [
-        ("a@b", ["a", "b"]),
-        ("a@", ["a"]),
-        ("a@b@", ["a", "b"]),
-        ("@b", ["", "b"]),
-        ("@", []),
-        ("", [""]),
-        ("ab", ["ab"]),
-    ],
-)
-def test_java_split(text: str, parts: list[str]) -> None:
-    assert java_split(text, "@") == parts

@@ -7,15 +7,13 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mqcore.allocation import java_split, sorted_cids, sorted_queues
 from mqcore.kernel import Kernel
 from mqcore.message import MessageQueue
 from mqcore.plugins.allocate import (
     AllocateMessageQueueAveragely,
     AllocateMessageQueueAveragelyByCircle,
     AllocateMessageQueueByMachineRoom,
-    java_split,
-    sorted_cids,
-    sorted_queues,
 )
 from mqcore.plugins.allocate_consistent_hash import AllocateMessageQueueConsistentHash
 from mqcore.plugins.allocate_nearby import AllocateMachineRoomNearby
