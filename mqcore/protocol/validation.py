@@ -19,18 +19,19 @@ Two levels of checks:
 
 Every check costs one type test and one or two ``in`` tests per field; a message without
 properties pays nothing for them.
+
+:mod:`mqcore.message` checks its fields with these functions, so this module sits below it:
+the checks of a whole message take any object of :class:`SentMessage`'s shape (a
+:class:`~mqcore.message.Message` is one) and import nothing of the message module.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mqcore.errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from mqcore.message import Message
 
 __all__ = [
     "BROKER_PROPERTIES",
@@ -39,6 +40,7 @@ __all__ = [
     "RETRY_PROPERTIES",
     "SYSTEM_PROPERTY_NAMES",
     "VALID_NAME",
+    "SentMessage",
     "check_copied_properties",
     "check_delay_level",
     "check_name",
@@ -48,6 +50,41 @@ __all__ = [
     "py_sent_prefix",
     "sent_fast_ok",
 ]
+
+
+class SentMessage(Protocol):
+    """The fields of a sent message the checks read (a :class:`~mqcore.message.Message`)."""
+
+    @property
+    def topic(self) -> str:
+        """Where it is sent."""
+        ...
+
+    @property
+    def body(self) -> bytes:
+        """Its payload."""
+        ...
+
+    @property
+    def tags(self) -> str | None:
+        """Its tag."""
+        ...
+
+    @property
+    def keys(self) -> str | None:
+        """Its index keys."""
+        ...
+
+    @property
+    def delay_level(self) -> int:
+        """Its delay level (0: none)."""
+        ...
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        """Its user and system properties."""
+        ...
+
 
 #: Topic and group names: RocketMQ's ``^[%|a-zA-Z0-9_-]+$``, matched as a whole (``fullmatch``:
 #: ``$`` alone would also accept a trailing newline).
@@ -277,7 +314,7 @@ def check_delay_level(value: object) -> None:
         raise InvalidArgumentError(f"message delay_level {value} is negative; 0 means no delay")
 
 
-def check_sent_message(msg: Message, topic: str) -> None:
+def check_sent_message(msg: SentMessage, topic: str) -> None:
     """What the broker accepts from any client for ``topic`` (the producer checks it first).
 
     Body, tags, keys, property names and values: the right types, no separators, valid
@@ -347,7 +384,7 @@ def check_sent_message(msg: Message, topic: str) -> None:
         raise InvalidArgumentError(f"message property {name!r} is refused for {topic!r}: {why}")
 
 
-def sent_fast_ok(msg: Message, topic: str, limit: int) -> bool:
+def sent_fast_ok(msg: SentMessage, topic: str, limit: int) -> bool:
     """Whether ``msg`` certainly passes the broker's checks of a message sent to ``topic``
     (its topic, :func:`check_sent_message`, a body of at most ``limit`` bytes) on the plain
     rules alone: exact ``str`` and ``bytes`` fields, ASCII text without separators, a delay
@@ -387,7 +424,7 @@ def _ascii_clean(text: object) -> bool:
     return text.__class__ is str and text.isascii() and "\x01" not in text and "\x02" not in text
 
 
-def py_sent_prefix(messages: Sequence[Message], topic: str, limit: int) -> int:
+def py_sent_prefix(messages: Sequence[SentMessage], topic: str, limit: int) -> int:
     """How many leading ``messages`` :func:`sent_fast_ok` accepts (the reference for
     ``mqcore.protocol._protocol.sent_prefix``)."""
     count = 0
