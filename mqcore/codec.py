@@ -19,6 +19,7 @@ from typing import Any
 
 from mqcore import speedups
 from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
+from mqcore.hostport import split_host_port
 
 try:
     # ISA-L's CRC-32 is the same checksum as zlib's, several times faster on small bodies
@@ -135,9 +136,7 @@ def tags_hash_code(tags: str | None) -> int:
 
 def host_bytes(host: str) -> tuple[bytes, int]:
     """``"ip:port"`` -> (4 address bytes, port). A name is resolved; IPv6 is refused."""
-    addr, _, port = host.rpartition(":")
-    if not addr:
-        addr, port = host, "0"
+    addr, port = split_host_port(host, "host", any_port=True) if ":" in host else (host, 0)
     try:
         packed = socket.inet_aton(addr)
     except OSError:
@@ -145,7 +144,7 @@ def host_bytes(host: str) -> tuple[bytes, int]:
             packed = socket.inet_aton(socket.gethostbyname(addr))
         except OSError as exc:
             raise CodecError(f"host {host!r} is not an IPv4 address or resolvable name") from exc
-    return packed, int(port)
+    return packed, port
 
 
 # Born hosts repeat (one per client connection): stores parse each once. Bounded, as clients

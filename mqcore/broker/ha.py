@@ -39,6 +39,7 @@ from mqcore.errors import (
     ProtocolError,
     SlaveNotAcknowledgedError,
 )
+from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.store import PutResult
@@ -48,7 +49,6 @@ __all__ = [
     "SYNC_MAGIC",
     "HAMaster",
     "HASlave",
-    "split_address",
     "start_replication",
 ]
 
@@ -67,14 +67,6 @@ Snapshot = Callable[[], dict[str, Any]]
 Apply = Callable[[dict[str, Any]], None]
 #: Called on a slave with the ``(topic, queue_id)`` pairs that got messages.
 Appended = Callable[[set[tuple[str, int]]], None]
-
-
-def split_address(address: str, what: str) -> tuple[str, int]:
-    """``host:port`` as a pair, or a clear error naming the setting."""
-    host, sep, port = str(address).rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidArgumentError(f"{what} {address!r} is not HOST:PORT (e.g. 127.0.0.1:10912)")
-    return host.strip("[]"), int(port)
 
 
 def _recv_exact(sock: socket.socket, n: int, stop: threading.Event) -> bytes | None:
@@ -423,7 +415,7 @@ class HASlave:
     ) -> None:
         self.store = store
         self.config = config
-        self.master = split_address(master, "ha_master_address")
+        self.master = split_host_port(master, "ha_master_address", example="127.0.0.1:10912")
         self.master_address: str | None = None  # the master's remoting address, once synced
         self._apply = apply
         self._appended = appended

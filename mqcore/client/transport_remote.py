@@ -35,6 +35,7 @@ from mqcore.errors import (
     SlaveNotAcknowledgedError,
     TopicNotExistError,
 )
+from mqcore.hostport import split_host_port
 from mqcore.kernel import Kernel
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt, MessageModel, MessageQueue
@@ -172,11 +173,7 @@ class RemoteTransport:
     ) -> None:
         addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         for a in addrs:
-            host, sep, port = a.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise InvalidArgumentError(
-                    f"namesrv address {a!r} is not host:port (e.g. 127.0.0.1:9876)"
-                )
+            split_host_port(a, "name server address")
         if not addrs:
             raise InvalidArgumentError(f"no name server address in {namesrv_addr!r}")
         self.namesrv_addrs = addrs

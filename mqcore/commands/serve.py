@@ -21,7 +21,8 @@ import click
 
 from mqcore.config import BrokerConfig
 from mqcore.errors import InvalidArgumentError, MQError
-from mqcore.server.server import Server, split_listen
+from mqcore.hostport import split_host_port
+from mqcore.server.server import Server
 
 __all__ = ["parse_settings", "serve"]
 
@@ -95,13 +96,13 @@ def _role_settings(
     if broker_id is not None:
         out["broker_id"] = broker_id
     if master_ha is not None:
-        split_listen(master_ha, "--master-ha")
+        split_host_port(master_ha, "--master-ha", example="127.0.0.1:10912")
         out["ha_master_address"] = master_ha
     if ha_listen is not None:
-        port = ha_listen.rpartition(":")[2]
-        if not port.isdigit():
-            raise InvalidArgumentError(f"--ha-listen takes [HOST:]PORT, got {ha_listen!r}")
-        out["ha_listen_port"] = int(port)
+        _, port = split_host_port(
+            ha_listen, "--ha-listen", example="10912", any_port=True, default_host="0.0.0.0"
+        )
+        out["ha_listen_port"] = port
     return out
 
 

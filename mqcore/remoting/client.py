@@ -31,7 +31,13 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from mqcore.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from mqcore.errors import (
+    InvalidArgumentError,
+    ProtocolError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+)
+from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, next_opaque
@@ -67,12 +73,12 @@ def _poll_ms(seconds: float) -> int:
 def parse_address(addr: str) -> tuple[str, int]:
     """``"host:port"`` (or ``"[v6]:port"``) as a (host, port) pair.
 
-    :raises RemotingConnectError: not of that form.
+    :raises RemotingConnectError: not of that form (nothing can be connected to).
     """
-    host, sep, port = addr.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise RemotingConnectError(f"bad address {addr!r}: expected host:port", addr=addr)
-    return host.strip("[]"), int(port)
+    try:
+        return split_host_port(addr, "remote address")
+    except InvalidArgumentError as exc:
+        raise RemotingConnectError(str(exc), addr=addr) from None
 
 
 class _Pending(NamedTuple):

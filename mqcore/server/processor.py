@@ -26,12 +26,14 @@ from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
     FilterExpressionError,
+    InvalidArgumentError,
     MessageIllegalError,
     MQError,
     NotRegisteredError,
     ProtocolError,
     SlaveNotAcknowledgedError,
 )
+from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
 from mqcore.protocol import admin_bodies, bodies, headers
@@ -583,11 +585,12 @@ def _born_host(conn: Any) -> str | None:
 
 @functools.lru_cache(maxsize=4096)  # one per connection: a send asks for its own each time
 def _ipv4_peer(addr: str) -> str | None:
-    host, _, port = addr.rpartition(":")
+    try:
+        host, _ = split_host_port(addr)
+    except InvalidArgumentError:
+        return None
     parts = host.split(".")
-    if port.isdigit() and len(parts) == 4 and all(p.isdigit() for p in parts):
-        return str(addr)
-    return None
+    return str(addr) if len(parts) == 4 and all(p.isdigit() for p in parts) else None
 
 
 def _inflate(body: bytes) -> bytes:

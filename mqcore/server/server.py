@@ -14,7 +14,7 @@ from mqcore.broker import Broker
 from mqcore.broker.ha import HAMaster
 from mqcore.client.common import client_ip
 from mqcore.config import BrokerConfig
-from mqcore.errors import InvalidArgumentError
+from mqcore.hostport import split_host_port
 from mqcore.remoting.server import RemotingServer
 from mqcore.server.namesrv import NameServer
 from mqcore.server.processor import BrokerProcessor
@@ -25,12 +25,7 @@ __all__ = ["NamesrvServer", "Server", "split_listen"]
 
 def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     """``HOST:PORT`` as its host and port; ``option`` names the setting in the refusal."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise InvalidArgumentError(
-            f"{option} takes HOST:PORT (e.g. 127.0.0.1:9876), got {listen!r}"
-        )
-    return host.strip("[]"), int(port)
+    return split_host_port(listen, option, any_port=True)
 
 
 def _bindable(host: str, port: int) -> bool:

@@ -28,7 +28,10 @@ def test_options_become_settings() -> None:
 
 @pytest.mark.parametrize(
     ("master_ha", "ha_listen", "message"),
-    [("nohost", None, "--master-ha takes HOST:PORT"), (None, "x:y", "--ha-listen takes")],
+    [
+        ("nohost", None, "--master-ha 'nohost' is not HOST:PORT"),
+        (None, "x:y", r"--ha-listen 'x:y' is not \[HOST:\]PORT"),
+    ],
 )
 def test_bad_addresses_are_refused(master_ha, ha_listen, message) -> None:
     with pytest.raises(InvalidArgumentError, match=message):

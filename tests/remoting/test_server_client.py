@@ -172,7 +172,7 @@ def test_connect_failure_names_the_address(leak_check: None) -> None:
             pytest.raises(RemotingConnectError, match=f"127.0.0.1:{port}"),
         ):
             cli.invoke(f"127.0.0.1:{port}", _cmd(ECHO), 1)
-    with pytest.raises(RemotingConnectError, match="host:port"):
+    with pytest.raises(RemotingConnectError, match="'nohost' is not HOST:PORT"):
         parse_address("nohost")
 
 
