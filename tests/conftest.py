@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from mqcore import Broker
 
 
 @pytest.fixture(autouse=True)
@@ -52,6 +57,33 @@ def _test_stores() -> list[str]:
 def store_name(request: pytest.FixtureRequest) -> str:
     """Each store backend under test, by name."""
     return str(request.param)
+
+
+@pytest.fixture
+def broker_topics() -> dict[str, int]:
+    """Topics the ``broker`` fixture creates, name -> queue count (a module overrides this
+    fixture to change them)."""
+    return {"T": 4}
+
+
+@pytest.fixture
+def broker_options() -> dict[str, Any]:
+    """Keyword arguments the ``broker`` fixture gives :class:`~mqcore.Broker` (a module
+    overrides this fixture to change them)."""
+    return {}
+
+
+@pytest.fixture
+def broker(
+    tmp_path: Path, store_name: str, broker_topics: dict[str, int], broker_options: dict[str, Any]
+) -> Iterator[Broker]:
+    """An embedded broker on each store under test, with ``broker_topics``, closed after."""
+    from mqcore import Broker
+
+    with Broker(tmp_path / "broker", store=store_name, **broker_options) as b:
+        for topic, queues in broker_topics.items():
+            b.create_topic(topic, queue_nums=queues)
+        yield b
 
 
 class TagsCodeRecorder:

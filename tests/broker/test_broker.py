@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -20,10 +21,9 @@ from mqcore.errors import (
 
 
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path / "b", store=store_name, suspend_max_time_ms=2000) as b:
-        b.create_topic("T", queue_nums=4)
-        yield b
+def broker_options() -> dict[str, Any]:
+    """Held pulls give up after 2 s."""
+    return {"suspend_max_time_ms": 2000}
 
 
 def _send(b: Broker, n: int, queue_id: int = 0, topic: str = "T", **kw: str) -> list:  # type: ignore[type-arg]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,12 +12,14 @@ from mqcore.errors import MessageIllegalError, MQClientError, SendTimeoutError
 
 
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str) -> Iterator[Broker]:
+def broker_options() -> dict[str, Any]:
     # Topics are created here, and a send to any other is refused (the refusal is tested).
-    with Broker(tmp_path, store=store_name, auto_create_topic_enable=False) as b:
-        b.create_topic("T", queue_nums=4)
-        b.create_topic("U", queue_nums=2)
-        yield b
+    return {"auto_create_topic_enable": False}
+
+
+@pytest.fixture
+def broker_topics() -> dict[str, int]:
+    return {"T": 4, "U": 2}
 
 
 class Gate:

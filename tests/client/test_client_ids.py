@@ -32,10 +32,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path / "data", store=store_name) as b:
-        b.create_topic("T", queue_nums=8)
-        yield b
+def broker_topics() -> dict[str, int]:
+    return {"T": 8}
 
 
 def _consumer(broker: Broker, sink: list[bytes], **kw) -> PushConsumer:  # type: ignore[no-untyped-def]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,10 +26,14 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str, clock: FakeClock) -> Iterator[Broker]:
-    with Broker(tmp_path, store=store_name, delay_scheduler_options={"clock": clock}) as b:
-        b.create_topic("T", queue_nums=1)
-        yield b
+def broker_options(clock: FakeClock) -> dict[str, Any]:
+    """Delays pass when the test moves ``clock``."""
+    return {"delay_scheduler_options": {"clock": clock}}
+
+
+@pytest.fixture
+def broker_topics() -> dict[str, int]:
+    return {"T": 1}
 
 
 class Recorder:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +26,6 @@ pytestmark = pytest.mark.timeout(60)
 
 SUCCESS = ConsumeOrderlyStatus.SUCCESS
 SUSPEND = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
-
-
-@pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path, store=store_name) as b:
-        b.create_topic("T", queue_nums=4)
-        yield b
 
 
 def _send(broker: Broker, bodies: list[bytes], queue_id: int = 0, topic: str = "T") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,11 +24,9 @@ from mqcore.protocol.codes import NOT_FOUND_TOPIC_EXCEPTION
 
 
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
+def broker_options() -> dict[str, Any]:
     # Topics are created here, and a send to any other is refused (the refusal is tested).
-    with Broker(tmp_path, store=store_name, auto_create_topic_enable=False) as b:
-        b.create_topic("T", queue_nums=4)
-        yield b
+    return {"auto_create_topic_enable": False}
 
 
 def test_round_robin_over_writable_queues(broker: Broker) -> None:

@@ -23,11 +23,15 @@ def _needs(kind: str, name: str) -> None:
 
 
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
+def broker_topics() -> dict[str, int]:
+    return {"T": 2}
+
+
+@pytest.fixture
+def broker(broker: Broker) -> Broker:
+    """The shared broker; its tests keep offsets on the broker, so they need that plugin."""
     _needs("offset_store", "broker")
-    with Broker(tmp_path / "b", store=store_name) as b:
-        b.create_topic("T", queue_nums=2)
-        yield b
+    return broker
 
 
 def _fill(b: Broker, bodies_tags: list[tuple[bytes, str]], queue_id: int = 0) -> None:

@@ -7,8 +7,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mqtest import fast_clock
 from mqtest import wait_until as _wait_until
 
 from mqcore import (
@@ -31,17 +33,15 @@ def wait_until(cond: Callable[[], bool], timeout: float = 20.0) -> bool:
     return _wait_until(cond, timeout, interval=0.02)
 
 
-def _fast_clock(speed: int = 10_000) -> Callable[[], int]:
-    """Wall time (ms) running ``speed`` times faster from now: retry delays pass in ms."""
-    start = time.time()
-    return lambda: int((start + (time.time() - start) * speed) * 1000)
+@pytest.fixture
+def broker_options() -> dict[str, Any]:
+    """Delays and retries pass in milliseconds (a fast clock)."""
+    return {"delay_scheduler_options": {"clock": fast_clock()}}
 
 
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path, store=store_name, delay_scheduler_options={"clock": _fast_clock()}) as b:
-        b.create_topic("T", queue_nums=8)
-        yield b
+def broker_topics() -> dict[str, int]:
+    return {"T": 8}
 
 
 def _produce(broker: Broker, n: int, **kw: str) -> None:

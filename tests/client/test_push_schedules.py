@@ -30,13 +30,6 @@ from mqcore.protocol.codes import ResponseCode
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path, store=store_name) as b:
-        b.create_topic("T", queue_nums=4)
-        yield b
-
-
 def _consumer(broker: Broker, listener: Callable[..., Any], name: str = "c1", **kw: Any):  # type: ignore[no-untyped-def]
     c = PushConsumer(
         "cg",

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
-from mqtest import wait_until
+from mqtest import fast_clock, wait_until
 
 from mqcore import (
     Broker,
@@ -28,19 +28,10 @@ from mqcore.uniqkey import create_uniq_id
 pytestmark = pytest.mark.timeout(120)
 
 
-def _fast_clock(speed: int = 10_000) -> Callable[[], int]:
-    """Wall time (ms) running ``speed`` times faster from now: delays pass in ms."""
-    start = time.time()
-    return lambda: int((start + (time.time() - start) * speed) * 1000)
-
-
 @pytest.fixture
-def broker(tmp_path: Path, store_name: str):  # type: ignore[no-untyped-def]
-    with Broker(
-        tmp_path / "data", store=store_name, delay_scheduler_options={"clock": _fast_clock()}
-    ) as b:
-        b.create_topic("T", queue_nums=4)
-        yield b
+def broker_options() -> dict[str, Any]:
+    """Delays and retries pass in milliseconds (a fast clock)."""
+    return {"delay_scheduler_options": {"clock": fast_clock()}}
 
 
 def test_layout_is_message_client_id_setters() -> None:

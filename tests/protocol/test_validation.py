@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from mqcore import Broker, Message, Producer
@@ -29,10 +27,14 @@ REFUSED_ON_PLAIN_TOPIC = FIELD_PROPERTIES | BROKER_PROPERTIES | HOLD_PROPERTIES 
 
 
 @pytest.fixture
-def broker(tmp_path: Path):  # type: ignore[no-untyped-def]
-    with Broker(tmp_path / "b", store="mmap") as b:
-        b.create_topic("T", queue_nums=2)
-        yield b
+def store_name() -> str:
+    """The checks do not depend on the store: one is enough."""
+    return "mmap"
+
+
+@pytest.fixture
+def broker_topics() -> dict[str, int]:
+    return {"T": 2}
 
 
 @pytest.fixture

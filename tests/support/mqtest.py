@@ -35,3 +35,9 @@ class FakeClock:
 
     def __call__(self) -> int:
         return self.now
+
+
+def fast_clock(speed: int = 10_000) -> Callable[[], int]:
+    """Wall time (ms) running ``speed`` times faster from now: delays pass in milliseconds."""
+    start = time.time()
+    return lambda: int((start + (time.time() - start) * speed) * 1000)
