@@ -30,7 +30,7 @@ import mqcore.broker.broker as broker_mod
 import mqcore.client.producer as producer_mod
 import mqcore.message as message_mod
 from mqcore import Broker, Message, Producer
-from mqcore.protocol.validation import check_sent_message
+from mqcore.validation import check_sent_message
 
 PROPS = {"a": "1", "colour": "red", "trace": "x" * 20}
 _REAL = (

@@ -20,10 +20,10 @@ from typing import Any
 from mqcore import speedups
 from mqcore.errors import InvalidArgumentError
 from mqcore.message import Message
-from mqcore.protocol.validation import REFUSABLE_PROPERTIES
 from mqcore.record.prepared import size_of, tags_code_of, with_tags_code
 from mqcore.record.unit import UNIT
 from mqcore.store import PutResult, deliver_timestamp
+from mqcore.validation import REFUSABLE_PROPERTIES
 
 __all__ = ["SPEEDUPS", "put_results", "units", "with_deliver_times"]
 
@@ -39,7 +39,7 @@ _c_sent_prefix = None if _protocol is None else _protocol.sent_prefix
 def plain_prefix(messages: Sequence[Message], topic: str, limit: int) -> int:
     """How many leading ``messages`` certainly pass the checks of a message sent to ``topic``
     with bodies of at most ``limit`` bytes, told on the plain rules alone in one C call
-    (:func:`mqcore.protocol.validation.sent_fast_ok` is the reference, message by message);
+    (:func:`mqcore.validation.sent_fast_ok` is the reference, message by message);
     0 without the speedups. The broker and the producer check the rest one by one."""
     if _c_sent_prefix is None:
         return 0

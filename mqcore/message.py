@@ -18,7 +18,6 @@ from typing import Any
 import attrs
 
 from mqcore.errors import InvalidArgumentError
-from mqcore.protocol.validation import check_text, check_user_properties
 from mqcore.record.layout import (
     H_BODY_CRC,
     H_BODY_LENGTH,
@@ -42,6 +41,7 @@ from mqcore.record.layout import (
     POS_SYS_FLAG,
 )
 from mqcore.record.sysflag import COMPRESSED_FLAG
+from mqcore.validation import check_text, check_user_properties
 
 __all__ = [
     "PROPERTY_DELAY",
@@ -260,7 +260,7 @@ class Message:
     Checked when built (:class:`~mqcore.errors.InvalidArgumentError` names the field): text
     fields are ``str`` without the property separators ``\\x01`` and ``\\x02``; property
     names are not RocketMQ system names (``TAGS``, ``DELAY``, ``REAL_TOPIC``, ``UNIQ_KEY``...,
-    see :data:`mqcore.protocol.validation.SYSTEM_PROPERTY_NAMES`): only the library sets those.
+    see :data:`mqcore.validation.SYSTEM_PROPERTY_NAMES`): only the library sets those.
     """
 
     topic: str
@@ -332,7 +332,7 @@ def system_message(*, properties: Mapping[str, str] | None = None, **fields: Any
     names (``RETRY_TOPIC``, ``REAL_TOPIC``...), as RocketMQ's ``MessageAccessor``.
 
     Every other check still applies, and the broker still checks what it is sent
-    (:func:`mqcore.protocol.validation.check_sent_message`): this is the path for the client
+    (:func:`mqcore.validation.check_sent_message`): this is the path for the client
     library's own setters, for the broker's retry, dead-letter and delay copies, and for
     delay-scheduler plugins, never for application data.
     """

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mqcore import Message, codec
 from mqcore.errors import CodecError, CorruptRecordError, TruncatedRecordError
-from mqcore.protocol.validation import SYSTEM_PROPERTY_NAMES
+from mqcore.validation import SYSTEM_PROPERTY_NAMES
 
 STORE_HOST = codec.host_bytes("10.1.2.3:10911")
 

@@ -21,14 +21,14 @@ from mqcore.errors import InvalidArgumentError
 from mqcore.plugins import delay_timer_files as files_mod
 from mqcore.plugins import delay_timer_wheel as wheel_mod
 from mqcore.plugins.delay_timer_files import SLOT, SLOT_SIZE, UNIT
-from mqcore.protocol.validation import (
+from mqcore.record.prepared import P_TAGS_CODE
+from mqcore.store import TIMER_TOPIC
+from mqcore.validation import (
     REFUSABLE_PROPERTIES,
     check_sent_message,
     py_sent_prefix,
     sent_fast_ok,
 )
-from mqcore.record.prepared import P_TAGS_CODE
-from mqcore.store import TIMER_TOPIC
 
 protocol_c = pytest.importorskip("mqcore.protocol._protocol", reason="built without a C compiler")
 schedule_c = pytest.importorskip("mqcore.broker._schedule", reason="built without a C compiler")

@@ -28,8 +28,8 @@ from mqcore.errors import InvalidArgumentError, StoreLockedError
 from mqcore.lockfile import StoreLock
 from mqcore.logs import get_logger
 from mqcore.message import Message, system_message
-from mqcore.protocol.validation import check_copied_properties
 from mqcore.storecaps import PreparedWriter
+from mqcore.validation import check_copied_properties
 
 from .layout import Location, resolve_write
 from .options import WRITE_OPTIONS

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from mqcore import codec, speedups
 from mqcore.errors import MQError
 from mqcore.message import PROPERTY_UNIQ_KEY
-from mqcore.protocol.validation import check_copied_properties
+from mqcore.validation import check_copied_properties
 
 __all__ = ["SPEEDUPS", "arrow_prepare", "queue_rows", "uniq_ids"]
 
@@ -64,7 +64,7 @@ class _Other(Exception):
 
 def _names_ok(keys: pa.Array) -> bool:
     """Whether the sink accepts every distinct property name of a batch (checked once each;
-    see :func:`mqcore.protocol.validation.check_copied_properties`)."""
+    see :func:`mqcore.validation.check_copied_properties`)."""
     for name in pc.unique(keys).to_pylist():
         ok = _NAMES_SEEN.get(name)
         if ok is None:

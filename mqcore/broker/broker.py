@@ -63,9 +63,9 @@ from mqcore.message import (
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
-from mqcore.protocol.validation import check_sent_message, check_text
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 from mqcore.storecaps import CommitLogBounds
+from mqcore.validation import check_sent_message, check_text
 
 __all__ = ["Broker", "PullResponse", "TopicRoute"]
 

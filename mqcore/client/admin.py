@@ -37,8 +37,8 @@ from mqcore.protocol.admin_bodies import TIMER_RUNTIME_KEYS
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import loads
 from mqcore.protocol.route import MASTER_ID
-from mqcore.protocol.validation import SYSTEM_PROPERTY_NAMES
 from mqcore.remoting.command import RemotingCommand
+from mqcore.validation import SYSTEM_PROPERTY_NAMES
 
 __all__ = ["DLQ_PREFIX", "RETRY_PREFIX", "LagRow", "MQAdmin", "ResendResult", "TopicInfo"]
 

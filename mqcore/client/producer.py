@@ -33,9 +33,9 @@ from mqcore.protocol.names import (
     validate_topic,
 )
 from mqcore.protocol.route import TopicRoute
-from mqcore.protocol.validation import check_sent_message
 from mqcore.store import PutResult
 from mqcore.uniqkey import create_uniq_id
+from mqcore.validation import check_sent_message
 
 __all__ = ["MessageQueueSelector", "Producer"]
 

@@ -33,7 +33,7 @@ from mqcore.message import (
     MessageQueue,
     PullStatus,
 )
-from mqcore.protocol.validation import SYSTEM_PROPERTY_NAMES
+from mqcore.validation import SYSTEM_PROPERTY_NAMES
 
 __all__ = ["consume", "message_line", "send"]
 

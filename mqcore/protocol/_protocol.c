@@ -2,7 +2,7 @@
  * mqcore.protocol._protocol: the per-message loops of the send protocol, in C.
  *
  * sent_prefix() runs the broker's checks of a sent batch over its plain messages
- * (mqcore.protocol.validation.py_sent_prefix is the reference); decode_batch() and
+ * (mqcore.validation.py_sent_prefix is the reference); decode_batch() and
  * encode_batch() read and write a SEND_BATCH_MESSAGE body (mqcore.protocol.send). Optional:
  * without it the Python code serves, and the tests hold both to the same results.
  */

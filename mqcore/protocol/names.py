@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from mqcore.errors import MessageIllegalError
 from mqcore.protocol.codes import ResponseCode
-from mqcore.protocol.validation import VALID_NAME
 from mqcore.store import SCHEDULE_TOPIC, TIMER_TOPIC
+from mqcore.validation import VALID_NAME
 
 __all__ = [
     "AUTO_CREATE_TOPIC_KEY_TOPIC",

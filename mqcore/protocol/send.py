@@ -9,7 +9,7 @@ RocketMQ's ``MessageDecoder.encodeMessages`` writes them::
 
 Both become :class:`~mqcore.message.Message` objects through the library's system-message
 path: a RocketMQ client legitimately sends system properties (``UNIQ_KEY``, ``WAIT``...), and
-the broker's own checks (:func:`~mqcore.protocol.validation.check_sent_message`) refuse the
+the broker's own checks (:func:`~mqcore.validation.check_sent_message`) refuse the
 ones no client may set.
 """
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mqcore.message import Message
 from mqcore.protocol.send import decode_batch, encode_batch, wire_properties
-from mqcore.protocol.validation import SYSTEM_PROPERTY_NAMES
+from mqcore.validation import SYSTEM_PROPERTY_NAMES
 
 _TEXT = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]))
 

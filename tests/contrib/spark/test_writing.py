@@ -17,7 +17,7 @@ from mqcore.contrib.spark import writing
 from mqcore.contrib.spark.writing import arrow_prepare, queue_rows, uniq_ids
 from mqcore.errors import InvalidArgumentError
 from mqcore.message import system_message
-from mqcore.protocol.validation import check_copied_properties
+from mqcore.validation import check_copied_properties
 
 needs_c = pytest.mark.skipif(not writing.SPEEDUPS, reason="C speedups not built or turned off")
 PROPS = pa.map_(pa.string(), pa.string())

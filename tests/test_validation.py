@@ -12,7 +12,7 @@ from mqcore.errors import (
     MessageIllegalError,
 )
 from mqcore.message import system_message
-from mqcore.protocol.validation import (
+from mqcore.validation import (
     BROKER_PROPERTIES,
     FIELD_PROPERTIES,
     HOLD_PROPERTIES,

@@ -7,10 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mqcore import validation
 from mqcore.errors import InvalidArgumentError
 from mqcore.message import Message
-from mqcore.protocol import validation
-from mqcore.protocol.validation import (
+from mqcore.validation import (
     BROKER_PROPERTIES,
     FIELD_PROPERTIES,
     HOLD_PROPERTIES,
