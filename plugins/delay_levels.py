@@ -39,7 +39,8 @@ from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import RegisterDelaySchedulers, hookimpl
 from mqcore.interfaces import DelayHost
 from mqcore.logs import get_logger
-from mqcore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC, MessageExt
+from mqcore.message import MessageExt
+from mqcore.plugins.delay_held import deliver_held, real_destination
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, parse_delay_levels
 
 __all__ = [
@@ -291,29 +292,20 @@ class DelayLevelScheduler:
 
     def _deliver(self, host: DelayHost, lv: _Level, msg: MessageExt) -> bool:
         """Store ``msg`` in its real topic; False when that failed and should be retried."""
-        props = msg.properties
-        real_topic = props.get(PROPERTY_REAL_TOPIC)
-        real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "")
-        if not real_topic or not real_qid.isdigit():
+        destination = real_destination(msg)
+        if destination is None:
             # Nothing can ever deliver it; holding the level for it would block the rest.
             log.error(
                 "delay_message_without_real_topic", level=lv.level, offset=msg.queue_offset,
                 msg_id=msg.msg_id,
             )  # fmt: skip
             return True
-        message = msg.to_message(topic=real_topic, properties=props, delay_level=0)
         try:
-            host.deliver(
-                message,
-                int(real_qid),
-                born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host,
-                reconsume_times=msg.reconsume_times,
-            )
+            deliver_held(host, msg, destination, msg.properties)
         except Exception:
             log.exception(
                 "delay_delivery_failed", level=lv.level, offset=msg.queue_offset,
-                topic=real_topic,
+                topic=destination[0],
             )  # fmt: skip
             return False
         return True

@@ -46,12 +46,11 @@ from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import RegisterTimerSchedulers, hookimpl
 from mqcore.logs import get_logger
 from mqcore.message import (
-    PROPERTY_REAL_QUEUE_ID,
-    PROPERTY_REAL_TOPIC,
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
 )
+from mqcore.plugins.delay_held import deliver_held, real_destination
 from mqcore.plugins.delay_timer_files import (
     SLOT,
     SLOT_SIZE,
@@ -841,23 +840,15 @@ class TimerScheduler:
         if msg is None:
             log.error("timer_message_missing", queue_offset=unit.queue_offset)
             return True
-        props = msg.properties
-        real_topic = props.get(PROPERTY_REAL_TOPIC)
-        real_qid = props.get(PROPERTY_REAL_QUEUE_ID, "")
-        if not real_topic or not real_qid.isdigit():
+        destination = real_destination(msg)
+        if destination is None:
             log.error("timer_message_without_real_topic", queue_offset=unit.queue_offset)
             return True
+        props = msg.properties
         props[PROPERTY_TIMER_ENQUEUE_MS] = str(unit.enqueue_ms)
         props[PROPERTY_TIMER_DEQUEUE_MS] = str(self.clock())
-        message = msg.to_message(topic=real_topic, properties=props, delay_level=0)
         try:
-            host.deliver(
-                message,
-                int(real_qid),
-                born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host,
-                reconsume_times=msg.reconsume_times,
-            )
+            deliver_held(host, msg, destination, props)
         except Exception:
             log.exception("timer_delivery_failed", queue_offset=unit.queue_offset)
             return False
