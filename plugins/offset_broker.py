@@ -23,7 +23,7 @@ from mqcore.errors import InvalidArgumentError
 from mqcore.hookspecs import RegisterOffsetStores, hookimpl
 from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
-from mqcore.plugins.offset_cache import OffsetCache, offset_store_factory
+from mqcore.plugins.offset_cache import CachedOffsets, OffsetCache, offset_store_factory
 
 __all__ = ["BrokerOffsetStore", "mqcore_register_offset_stores"]
 
@@ -52,7 +52,7 @@ def _check_group(instance: Any, attribute: Any, group: Any) -> None:
 
 
 @attrs.define(eq=False)
-class BrokerOffsetStore:
+class BrokerOffsetStore(CachedOffsets):
     """Offsets of one clustering consumer group, cached here and committed to the broker.
 
     Thread-safe. Offsets of queues on any broker name go to the one ``broker`` given (the
@@ -135,19 +135,8 @@ class BrokerOffsetStore:
             self._cache.remove(mq)
             log.info("offset_unused_mq_removed", group=self.group, mq=str(mq))
 
-    def persist(self, mq: MessageQueue) -> None:
-        """Commit the cached offset of ``mq`` (if any) to the broker."""
-        offset = self._cache.get(mq)
-        if offset is not None:
-            self._commit(mq, offset)
-
-    def remove_offset(self, mq: MessageQueue) -> None:
-        """Forget the cached offset of ``mq`` (the broker keeps its committed one)."""
-        self._cache.remove(mq)
-
-    def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]:
-        """A copy of the cached offsets, of ``topic`` only when given."""
-        return self._cache.snapshot(topic)
+    def _write_one(self, mq: MessageQueue, offset: int) -> None:
+        self._commit(mq, offset)
 
 
 @hookimpl(trylast=True)

@@ -17,7 +17,7 @@ import attrs
 from mqcore.errors import InvalidArgumentError
 from mqcore.message import MessageQueue
 
-__all__ = ["OffsetCache", "offset_store_factory"]
+__all__ = ["CachedOffsets", "OffsetCache", "offset_store_factory"]
 
 S = TypeVar("S")
 
@@ -69,6 +69,31 @@ class OffsetCache:
             kept = {mq: o for mq, o in self._offsets.items() if mq in wanted}
             others = [mq for mq in self._offsets if mq not in wanted]
         return kept, others
+
+
+class CachedOffsets:
+    """What the offset stores that cache in an :class:`OffsetCache` (``_cache``) share; each
+    writes one queue's offset where it keeps them with ``_write_one``."""
+
+    __slots__ = ()
+    _cache: OffsetCache
+
+    def _write_one(self, mq: MessageQueue, offset: int) -> None:
+        raise NotImplementedError
+
+    def persist(self, mq: MessageQueue) -> None:
+        """Write the cached offset of ``mq`` (if any) where the store keeps offsets."""
+        offset = self._cache.get(mq)
+        if offset is not None:
+            self._write_one(mq, offset)
+
+    def remove_offset(self, mq: MessageQueue) -> None:
+        """Forget the cached offset of ``mq`` (what was written stays where it was written)."""
+        self._cache.remove(mq)
+
+    def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]:
+        """A copy of the cached offsets, of ``topic`` only when given."""
+        return self._cache.snapshot(topic)
 
 
 def offset_store_factory(cls: type[S], label: str, required: tuple[str, ...]) -> Callable[..., S]:

@@ -32,7 +32,7 @@ from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.hookspecs import RegisterOffsetStores, hookimpl
 from mqcore.logs import get_logger
 from mqcore.message import MessageQueue
-from mqcore.plugins.offset_cache import OffsetCache, offset_store_factory
+from mqcore.plugins.offset_cache import CachedOffsets, OffsetCache, offset_store_factory
 
 __all__ = [
     "ENV_OFFSETS_DIR",
@@ -94,7 +94,7 @@ def _decode(data: bytes) -> dict[MessageQueue, int]:
 
 
 @attrs.define(eq=False)
-class LocalFileOffsetStore:
+class LocalFileOffsetStore(CachedOffsets):
     """Offsets of one broadcasting consumer instance, cached here and kept in a local file.
 
     Thread-safe; one instance per (client id, group) and process.
@@ -215,19 +215,8 @@ class LocalFileOffsetStore:
         if owned:
             self._write(owned)
 
-    def persist(self, mq: MessageQueue) -> None:
-        """Write the cached offset of ``mq`` (if any) to the file."""
-        offset = self._cache.get(mq)
-        if offset is not None:
-            self._write({mq: offset})
-
-    def remove_offset(self, mq: MessageQueue) -> None:
-        """Forget the cached offset of ``mq`` (the file keeps its entry)."""
-        self._cache.remove(mq)
-
-    def clone_offset_table(self, topic: str | None = None) -> dict[MessageQueue, int]:
-        """A copy of the cached offsets, of ``topic`` only when given."""
-        return self._cache.snapshot(topic)
+    def _write_one(self, mq: MessageQueue, offset: int) -> None:
+        self._write({mq: offset})
 
 
 @hookimpl(trylast=True)
