@@ -140,6 +140,11 @@ def _role_settings(
     help="Name servers to register with (namesrv_addr); without it, serve is its own.",
 )
 @click.option(
+    "--metrics-listen",
+    metavar="HOST:PORT",
+    help="Serve Prometheus /metrics, /healthz and /readyz there (needs mqcore[metrics]).",
+)
+@click.option(
     "--set",
     "pairs",
     multiple=True,
@@ -158,6 +163,7 @@ def serve(
     master_ha: str | None = None,
     ha_listen: str | None = None,
     namesrv: str | None = None,
+    metrics_listen: str | None = None,
 ) -> None:
     """Run a broker and name server on one address (RocketMQ 4.x remoting protocol).
 
@@ -169,7 +175,7 @@ def serve(
         settings.update(_role_settings(role, broker_name, broker_id, master_ha, ha_listen))
         if namesrv is not None:
             settings["namesrv_addr"] = namesrv
-        server = Server(data_dir, listen, store, settings)
+        server = Server(data_dir, listen, store, settings, metrics_listen=metrics_listen)
     except MQError as exc:
         raise click.ClickException(str(exc)) from exc
     stop = threading.Event()
@@ -185,6 +191,8 @@ def serve(
             click.echo(f"mqcore serve: {cfg.broker_role} replication port {server.ha_address}")
         elif cfg.broker_role == "SLAVE":
             click.echo(f"mqcore serve: SLAVE of {cfg.ha_master_address}")
+        if server.metrics is not None:
+            click.echo(f"mqcore serve: metrics on http://{server.metrics.address}/metrics")
         sys.stdout.flush()
         while not stop.wait(1.0):
             pass

@@ -17,6 +17,7 @@ import functools
 import json
 import random
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 # The admin and replication handlers register themselves in the request table when imported.
@@ -160,6 +161,9 @@ class BrokerProcessor:
         #: What keeps the broker registered with its name servers (``mqcore serve
         #: --namesrv``), or None.
         self.registrar: NamesrvRegistrar | None = None
+        #: Called with (group, topic, message count) once per pull answered with messages,
+        #: or None (metrics off: nothing is counted).
+        self.pulled: Callable[[str, str, int], None] | None = None
         # Run on the server's event loop, without a hop to a worker thread: these only read or
         # append in memory (the store's maps, offset tables). With SYNC_FLUSH a send waits for
         # the disk, so sends then go to the worker pool with the other slow operations.
@@ -376,7 +380,7 @@ class BrokerProcessor:
         hold_ms = h.suspend_timeout_millis if flags & headers.PULL_FLAG_SUSPEND else 0
         hold_ms = min(hold_ms, broker.config.suspend_max_time_ms)
         if resp.code != ResponseCode.PULL_NOT_FOUND or hold_ms <= 0:
-            return self._pull_reply(req, resp)
+            return self._pull_reply(req, resp, h)
         return self._held_pull(req, h, expression, expression_type, key, seq, hold_ms)
 
     async def _held_pull(
@@ -413,9 +417,12 @@ class BrokerProcessor:
             expression_type=expression_type,
             raw=True,
         )
-        return self._pull_reply(req, resp)
+        return self._pull_reply(req, resp, h)
 
-    def _pull_reply(self, req: RemotingCommand, resp: Any) -> RemotingCommand:
+    def _pull_reply(self, req: RemotingCommand, resp: Any, h: Any) -> RemotingCommand:
+        pulled = self.pulled
+        if pulled is not None and resp.records:
+            pulled(h.consumer_group, h.topic, len(resp.records))
         header = headers.PullMessageResponseHeader(
             suggest_which_broker_id=resp.suggest_which_broker_id,
             next_begin_offset=resp.next_begin_offset,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mqcore.broker import Broker
 from mqcore.broker.ha import HAMaster
@@ -19,6 +19,9 @@ from mqcore.remoting.server import RemotingServer
 from mqcore.server.namesrv import NameServer
 from mqcore.server.processor import BrokerProcessor
 from mqcore.server.registration import NamesrvRegistrar
+
+if TYPE_CHECKING:
+    from mqcore.server.metrics import BrokerMetrics
 
 __all__ = ["NamesrvServer", "Server", "split_listen"]
 
@@ -50,6 +53,9 @@ class Server:
     :param listen: ``HOST:PORT`` to listen on (port 0: any free port).
     :param store: the store plugin's name.
     :param settings: :class:`~mqcore.config.BrokerConfig` settings by name.
+    :param metrics_listen: ``HOST:PORT`` of a Prometheus ``/metrics`` (and ``/healthz``,
+        ``/readyz``) listener, or None for no metrics (nothing is counted then); needs the
+        ``mqcore[metrics]`` extra. See :mod:`mqcore.server.metrics`.
     """
 
     def __init__(
@@ -58,9 +64,16 @@ class Server:
         listen: str = "127.0.0.1:9876",
         store: str = "mmap",
         settings: dict[str, Any] | None = None,
+        metrics_listen: str | None = None,
         **server_options: Any,
     ) -> None:
         host, port = split_listen(listen)
+        metrics_at = (
+            None if metrics_listen is None else split_listen(metrics_listen, "--metrics-listen")
+        )
+        #: the metrics listener (``metrics_listen``), or None
+        self.metrics: BrokerMetrics | None = None
+        self._serving = False
         settings = dict(settings or {})
         # The port is taken first (the broker records it, and port 0 picks one), but listened
         # on only once the broker can serve: until then a client's connection is refused, so
@@ -89,23 +102,46 @@ class Server:
             self.processor = BrokerProcessor(self.broker, self.address)
             self.remoting.processor = self.processor
             self.remoting.inline_codes = self.processor.inline_codes
+            if metrics_at is not None:
+                # Imported only when asked for: prometheus_client is an optional extra.
+                from mqcore.server.metrics import BrokerMetrics
+
+                self.metrics = BrokerMetrics(
+                    self.broker, self.remoting, self.processor, metrics_at, self._ready
+                )
+                self.remoting.processor = self.metrics.processor
             self.remoting.start()
             if self.broker.config.namesrv_addr:
                 # Registered before start-up ends: a client that asks the name servers once
                 # this server reports it listens finds the route.
                 self.registrar = NamesrvRegistrar(self.broker, self.address, self.ha_address)
                 self.processor.registrar = self.registrar  # topics it creates: registered first
+            self._serving = True
         except BaseException:
             try:
-                self.remoting.close()
+                self._close_metrics()
             finally:
-                if broker is not None:
-                    broker.close()
+                try:
+                    self.remoting.close()
+                finally:
+                    if broker is not None:
+                        broker.close()
             raise
 
+    def _ready(self) -> bool:
+        """Whether this server serves now (``/readyz``)."""
+        return self._serving and not self.broker.closed
+
+    def _close_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+
     def close(self) -> None:
-        """Close every connection, then the broker (offsets and delay progress persisted)."""
+        """Close every connection, then the broker (offsets and delay progress persisted),
+        and the metrics listener."""
+        self._serving = False
         try:
+            self._close_metrics()
             if self.registrar is not None:
                 self.registrar.close()
         finally:
