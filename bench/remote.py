@@ -17,7 +17,10 @@ The same run then measures produce with replication (``bench/ha.py``'s code): an
 with one slave and a SYNC_MASTER with one slave, each its own process, printed beside the
 single server's figures (``--no-ha`` leaves them out; they need the mmap store)::
 
-    python bench/remote.py --messages 100000 [--rounds 3] [--no-redis] [--no-ha] [--json]
+    python bench/remote.py --messages N [--rounds 3] [--no-redis] [--no-ha] [--metrics] [--json]
+
+``--metrics`` runs ``mqcore serve`` with ``--metrics-listen`` (``mqcore[metrics]``): compare
+with a run without it to see what counting costs.
 
 Each round runs mqcore's figures and Redis's, alternating which goes first; the run prints
 the median of each figure and of each round's own ratio, with every round's ratio beside it
@@ -56,11 +59,13 @@ def _free_port() -> int:
 # -- mqcore ------------------------------------------------------------------------------------
 
 
-def bench_mqcore(n: int, size: int, store: str) -> dict[str, float]:
+def bench_mqcore(n: int, size: int, store: str, metrics: bool = False) -> dict[str, float]:
     from mqcore import Message, MessageQueue, Producer, PullConsumer, PullStatus
 
     data = tempfile.mkdtemp(prefix="mqcore-bench-")
-    proc, addr, _ = ha.serve(data, "--store", store)
+    # --metrics: the server counts as it would with Prometheus scraping it (mqcore[metrics])
+    extra = ("--metrics-listen", f"127.0.0.1:{_free_port()}") if metrics else ()
+    proc, addr, _ = ha.serve(data, "--store", store, *extra)
     try:
         body = os.urandom(size)
         with Producer("bench-pg", namesrv_addr=addr) as p:
@@ -172,13 +177,13 @@ def _rounds(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[dict
     theirs: list[dict[str, float]] = []
     for i in range(args.rounds):
         if args.no_redis:
-            ours.append(bench_mqcore(args.messages, args.size, args.store))
+            ours.append(bench_mqcore(args.messages, args.size, args.store, args.metrics))
         elif i % 2 == 0:
-            ours.append(bench_mqcore(args.messages, args.size, args.store))
+            ours.append(bench_mqcore(args.messages, args.size, args.store, args.metrics))
             theirs.append(bench_redis(args.messages, args.size))
         else:
             theirs.append(bench_redis(args.messages, args.size))
-            ours.append(bench_mqcore(args.messages, args.size, args.store))
+            ours.append(bench_mqcore(args.messages, args.size, args.store, args.metrics))
     return ours, theirs
 
 
@@ -197,6 +202,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--no-ha", action="store_true", help="leave out the ASYNC_MASTER and SYNC_MASTER figures"
     )
+    ap.add_argument(
+        "--metrics",
+        action="store_true",
+        help="run mqcore serve with --metrics-listen (needs mqcore[metrics]); compare a run "
+        "without it",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.rounds < 1:
@@ -209,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": f"{os.cpu_count()} cores",
         # mqcore serve runs on this interpreter: uvloop's event loop when it is installed
         "server_event_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "metrics": args.metrics,
         "messages": args.messages,
         "size": args.size,
         "rounds": args.rounds,
