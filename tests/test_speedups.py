@@ -19,6 +19,9 @@ def test_unknown_name_is_refused_naming_the_known_ones() -> None:
 def test_no_speedups_turns_each_off(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """MQCORE_NO_SPEEDUPS=1: every owner runs its Python reference; unset, each gets its
     extension when it was built."""
+    if name == "spark":  # its package, mqcore.contrib.spark, imports only with the extra
+        pytest.importorskip("pyspark")
+        pytest.importorskip("pyarrow")
     monkeypatch.setenv("MQCORE_NO_SPEEDUPS", "1")
     assert speedups.disabled() and speedups.load(name) is None
     monkeypatch.delenv("MQCORE_NO_SPEEDUPS")

@@ -166,7 +166,7 @@ def test_unreachable_server_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("MQCORE_SERVER", address)
     line = one_line_error(CliRunner().invoke(main, ["group", "list", "--json"]))
     assert address in line
-    assert "host:port" in one_line_error(run("nowhere", "topic", "list"))
+    assert "HOST:PORT" in one_line_error(run("nowhere", "topic", "list"))
 
 
 def test_unreachable_server_from_a_shell(tmp_path: Path) -> None:
