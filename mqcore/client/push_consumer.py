@@ -233,8 +233,10 @@ class PushConsumer(ClientBase):
         with self._table_lock:
             entries = list(self._table.items())
             self._table.clear()
-        for _, (pq, _) in entries:
-            pq.dropped = True
+        # The pull threads stop on self._stop; the process queues are not dropped yet, so a
+        # listener still running commits its offsets (a dropped queue's results are discarded,
+        # which would redeliver what was consumed), as RocketMQ's shutdown lets the consume
+        # service finish before it persists.
         self.broker.cancel_pulls()  # the pull threads must not wait out their long polls
         for _, (_, thread) in entries:
             thread.join(timeout=30)
@@ -242,6 +244,8 @@ class PushConsumer(ClientBase):
             self.scheduler.shutdown()  # first: its tasks hand work to the consume pool
         if self._service is not None:
             self._service.shutdown()
+        for _, (pq, _) in entries:
+            pq.dropped = True
         mqs = [mq for mq, _ in entries]
         with self._table_lock:
             # No listener runs any more: delayed unlocks are done now.

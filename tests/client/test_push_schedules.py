@@ -213,3 +213,32 @@ def test_pull_consumer_shutdown_ends_a_blocking_pull(broker: Broker) -> None:
     t.join(timeout=5)
     assert not t.is_alive() and time.monotonic() - begin < 0.5
     assert out[0].pull_status is PullStatus.NO_NEW_MSG and out[0].msg_found_list == []
+
+
+def test_shutdown_commits_what_running_listeners_finish(broker: Broker) -> None:
+    """A listener still running when shutdown() starts finishes, and its messages' offsets are
+    committed: a clean shutdown redelivers nothing that was consumed (RocketMQ's shutdown lets
+    the consume service finish before it persists offsets)."""
+    with Producer("pg", broker=broker) as p:
+        sent = p.send_batch([Message(topic="T", body=b"m%d" % i) for i in range(4)])
+    queue_id = sent.message_queue.queue_id
+    entered, release = threading.Event(), threading.Event()
+    done: list[bytes] = []
+
+    def slow(msgs: list[Any], ctx: Any) -> ConsumeConcurrentlyStatus:
+        entered.set()
+        release.wait(5)
+        done.extend(bytes(m.body) for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = _consumer(broker, slow, consume_message_batch_max_size=32)
+    c.start()
+    assert entered.wait(10)
+    stopper = threading.Thread(target=c.shutdown)
+    stopper.start()
+    time.sleep(0.2)  # shutdown is under way while the listener still runs
+    release.set()
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert len(done) == 4
+    assert broker.query_consumer_offset("cg", "T", queue_id) == 4

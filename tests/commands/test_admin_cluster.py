@@ -153,7 +153,7 @@ def test_every_admin_command(cluster: Cluster) -> None:
     assert ok_json(cluster, "dlq", "list", "--group", "dg") == []
     fixed, again = consume(cluster, "dg")
     try:
-        wait_for(lambda: len(again) == 8)
+        wait_for(lambda: len(again) >= 8)  # more than 8 is a redelivery: the assert says so
     finally:
         fixed.shutdown()
     assert sorted(again) == sorted(b"m%d" % i for i in range(8))
