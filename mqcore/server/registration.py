@@ -151,13 +151,15 @@ class NamesrvRegistrar:
                 self._wake.clear()
                 with self._waiting_lock:
                     waiting, self._waiting = self._waiting, []
-                if waiting or registered is None or now >= due or self._topics() != registered:
-                    try:
+                try:
+                    if waiting or registered is None or now >= due or self._topics() != registered:
+                        due = now + self.period
                         registered = self.register_once()
-                    finally:
-                        for fut in waiting:
-                            fut.set_result(None)
-                    due = now + self.period
+                except Exception:  # a bug in one round must not end registration for good
+                    log.exception("namesrv_register_round_failed")
+                finally:
+                    for fut in waiting:
+                        fut.set_result(None)
                 self._wake.wait(_CHECK_S)
         finally:
             with self._waiting_lock:

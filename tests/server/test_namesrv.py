@@ -900,3 +900,32 @@ def test_a_group_pointed_at_one_master_splits_every_group_s_queues(tmp_path):
         for b in nodes:
             b.stop()
         namesrv.stop()
+
+
+def test_registration_survives_a_round_that_raises(tmp_path: Path) -> None:
+    """A registration round that raises is logged, and the next round registers: the
+    registering thread does not end on the first unexpected error."""
+    from mqcore.server import Server
+
+    with NamesrvServer("127.0.0.1:0") as ns:
+        settings = {"namesrv_addr": ns.address, "register_name_server_period_ms": 200}
+        with Server(tmp_path / "a", "127.0.0.1:0", settings=settings) as srv:
+            registrar = srv.registrar
+            assert registrar is not None
+            real = registrar._topics
+            failures = []
+
+            def once_broken() -> object:
+                if not failures:
+                    failures.append(1)
+                    raise RuntimeError("a bug in one round")
+                return real()
+
+            registrar._topics = once_broken  # type: ignore[method-assign]
+            srv.broker.create_topic("AfterTheError", queue_nums=2)
+            deadline = time.monotonic() + 20
+            while ns.tables.route("AfterTheError") is None:
+                assert time.monotonic() < deadline, "the topic was never registered"
+                time.sleep(0.05)
+            assert failures == [1]
+            assert registrar._thread.is_alive()
