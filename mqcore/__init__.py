@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from mqcore import errors
 from mqcore.broker import Broker
-from mqcore.client import Producer, PullConsumer, PushConsumer
+from mqcore.client import (
+    LocalTransactionState,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 from mqcore.errors import (
     FilterExpressionError,
     MQError,
@@ -35,6 +43,7 @@ __all__ = [
     "ConsumeOrderlyStatus",
     "FilterExpressionError",
     "Kernel",
+    "LocalTransactionState",
     "MQError",
     "Message",
     "MessageExt",
@@ -49,6 +58,9 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "__version__",
     "errors",
     "hookimpl",

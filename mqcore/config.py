@@ -123,6 +123,13 @@ class BrokerConfig:
         registers with (``namesrvAddr``); ``None``: it is its own name server.
     :param register_name_server_period_ms: how often it registers (30 s; RocketMQ's
         ``registerNameServerPeriod``), and at once when its topics change.
+    :param transaction_timeout: ms before an undecided transactional (half) message is first
+        checked with its producer (``transactionTimeOut``, 6 s); a message's
+        ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property overrides it.
+    :param transaction_check_interval: ms between check passes
+        (``transactionCheckInterval``, 60 s as RocketMQ 4.x).
+    :param transaction_check_max: checks of one half before it is given up and moved to
+        ``TRANS_CHECK_MAX_TIME_TOPIC`` (``transactionCheckMax``, 15).
     """
 
     broker_name: str = "broker-a"
@@ -163,6 +170,9 @@ class BrokerConfig:
     total_physical_memory_bytes: int = attrs.field(factory=_physical_memory)
     namesrv_addr: str | None = None
     register_name_server_period_ms: int = 30_000
+    transaction_timeout: int = 6_000
+    transaction_check_interval: int = 60_000
+    transaction_check_max: int = 15
 
     @property
     def store_host(self) -> str:

@@ -25,6 +25,7 @@ from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
 from mqcore.broker.metadata import MetadataSync
 from mqcore.broker.offsets import ConsumerOffsetManager
+from mqcore.broker.producers import ProducerManager
 from mqcore.broker.readpolicy import SLAVE_READ_BROKER_ID, read_from_slave
 from mqcore.broker.schedule import DelayService, is_timer_message
 from mqcore.broker.topics import (
@@ -39,6 +40,8 @@ from mqcore.broker.topics import (
     validate_group,
     validate_topic,
 )
+from mqcore.broker.transaction import TransactionService
+from mqcore.broker.transaction_check import TransactionCheckService
 from mqcore.codec import decode_message_id
 from mqcore.config import BrokerConfig
 from mqcore.errors import (
@@ -63,6 +66,7 @@ from mqcore.message import (
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
+from mqcore.protocol.transaction import TRANSACTION_TOPICS, is_transactional
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
 from mqcore.storecaps import CommitLogBounds
 from mqcore.validation import check_sent_message, check_text
@@ -191,6 +195,25 @@ class Broker:
             self.store.close()
             raise
         self.consumers = ConsumerManager(self.config.channel_expired_timeout_ms)
+        #: producer groups and their channels (transaction checks ask one of them)
+        self.producers = ProducerManager(self.config.channel_expired_timeout_ms)
+        #: transactional messages: halves, commits, rollbacks (see mqcore.broker.transaction)
+        self.transactions = TransactionService(
+            self.store,
+            self.data_dir / "config",
+            self._stored,
+            self.topics.ensure,
+            timeout_ms=self.config.transaction_timeout,
+            check_max=self.config.transaction_check_max,
+            store_host=self.config.store_host,
+            broker_name=self.config.broker_name,
+        )
+        self.transaction_check = TransactionCheckService(
+            self.transactions,
+            self.producers,
+            self.config.transaction_check_interval,
+            name=self.config.broker_name,
+        )
         self.locks = RebalanceLockManager(self.config.rebalance_lock_max_live_time_ms)
         self.waiters = PullWaiters()
         self._routes: dict[str, tuple[TopicConfig, TopicRoute, tuple[tuple[int, str], ...]]] = {}
@@ -232,6 +255,9 @@ class Broker:
             if not self.is_slave:  # a slave's delayed messages are delivered by its master
                 # Last: its thread delivers through everything set up above.
                 self.delay.start()
+                # A slave's halves are its master's to decide.
+                self.transactions.start()
+                self.transaction_check.start()
         except BaseException:
             if self.ha is not None:
                 self.ha.close()
@@ -333,6 +359,7 @@ class Broker:
                 if self.ha is not None:
                     self.ha.close()
                 if not self.is_slave:
+                    self.transaction_check.close()
                     self.delay.close()
             finally:
                 self.offsets.persist()
@@ -366,6 +393,7 @@ class Broker:
                 if now >= next_scan:
                     next_scan = now + scan_every
                     self.consumers.scan_expired()
+                    self.producers.scan_expired()
             except Exception:  # keep housekeeping alive; the next round retries
                 log.exception("broker_housekeeping_failed")
 
@@ -383,6 +411,12 @@ class Broker:
     ) -> TopicConfig:
         """Create or update a topic (``queue_nums`` sets both read and write queue counts)."""
         self._check_open()
+        if name in TRANSACTION_TOPICS:
+            raise MessageIllegalError(
+                f"The topic[{name}] is conflict with system topic: it holds the broker's "
+                "transactional halves and their outcomes; choose another name",
+                code=ResponseCode.INVALID_PARAMETER,
+            )
         n = queue_nums if queue_nums is not None else self.config.default_topic_queue_nums
         cfg = TopicConfig(
             topic_name=name,
@@ -544,6 +578,23 @@ class Broker:
                 code=ResponseCode.SYSTEM_ERROR,
             )
         self._check_messages(topic, messages)
+        if len(messages) == 1 and is_transactional(messages[0].properties):
+            # A half: held in the half topic until its producer commits it (RocketMQ reads
+            # TRAN_MSG on single sends only).
+            results = [
+                self.transactions.prepare(
+                    topic,
+                    queue_id,
+                    messages[0],
+                    born_timestamp=born_timestamp,
+                    born_host=born_host,
+                    reconsume_times=reconsume_times,
+                    sys_flag=sys_flag,
+                )
+            ]
+            if isinstance(self.ha, HAMaster):
+                self.ha.after_put(results)
+            return results
         results = self._put(
             topic,
             queue_id,
@@ -859,6 +910,7 @@ class Broker:
         self._check_open()
         for group in producer_groups:
             validate_group(group)
+            self.producers.register(client_id, group, channel)
         for data in consumer_data:
             validate_group(data.group_name)
             if data.message_model is MessageModel.CLUSTERING:
@@ -866,11 +918,18 @@ class Broker:
                 self.topics.ensure(RETRY_GROUP_TOPIC_PREFIX + data.group_name, 1)
             self.consumers.register(client_id, data, channel)
 
-    def unregister_client(self, client_id: str, consumer_group: str | None = None) -> None:
+    def unregister_client(
+        self,
+        client_id: str,
+        consumer_group: str | None = None,
+        producer_group: str | None = None,
+    ) -> None:
         """Remove a client from its group (it shut down)."""
         self._check_open()
         if consumer_group:
             self.consumers.unregister(client_id, consumer_group)
+        if producer_group:
+            self.producers.unregister(client_id, producer_group)
 
     def get_consumer_list_by_group(self, consumer_group: str) -> list[str]:
         """Client ids of the group's live members, sorted."""
@@ -936,6 +995,45 @@ class Broker:
         )[0]
         log.info("message_sent_back", group=group, topic=topic, reconsume_times=times + 1)
         return result
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def end_transaction(
+        self,
+        producer_group: str,
+        tran_state_table_offset: int,
+        commit_log_offset: int,
+        commit_or_rollback: int,
+        *,
+        from_transaction_check: bool = False,
+        msg_id: str = "",
+        remark: str | None = None,
+    ) -> PutResult | None:
+        """END_TRANSACTION: commit (``TRANSACTION_COMMIT_TYPE``: the message is stored in its
+        real topic, returned), roll back (``TRANSACTION_ROLLBACK_TYPE``) or leave undecided
+        (``TRANSACTION_NOT_TYPE``) the half a transactional send stored at
+        ``commit_log_offset`` (its half queue offset: ``tran_state_table_offset``).
+
+        :raises BrokerError: SLAVE_NOT_AVAILABLE on a slave; SYSTEM_ERROR for no such half,
+            another group's, or a transaction decided already.
+        """
+        self._check_open()
+        if self.is_slave:
+            raise BrokerError(
+                f"broker {self.config.broker_name} is a SLAVE: end transaction is forbidden; "
+                "send it to its master",
+                code=ResponseCode.SLAVE_NOT_AVAILABLE,
+            )
+        if remark:
+            log.warning("transaction_end_remark", group=producer_group, msg_id=msg_id,
+                        remark=remark)  # fmt: skip
+        return self.transactions.end(
+            producer_group,
+            tran_state_table_offset,
+            commit_log_offset,
+            commit_or_rollback,
+            from_transaction_check=from_transaction_check,
+        )
 
     # -- orderly consumption -----------------------------------------------------------------
 

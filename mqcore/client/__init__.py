@@ -1,4 +1,4 @@
-"""Clients of the broker: Producer, PullConsumer, PushConsumer."""
+"""Clients of the broker: Producer, TransactionProducer, PullConsumer, PushConsumer."""
 
 from __future__ import annotations
 
@@ -6,12 +6,22 @@ from mqcore.client.consume_service import ConsumeConcurrentlyContext, ConsumeOrd
 from mqcore.client.producer import MessageQueueSelector, Producer
 from mqcore.client.pull_consumer import PullConsumer
 from mqcore.client.push_consumer import PushConsumer
+from mqcore.client.transaction_producer import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "ConsumeConcurrentlyContext",
     "ConsumeOrderlyContext",
+    "LocalTransactionState",
     "MessageQueueSelector",
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]

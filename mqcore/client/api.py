@@ -21,6 +21,7 @@ from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
+from mqcore.protocol.transaction import EndTransactionRequestHeader
 from mqcore.store import PutResult
 
 if TYPE_CHECKING:
@@ -80,6 +81,12 @@ class BrokerAPI(Protocol):
         born_timestamp: int,
     ) -> list[PutResult]:
         """Store a batch in ``mq``; where each message was stored."""
+
+    def end_transaction(
+        self, broker_name: str, header: EndTransactionRequestHeader, remark: str | None = None
+    ) -> None:
+        """Commit, roll back or leave undecided a half message stored by ``broker_name``
+        (END_TRANSACTION, oneway: a refusal is the broker's to log)."""
 
     def pull_message(
         self,

@@ -180,7 +180,7 @@ class Producer(ClientBase):
                 raise MQClientError(f"producer {self.group!r} was shut down; create a new one")
             self._claim_client_id(unique=True)
             try:
-                self.broker.heartbeat(self.client_id, producer_groups=[self.group])
+                self._heartbeat()
             except BaseException:
                 self._release_client_id()
                 raise
@@ -191,6 +191,10 @@ class Producer(ClientBase):
                 name=f"mqcore-producer-{self.group}",
             )
             self._started = True
+
+    def _heartbeat(self) -> None:
+        """Register the producer's group with its brokers."""
+        self.broker.heartbeat(self.client_id, producer_groups=[self.group])
 
     def shutdown(self) -> None:
         """Finish queued async sends and stop."""

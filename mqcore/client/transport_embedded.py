@@ -16,6 +16,7 @@ from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
+from mqcore.protocol.transaction import EndTransactionRequestHeader
 from mqcore.store import PutResult
 
 if TYPE_CHECKING:
@@ -71,7 +72,12 @@ class InProcessBroker(Protocol):
         """Register or refresh a client."""
         ...
 
-    def unregister_client(self, client_id: str, consumer_group: str | None = None) -> None:
+    def unregister_client(
+        self,
+        client_id: str,
+        consumer_group: str | None = None,
+        producer_group: str | None = None,
+    ) -> None:
         """Remove a client."""
         ...
 
@@ -89,6 +95,20 @@ class InProcessBroker(Protocol):
         born_timestamp: int | None = None,
     ) -> list[PutResult]:
         """Store a batch."""
+        ...
+
+    def end_transaction(
+        self,
+        producer_group: str,
+        tran_state_table_offset: int,
+        commit_log_offset: int,
+        commit_or_rollback: int,
+        *,
+        from_transaction_check: bool = False,
+        msg_id: str = "",
+        remark: str | None = None,
+    ) -> object:
+        """Commit, roll back or leave undecided a half message."""
         ...
 
     def pull_message(
@@ -238,7 +258,7 @@ class EmbeddedTransport:
     ) -> None:
         """Remove the client from its group."""
         if not self.broker.closed:
-            self.broker.unregister_client(client_id, consumer_group)
+            self.broker.unregister_client(client_id, consumer_group, producer_group)
 
     def get_consumer_list_by_group(self, consumer_group: str, topic: str) -> list[str]:
         """Client ids of the group's live members."""
@@ -262,6 +282,24 @@ class EmbeddedTransport:
             messages,
             producer_group=producer_group,
             born_timestamp=born_timestamp,
+        )
+
+    def end_transaction(
+        self, broker_name: str, header: EndTransactionRequestHeader, remark: str | None = None
+    ) -> None:
+        """Commit, roll back or leave undecided a half message (a refusal raises here, as
+        nothing is sent one-way in-process)."""
+        name = self.broker.config.broker_name
+        if broker_name != name:
+            raise InvalidArgumentError(f"broker {broker_name!r} is not served here ({name!r})")
+        self.broker.end_transaction(
+            header.producer_group,
+            header.tran_state_table_offset,
+            header.commit_log_offset,
+            header.commit_or_rollback,
+            from_transaction_check=header.from_transaction_check,
+            msg_id=header.msg_id,
+            remark=remark,
         )
 
     def pull_message(

@@ -48,6 +48,12 @@ from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import MASTER_ID, TopicRoute
 from mqcore.protocol.send import encode_batch, wire_properties
+from mqcore.protocol.transaction import (
+    TRANSACTION_PREPARED_TYPE,
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+    is_transactional,
+)
 from mqcore.record.sysflag import COMPRESSED_FLAG
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
@@ -108,9 +114,19 @@ class _Notices:
 
     def __init__(self) -> None:
         self.channel: ClientChannel | None = None
+        #: broker address -> name, for a check that does not name its broker
+        self.broker_names: Callable[[str], str] = lambda addr: addr
 
     def __call__(self, cmd: RemotingCommand, addr: str) -> RemotingCommand | None:
         channel = self.channel
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE:
+            check = cmd.read_header(CheckTransactionStateRequestHeader)
+            asked = getattr(channel, "check_transaction_state", None)
+            if asked is not None and cmd.body:
+                if not check.broker_name:  # a RocketMQ 4.x broker: answered where it asked
+                    check = attrs.evolve(check, broker_name=self.broker_names(addr))
+                asked(check, MessageExt(bytes(cmd.body)))
+            return None
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             h = cmd.read_header(headers.NotifyConsumerIdsChangedRequestHeader)
             if channel is not None:
@@ -180,6 +196,7 @@ class RemoteTransport:
         self.timeout = timeout
         self._kernel = kernel
         self._notices = _Notices()
+        self._notices.broker_names = self._broker_name_of
         self.client = RemotingClient(self._notices)
         self._pulls: set[concurrent.futures.Future[RemotingCommand]] = set()
         self._pulls_cancelled = False
@@ -400,6 +417,14 @@ class RemoteTransport:
             raise MQClientError(f"The broker[{broker_name}] not exist")
         return addr
 
+    def _broker_name_of(self, addr: str) -> str:
+        """The name of the broker group whose master is at ``addr`` (else ``addr``)."""
+        with self._lock:
+            for name, master in self._brokers.items():
+                if master == addr:
+                    return name
+        return addr
+
     def _all_brokers(self) -> list[str]:
         with self._lock:
             addrs = sorted(set(self._brokers.values()))
@@ -549,6 +574,8 @@ class RemoteTransport:
                 sys_flag |= COMPRESSED_FLAG
             properties = wire_properties(msg)
             flag, code, batch = msg.flag, RequestCode.SEND_MESSAGE_V2, False
+            if is_transactional(msg.properties):
+                sys_flag |= TRANSACTION_PREPARED_TYPE  # as RocketMQ's sendKernelImpl
         else:
             body = encode_batch(list(messages))
             properties, flag, code, batch = "", 0, RequestCode.SEND_BATCH_MESSAGE, True
@@ -589,6 +616,21 @@ class RemoteTransport:
                 results=out,
             )
         return out
+
+    def end_transaction(
+        self, broker_name: str, header: EndTransactionRequestHeader, remark: str | None = None
+    ) -> None:
+        """Send END_TRANSACTION one-way to ``broker_name``'s master (or to the address a
+        check came from, when ``broker_name`` is one)."""
+        if self._closed:
+            raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
+        with self._lock:
+            addr = self._brokers.get(broker_name)
+        if addr is None:
+            addr = broker_name if ":" in broker_name else self._broker_addr(broker_name)
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
+        cmd.remark = remark
+        self.client.invoke_oneway(addr, cmd, self.timeout)
 
     def pull_message(
         self,

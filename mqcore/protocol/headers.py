@@ -17,6 +17,10 @@ import attrs
 
 from mqcore.protocol.codes import RequestCode
 from mqcore.protocol.fields import CommandHeader, Kind, wire_field
+from mqcore.protocol.transaction import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+)
 
 __all__ = [
     "PULL_FLAG_COMMIT_OFFSET",
@@ -453,5 +457,7 @@ REQUEST_HEADERS: dict[int, type[CommandHeader]] = {
     RequestCode.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader,
     RequestCode.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
+    RequestCode.END_TRANSACTION: EndTransactionRequestHeader,
+    RequestCode.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
 }
 """The request header class of each request code that has one."""

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 # The admin and replication handlers register themselves in the request table when imported.
 import mqcore.server.handlers_admin
-import mqcore.server.handlers_ha  # noqa: F401
+import mqcore.server.handlers_ha
+import mqcore.server.handlers_transaction  # noqa: F401
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
@@ -107,6 +108,15 @@ class RemoteChannel:
         self.connection.send_oneway(
             RemotingCommand.request(
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body, oneway=True
+            )
+        )
+
+    def check_transaction_state(self, header: Any, message: Any) -> None:
+        """Send CHECK_TRANSACTION_STATE (39), one-way: the half as a record in the body
+        (its real topic and queue), the producer answers with END_TRANSACTION."""
+        self.connection.send_oneway(
+            RemotingCommand.request(
+                RequestCode.CHECK_TRANSACTION_STATE, header, message.record_bytes(), oneway=True
             )
         )
 
@@ -217,6 +227,7 @@ class BrokerProcessor:
             # (a producer beside a consumer under one instance name) closing its own must not
             # take the consumer out of its group until its next heartbeat.
             self.broker.consumers.unregister_connection(client_id, connection)
+            self.broker.producers.unregister_connection(client_id, connection)
 
     def process(self, req: RemotingCommand, connection: Any) -> Reply:
         """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
@@ -472,7 +483,7 @@ class BrokerProcessor:
 
     @operation(RequestCode.UNREGISTER_CLIENT)
     def _unregister(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
-        self.broker.unregister_client(h.client_id, h.consumer_group)
+        self.broker.unregister_client(h.client_id, h.consumer_group, h.producer_group)
         return ok(req)
 
     @operation(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
