@@ -122,6 +122,13 @@ _OVERRIDES: dict[int, dict[str, Any]] = {
     RequestCode.UPDATE_AND_CREATE_TOPIC: {"topic": "Scratch"},
     RequestCode.DELETE_TOPIC_IN_BROKER: {"topic": "Scratch"},
     RequestCode.UNREGISTER_CLIENT: {"client_id": "127.0.0.1@probe", "consumer_group": "probe"},
+    # "Unknown" (0): the half stays undecided, as an END_TRANSACTION with nothing to decide.
+    RequestCode.END_TRANSACTION: {
+        "tran_state_table_offset": 0,
+        "commit_log_offset": 0,
+        "commit_or_rollback": 0,
+        "msg_id": "probe",
+    },
 }
 
 
