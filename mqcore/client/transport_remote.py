@@ -116,6 +116,9 @@ class _Notices:
         self.channel: ClientChannel | None = None
         #: broker address -> name, for a check that does not name its broker
         self.broker_names: Callable[[str], str] = lambda addr: addr
+        #: broker name -> the address its last check came from (where the answer goes
+        #: when no route names that broker yet: a producer that has sent nothing since)
+        self.checked_from: dict[str, str] = {}
 
     def __call__(self, cmd: RemotingCommand, addr: str) -> RemotingCommand | None:
         channel = self.channel
@@ -125,6 +128,7 @@ class _Notices:
             if asked is not None and cmd.body:
                 if not check.broker_name:  # a RocketMQ 4.x broker: answered where it asked
                     check = attrs.evolve(check, broker_name=self.broker_names(addr))
+                self.checked_from[check.broker_name or addr] = addr
                 asked(check, MessageExt(bytes(cmd.body)))
             return None
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
@@ -625,7 +629,7 @@ class RemoteTransport:
         if self._closed:
             raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
         with self._lock:
-            addr = self._brokers.get(broker_name)
+            addr = self._brokers.get(broker_name) or self._notices.checked_from.get(broker_name)
         if addr is None:
             addr = broker_name if ":" in broker_name else self._broker_addr(broker_name)
         cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, header)
