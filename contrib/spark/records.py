@@ -20,6 +20,7 @@ from mqcore.errors import InvalidArgumentError, StoreError
 from mqcore.kernel import Kernel
 from mqcore.logs import get_logger
 from mqcore.message import PROPERTY_TAGS
+from mqcore.protocol.transaction import TRANSACTION_TOPICS
 from mqcore.spans import RawSpans
 from mqcore.store import GetStatus
 from mqcore.storecaps import SpanReader
@@ -98,8 +99,9 @@ def build_filter(opts: ReadOptions, kernel: Kernel | None = None) -> ReadFilter 
 
 
 def existing_topics(store: Any, location: Location) -> set[str]:
-    """Topics of the store, plus those of the broker's topic table (they may be empty)."""
-    found = set(store.topics())
+    """Topics of the store, plus those of the broker's topic table (they may be empty); never
+    the broker's transaction topics (undecided halves and their outcomes are no user data)."""
+    found = set(store.topics()) - TRANSACTION_TOPICS
     if location.topics_file is not None and location.topics_file.exists():
         from mqcore.broker.topics import TopicManager
 
