@@ -5,8 +5,9 @@ answers ``/metrics`` (Prometheus text, through ``prometheus_client``), ``/health
 ``/readyz``. Counting stays off the per-message path: puts are counted once per stored
 batch (the ``mqcore_messages_stored`` hook), pulls once per answered pull, request
 latency once per request. What is a state rather than an event (consumer lag, store size,
-connections, pending timers, replication lag) is read from the broker when scraped, by
-:class:`_StateCollector`. Nothing of this module runs unless metrics are asked for.
+connections, pending timers, undecided transactions, replication lag) is read from the
+broker when scraped, by :class:`_StateCollector`. Nothing of this module runs unless
+metrics are asked for.
 
 ``prometheus_client`` is the optional extra ``mqcore[metrics]``.
 """
@@ -168,6 +169,15 @@ class _StateCollector:
                 "How far timer delivery is behind",
                 value=stats.lag_ms / 1000,
             )
+
+        halves = gauge(
+            "rocketmq_half_messages",
+            "Transactional (half) messages neither committed nor rolled back yet",
+            labels=["topic"],
+        )
+        for topic, count in sorted(broker.transactions.pending_by_topic().items()):
+            halves.add_metric([topic], count)
+        yield halves
 
         ha = broker.ha
         if isinstance(ha, HAMaster):

@@ -243,3 +243,23 @@ def test_replication_lag_per_slave(tmp_path: Path) -> None:
 
             assert wait_until(caught_up, 20)
             assert slave.broker.store.max_offset("R", 0) == 1
+
+
+def test_half_messages_pending_by_topic(server: Server) -> None:
+    """rocketmq_half_messages counts the undecided transactions of each real topic."""
+    from mqcore import LocalTransactionState, TransactionProducer
+
+    class Undecided:
+        def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+            return LocalTransactionState.UNKNOW
+
+        def check_local_transaction(self, msg: object) -> LocalTransactionState:
+            return LocalTransactionState.UNKNOW
+
+    before = _scrape(server)
+    with TransactionProducer("txp", namesrv_addr=server.address, listener=Undecided()) as p:
+        for _ in range(2):
+            p.send_message_in_transaction(Message(topic="M", body=b"undecided"))
+    after = _scrape(server)
+    assert _delta(before, after, "rocketmq_half_messages", topic="M") == 2
+    assert _value(after, "rocketmq_half_messages", topic="RMQ_SYS_TRANS_HALF_TOPIC") == 0
