@@ -157,6 +157,7 @@ class TransactionService:
         self._ops: deque[tuple[int, int]] = deque()
         self._pass = 0
         self._progress: tuple[int, int] = (-1, -1)
+        self._written: tuple[int, int] | None = None  # the progress in the file
         #: halves given up after transaction_check_max checks since the broker started
         self.discarded = 0
 
@@ -253,11 +254,15 @@ class TransactionService:
         self._progress = (half, op)
 
     def persist(self) -> None:
-        """Write the progress (both offsets in one file, atomically)."""
+        """Write the progress (both offsets in one file, atomically) when it moved."""
         with self._lock:
             self._advance()
-            half, op = self._progress
-        write_json_atomic(self.path, {"halfOffset": half, "opOffset": op})
+            progress = self._progress
+            if progress == self._written:
+                return
+            half, op = progress
+            write_json_atomic(self.path, {"halfOffset": half, "opOffset": op})
+            self._written = progress
 
     # -- prepare and end -----------------------------------------------------------------
 

@@ -200,3 +200,58 @@ def test_end_transaction_twice_commits_once(broker: Broker) -> None:
     with pytest.raises(BrokerError, match="producer group wrong"):
         broker.end_transaction("other", r.queue_offset, offset, 8)
     assert len(topic_messages(broker, "T")) == 1
+
+
+class ByKey:
+    """Key ``<outcome>-<n>``: ``commit``/``rollback`` decide at once; ``check-commit`` and
+    ``check-rollback`` are unknown at first and decided by the check."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.checked: list[str] = []
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        kind = (msg.keys or "").rsplit("-", 1)[0]
+        return {"commit": COMMIT, "rollback": ROLLBACK}.get(kind, UNKNOW)
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        with self._lock:
+            self.checked.append(msg.keys or "")
+        return COMMIT if (msg.keys or "").startswith("check-commit") else ROLLBACK
+
+
+def test_consumers_get_each_committed_message_once_and_no_other(broker: Broker) -> None:
+    from collections import Counter
+
+    from mqcore import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+
+    kinds = ["commit", "rollback", "check-commit", "check-rollback"]
+    keys = [f"{kind}-{n}" for n in range(5) for kind in kinds]
+    consumed: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def listener(msgs: list[MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        with lock:
+            consumed.update(m.keys or "" for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    consumer = PushConsumer(
+        "cg", broker=broker, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    )
+    consumer.subscribe("T", "*")
+    consumer.register_message_listener(listener)
+    consumer.start()
+    listener_tx = ByKey()
+    try:
+        with TransactionProducer("txp", broker, listener=listener_tx) as p:
+            for key in keys:
+                p.send_message_in_transaction(Message("T", key.encode(), keys=key))
+            assert wait_until(lambda: broker.transactions.pending_count() == 0, timeout=30)
+        committed = {k for k in keys if k.startswith(("commit", "check-commit"))}
+        assert wait_until(lambda: set(consumed) == committed, timeout=30)
+    finally:
+        consumer.shutdown()
+    # Everything the topic holds was consumed: nothing else can ever come.
+    assert sorted(m.keys or "" for m in topic_messages(broker, "T")) == sorted(committed)
+    assert max(consumed.values()) == 1
+    assert set(listener_tx.checked) == {k for k in keys if k.startswith("check")}
