@@ -75,7 +75,8 @@ class ProducerManager:
                 if not members:
                     del self._groups[name]
         for name, cid in dropped:
-            log.warning("producer_expired", group=name, client_id=cid)
+            # Info, not a warning: a plain mqcore Producer heartbeats only when it starts.
+            log.info("producer_expired", group=name, client_id=cid)
         return dropped
 
     def groups(self) -> list[str]:
