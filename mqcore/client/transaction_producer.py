@@ -12,6 +12,7 @@ over the network).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ import attrs
 from mqcore.client.producer import Producer
 from mqcore.client.scheduler import Scheduler
 from mqcore.codec import decode_message_id
-from mqcore.errors import MQClientError
+from mqcore.errors import MQClientError, MQError
 from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_UNIQ_KEY,
@@ -35,6 +36,7 @@ from mqcore.message import (
     system_message,
 )
 from mqcore.protocol.admin_bodies import ConsumerRunningInfo
+from mqcore.protocol.names import AUTO_CREATE_TOPIC_KEY_TOPIC
 from mqcore.protocol.transaction import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
@@ -177,6 +179,11 @@ class TransactionProducer(Producer):
                 self.check_thread_pool_size, thread_name_prefix=f"mqcore-tx-check-{self.group}"
             )
             self._beats = Scheduler(f"mqcore-tx-heartbeat-{self.group}")
+        # Learn the brokers before the first heartbeat, as RocketMQ's producer does through
+        # its template topic's route: a producer restarted to answer checks may send nothing,
+        # and a broker it never heartbeats cannot ask it.
+        with contextlib.suppress(MQError):
+            self.broker.get_route_info_by_topic(AUTO_CREATE_TOPIC_KEY_TOPIC)
         try:
             super().start()
         except BaseException:
