@@ -254,4 +254,6 @@ def test_consumers_get_each_committed_message_once_and_no_other(broker: Broker) 
     # Everything the topic holds was consumed: nothing else can ever come.
     assert sorted(m.keys or "" for m in topic_messages(broker, "T")) == sorted(committed)
     assert max(consumed.values()) == 1
-    assert set(listener_tx.checked) == {k for k in keys if k.startswith("check")}
+    # Every undecided one was checked (a decided one too, if a pass came between its send
+    # and its outcome on a slow machine: the answer then finds it decided).
+    assert set(listener_tx.checked) >= {k for k in keys if k.startswith("check")}
