@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from mqtest import wait_until
+from structlog.testing import capture_logs
 
 from mqcore import (
     Broker,
@@ -138,9 +139,12 @@ def test_unknown_is_checked_back_after_the_timeout(
 
 def test_a_producer_that_never_answers_is_given_up_after_check_max(broker: Broker) -> None:
     listener = Listener(UNKNOW, UNKNOW)
-    with TransactionProducer("txp", broker, listener=listener) as p:
+    with capture_logs() as logs, TransactionProducer("txp", broker, listener=listener) as p:
         r = p.send_message_in_transaction(Message("T", b"limbo", keys="k"))
         assert wait_until(lambda: broker.transactions.pending_count() == 0, timeout=20)
+    (gave_up,) = [e for e in logs if e["event"] == "transaction_check_max_reached"]
+    assert gave_up["log_level"] == "error"
+    assert (gave_up["topic"], gave_up["checks"], gave_up["transaction_id"]) == ("T", 3, r.msg_id)
     assert len(listener.checked) == 3  # transaction_check_max
     assert [int(m.get_property("TRANSACTION_CHECK_TIMES") or 0) for m in listener.checked] == [
         1,
