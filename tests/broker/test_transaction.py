@@ -155,3 +155,42 @@ def test_refusals(broker: Broker) -> None:
     assert broker.end_transaction("txp", r.queue_offset, r.commitlog_offset, 0) is None
     assert broker.transactions.pending_count() == 1
     assert stored(broker, "T") == []
+
+
+def test_a_slave_has_the_halves_and_leaves_deciding_to_its_master(tmp_path: Path) -> None:
+    """Halves, commits and op messages reach the slave in the log; the slave refuses
+    END_TRANSACTION (SLAVE_NOT_AVAILABLE) and checks nothing itself."""
+    from mqcore.protocol.codes import ResponseCode
+
+    fast = {"slave_synchronize_interval_ms": 200, "ha_send_heartbeat_interval_ms": 500}
+    with Broker(tmp_path / "m", broker_role="ASYNC_MASTER", ha_listen_port=0, **fast) as master:
+        master.create_topic("T", queue_nums=1)
+        assert master.ha is not None
+        with Broker(
+            tmp_path / "s",
+            broker_role="SLAVE",
+            broker_id=1,
+            listen_port=10999,
+            ha_master_address=f"127.0.0.1:{master.ha.port}",
+            transaction_timeout=0,
+            transaction_check_interval=50,
+            **fast,
+        ) as slave:
+            undecided = half(master, b"undecided")
+            committed = half(master, b"committed")
+            master.end_transaction(
+                "txp", committed.queue_offset, committed.commitlog_offset, COMMIT
+            )
+            assert wait_until(
+                lambda: slave.store.commitlog_max_offset() == master.store.commitlog_max_offset()
+            )
+            assert [m.body for m in stored(slave, "T")] == [b"committed"]
+            assert slave.store.max_offset(HALF_TOPIC, 0) == 2
+            with pytest.raises(BrokerError) as refused:
+                slave.end_transaction(
+                    "txp", undecided.queue_offset, undecided.commitlog_offset, COMMIT
+                )
+            assert refused.value.code == ResponseCode.SLAVE_NOT_AVAILABLE
+            assert not slave.transaction_check._thread.is_alive()
+            assert slave.transactions.pending_count() == 0  # the master's to track
+            assert master.transactions.pending_count() == 1
