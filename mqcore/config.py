@@ -123,6 +123,10 @@ class BrokerConfig:
         registers with (``namesrvAddr``); ``None``: it is its own name server.
     :param register_name_server_period_ms: how often it registers (30 s; RocketMQ's
         ``registerNameServerPeriod``), and at once when its topics change.
+    :param revive_queue_num: queues of the revive topic, where pop checkpoints and acks are
+        kept (``reviveQueueNum``, 8).
+    :param revive_interval_ms: how often expired invisible pop messages are revived
+        (``reviveInterval``, 1 s).
     """
 
     broker_name: str = "broker-a"
@@ -163,6 +167,8 @@ class BrokerConfig:
     total_physical_memory_bytes: int = attrs.field(factory=_physical_memory)
     namesrv_addr: str | None = None
     register_name_server_period_ms: int = 30_000
+    revive_queue_num: int = 8
+    revive_interval_ms: int = 1_000
 
     @property
     def store_host(self) -> str:

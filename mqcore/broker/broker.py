@@ -25,6 +25,8 @@ from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
 from mqcore.broker.metadata import MetadataSync
 from mqcore.broker.offsets import ConsumerOffsetManager
+from mqcore.broker.pop import PopResult, PopService, check_poll
+from mqcore.broker.pop_revive import ReviveService
 from mqcore.broker.readpolicy import SLAVE_READ_BROKER_ID, read_from_slave
 from mqcore.broker.schedule import DelayService, is_timer_message
 from mqcore.broker.topics import (
@@ -60,6 +62,7 @@ from mqcore.message import (
     MessageModel,
     MessageQueue,
 )
+from mqcore.protocol import pop as pop_wire
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
@@ -232,6 +235,11 @@ class Broker:
             if not self.is_slave:  # a slave's delayed messages are delivered by its master
                 # Last: its thread delivers through everything set up above.
                 self.delay.start()
+            #: pop consumption: checkpoints, acks, invisibility (see mqcore.broker.pop)
+            self.pop = PopService(self)
+            self.pop_revive = ReviveService(self, self.pop)
+            if not self.is_slave:  # a slave's pop state is its master's
+                self.pop_revive.start()
         except BaseException:
             if self.ha is not None:
                 self.ha.close()
@@ -333,6 +341,7 @@ class Broker:
                 if self.ha is not None:
                     self.ha.close()
                 if not self.is_slave:
+                    self.pop_revive.close()
                     self.delay.close()
             finally:
                 self.offsets.persist()
@@ -521,7 +530,7 @@ class Broker:
                 code=ResponseCode.SERVICE_NOT_AVAILABLE,
             )
         validate_topic(topic)
-        if topic in NOT_ALLOWED_SEND_TOPICS:
+        if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(pop_wire.REVIVE_TOPIC_PREFIX):
             raise MessageIllegalError(
                 f"Sending message to topic[{topic}] is forbidden.", code=ResponseCode.NO_PERMISSION
             )
@@ -952,3 +961,111 @@ class Broker:
         """Release queue locks held by ``client_id``."""
         self._check_open()
         self.locks.unlock_batch(consumer_group, mqs, client_id)
+
+    # -- pop consumption ---------------------------------------------------------------------
+
+    def pop_message(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        born_time: int = 0,
+        expression: str | None = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = pop_wire.INIT_MODE_MAX,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> PopResult:
+        """Receive up to ``max_msg_nums`` messages of ``topic`` (every queue with
+        ``queue_id`` -1), invisible to the group for ``invisible_time_ms`` (POP_MESSAGE).
+
+        With nothing to pop, the call is held up to ``poll_time_ms`` (at most
+        ``suspend_max_time_ms``) for a message to arrive; the answer is then
+        POLLING_TIMEOUT. ``order`` pops orderly: a queue with unacked invisible messages of
+        the group gives nothing more until they are acked or their time is over.
+        """
+        self._check_open()
+        check_poll(born_time, poll_time_ms)
+        hold_s = min(max(poll_time_ms, 0), self.config.suspend_max_time_ms) / 1000
+        deadline = time.monotonic() + hold_s
+        keys = self.pop.watch_keys(consumer_group, topic, queue_id)
+        while True:
+            seqs = [self.waiters.sequence(k) for k in keys]
+            result = self.pop.pop(
+                consumer_group, topic, queue_id, max_msg_nums, invisible_time_ms,
+                expression=expression, expression_type=expression_type, order=order,
+                init_mode=init_mode,
+            )  # fmt: skip
+            remaining = deadline - time.monotonic()
+            if (
+                result.records
+                or remaining <= 0
+                or self._closed
+                or (cancelled is not None and cancelled())
+            ):
+                return result
+            self._wait_any(keys, seqs, remaining)
+
+    def _wait_any(self, keys: list[Any], seqs: list[int], timeout_s: float) -> None:
+        """Block until one of ``keys`` is notified (after the ``seqs`` read), or time out."""
+        event = threading.Event()
+        wake = event.set
+        parked = [k for k, seq in zip(keys, seqs, strict=True) if self.waiters.park(k, seq, wake)]
+        try:
+            if len(parked) == len(keys):  # else one was notified already: look again
+                event.wait(timeout_s)
+        finally:
+            for k in parked:
+                self.waiters.unpark(k, wake)
+
+    def ack_message(
+        self, consumer_group: str, topic: str, queue_id: int, extra_info: str, offset: int
+    ) -> None:
+        """Ack a popped message by its receipt handle (ACK_MESSAGE).
+
+        :raises ReceiptHandleError: the handle is malformed (INVALID_PARAMETER), or names no
+            invisible message of the group: expired, settled, forged (NO_MESSAGE).
+        """
+        self.pop.ack(consumer_group, topic, queue_id, extra_info, offset)
+
+    def batch_ack_message(self, acks: Iterable[pop_wire.BatchAck]) -> int:
+        """Ack many popped messages (BATCH_ACK_MESSAGE); returns how many were acked."""
+        return self.pop.batch_ack(acks)
+
+    def change_invisible_time(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """Make a popped message invisible for ``invisible_time_ms`` from now
+        (CHANGE_MESSAGE_INVISIBLETIME); returns the new handle's popTime, invisibleTime and
+        reviveQid. The old handle is dead from then on."""
+        return self.pop.change_invisible_time(
+            consumer_group, topic, queue_id, extra_info, offset, invisible_time_ms
+        )
+
+    def notification(
+        self, consumer_group: str, topic: str, queue_id: int, poll_time_ms: int = 0
+    ) -> bool:
+        """True when ``topic`` has messages the group could pop now (NOTIFICATION), held up
+        to ``poll_time_ms`` for one to arrive."""
+        self._check_open()
+        self.topics.require(topic, read=True)
+        keys = self.pop.watch_keys(consumer_group, topic, queue_id)
+        deadline = time.monotonic() + min(poll_time_ms, self.config.suspend_max_time_ms) / 1000
+        while True:
+            seqs = [self.waiters.sequence(k) for k in keys]
+            if self.pop.has_message(consumer_group, topic, queue_id):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                return False
+            self._wait_any(keys, seqs, remaining)
