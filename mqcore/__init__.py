@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mqcore import errors
 from mqcore.broker import Broker
-from mqcore.client import Producer, PullConsumer, PushConsumer
+from mqcore.client import FilterExpression, Producer, PullConsumer, PushConsumer, SimpleConsumer
 from mqcore.errors import (
     FilterExpressionError,
     MQError,
@@ -33,6 +33,7 @@ __all__ = [
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
+    "FilterExpression",
     "FilterExpressionError",
     "Kernel",
     "MQError",
@@ -49,6 +50,7 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "__version__",
     "errors",
     "hookimpl",

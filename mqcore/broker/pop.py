@@ -33,6 +33,7 @@ from mqcore.message import MessageExt, system_message
 from mqcore.protocol import pop as wire
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX, validate_group
+from mqcore.protocol.pop import PopResult
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker
@@ -125,21 +126,6 @@ class CheckPoint:
             revive_queue=revive_queue,
         )
         return ck
-
-
-@attrs.frozen
-class PopResult:
-    """A pop's answer (RocketMQ's PopMessageResponseHeader and the records)."""
-
-    code: ResponseCode
-    pop_time: int
-    invisible_time: int
-    revive_qid: int
-    rest_num: int
-    start_offset_info: str = ""
-    msg_offset_info: str = ""
-    order_count_info: str = ""
-    records: list[bytes] = attrs.field(factory=list)
 
 
 def _handle_error(text: str, code: int = ResponseCode.NO_MESSAGE) -> wire.ReceiptHandleError:
@@ -266,7 +252,7 @@ class PopService:
             records: list[bytes] = []
             starts: list[tuple[str, int, int]] = []
             offsets_info: list[tuple[str, int, list[int]]] = []
-            counts_info: list[tuple[str, int, list[int]]] = []
+            counts_info: list[tuple[str, object, int]] = []
             rest = 0
             for src_topic, q in sources:
                 want = max_msg_nums - len(records)
@@ -291,7 +277,10 @@ class PopService:
                 starts.append((src_topic, q, offs[0]))
                 offsets_info.append((src_topic, q, offs))
                 if order:
-                    counts_info.append((src_topic, q, counts))
+                    # Per message, as RocketMQ's buildQueueOffsetOrderCountInfo: "qo<q>%<offset>".
+                    counts_info.extend(
+                        (src_topic, f"qo{q}%{o}", n) for o, n in zip(offs, counts, strict=True)
+                    )
         if not records:
             return PopResult(ResponseCode.POLLING_TIMEOUT, pop_time, invisible_time, revive_qid,
                              rest)  # fmt: skip
@@ -303,11 +292,7 @@ class PopService:
             rest,
             wire.format_offset_info(starts),
             wire.format_offset_info(offsets_info),
-            wire.format_offset_info(
-                (t, q, c[0] if len(set(c)) == 1 else max(c)) for t, q, c in counts_info
-            )
-            if order
-            else "",
+            wire.format_offset_info(counts_info) if order else "",
             records,
         )
 

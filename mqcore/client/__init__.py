@@ -1,4 +1,4 @@
-"""Clients of the broker: Producer, PullConsumer, PushConsumer."""
+"""Clients of the broker: Producer, PullConsumer, PushConsumer, SimpleConsumer."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ from mqcore.client.consume_service import ConsumeConcurrentlyContext, ConsumeOrd
 from mqcore.client.producer import MessageQueueSelector, Producer
 from mqcore.client.pull_consumer import PullConsumer
 from mqcore.client.push_consumer import PushConsumer
+from mqcore.client.simple_consumer import FilterExpression, ReceivedMessage, SimpleConsumer
 
 __all__ = [
     "ConsumeConcurrentlyContext",
     "ConsumeOrderlyContext",
+    "FilterExpression",
     "MessageQueueSelector",
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "ReceivedMessage",
+    "SimpleConsumer",
 ]

@@ -14,6 +14,7 @@ from mqcore.errors import BrokerError, InvalidArgumentError
 from mqcore.message import Message, MessageExt, MessageQueue
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
+from mqcore.protocol.pop import PopResult
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
 from mqcore.store import PutResult
@@ -394,3 +395,70 @@ class EmbeddedTransport:
         """Release queue locks held by ``client_id``."""
         if not self.broker.closed:
             self.broker.unlock_batch_mq(consumer_group, client_id, mqs)
+
+    # -- pop consumption --------------------------------------------------------------------------
+
+    def pop_message(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        expression: str = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = 1,
+    ) -> PopResult:
+        """Pop from the broker (held up to ``poll_time_ms``; cancel_pulls ends the wait)."""
+        self._check(mq)
+        key = ("%POP_ORDER%", consumer_group, mq.topic)  # a key the held pop waits on
+        with self._pulls_lock:
+            self._pulls[key] = self._pulls.get(key, 0) + 1
+        try:
+            result: PopResult = self.broker.pop_message(  # type: ignore[attr-defined]
+                consumer_group,
+                mq.topic,
+                mq.queue_id,
+                max_msg_nums,
+                invisible_time_ms,
+                poll_time_ms=0 if self._pulls_cancelled else poll_time_ms,
+                expression=expression,
+                expression_type=expression_type,
+                order=order,
+                init_mode=init_mode,
+                cancelled=self._pulls_are_cancelled,
+            )
+            return result
+        finally:
+            with self._pulls_lock:
+                left = self._pulls[key] - 1
+                if left:
+                    self._pulls[key] = left
+                else:
+                    del self._pulls[key]
+
+    def ack_message(
+        self, mq: MessageQueue, consumer_group: str, extra_info: str, offset: int
+    ) -> None:
+        """Ack a popped message."""
+        self._check(mq)
+        self.broker.ack_message(  # type: ignore[attr-defined]
+            consumer_group, mq.topic, mq.queue_id, extra_info, offset
+        )
+
+    def change_invisible_time(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """New invisible time for a popped message."""
+        self._check(mq)
+        answer: tuple[int, int, int] = self.broker.change_invisible_time(  # type: ignore[attr-defined]
+            consumer_group, mq.topic, mq.queue_id, extra_info, offset, invisible_time_ms
+        )
+        return answer

@@ -13,12 +13,12 @@ queueOffset``. ``retry`` is ``0`` for the topic itself, ``1`` for the group's po
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from mqcore.errors import BrokerError
+from mqcore.errors import BrokerError, ReceiptHandleError
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.fields import CommandHeader, Kind, wire_field
 from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX
@@ -45,6 +45,7 @@ __all__ = [
     "NotificationResponseHeader",
     "PopMessageRequestHeader",
     "PopMessageResponseHeader",
+    "PopResult",
     "ReceiptHandleError",
     "decode_batch_ack_body",
     "encode_batch_ack_body",
@@ -65,11 +66,6 @@ INIT_MODE_MIN, INIT_MODE_MAX = 0, 1  # ConsumeInitMode
 # second the revive service (reviveInterval 1 s) could not keep it.
 MIN_INVISIBLE_TIME_MS = 1_000
 MAX_INVISIBLE_TIME_MS = 12 * 3600 * 1000
-
-
-class ReceiptHandleError(BrokerError):
-    """A receipt handle the broker cannot act on: malformed or truncated (INVALID_PARAMETER),
-    expired, already settled, forged or of another group (NO_MESSAGE)."""
 
 
 def revive_topic(cluster: str) -> str:
@@ -184,7 +180,7 @@ class ExtraInfo:
         return cls(so, pt, it, rq, parts[4], parts[5], qid, qo)
 
 
-def format_offset_info(entries: Iterable[tuple[str, int, Any]]) -> str:
+def format_offset_info(entries: Iterable[tuple[str, object, Any]]) -> str:
     """``startOffsetInfo`` / ``msgOffsetInfo`` / ``orderCountInfo``: ``retry queueId value``
     per queue, ``;``-separated (a list value is ``,``-joined)."""
     out = []
@@ -209,6 +205,22 @@ def parse_offset_info(text: str | None) -> dict[str, list[int]]:
             )
         table[f"{parts[0]}@{parts[1]}"] = [int(v) for v in parts[2].split(",") if v]
     return table
+
+
+@attrs.frozen
+class PopResult:
+    """A pop's answer as both sides see it: RocketMQ's PopMessageResponseHeader and the
+    stored records (the receipt handles are built from the offset infos)."""
+
+    code: ResponseCode
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+    rest_num: int
+    start_offset_info: str = ""
+    msg_offset_info: str = ""
+    order_count_info: str = ""
+    records: Sequence[bytes | bytearray | memoryview] = attrs.field(factory=list)
 
 
 # -- headers ------------------------------------------------------------------------------------

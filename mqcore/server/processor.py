@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 # The admin and replication handlers register themselves in the request table when imported.
 import mqcore.server.handlers_admin
-import mqcore.server.handlers_ha  # noqa: F401
+import mqcore.server.handlers_ha
+import mqcore.server.handlers_pop  # noqa: F401
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
