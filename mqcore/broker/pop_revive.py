@@ -142,10 +142,13 @@ class ReviveService:
         cfg = broker.topics.get(pop.revive_topic)
         if cfg is None:
             return
-        low = pop.revive_commit_offsets()
-        for q in range(cfg.read_queue_nums):
-            at = low.get(q, int(broker.store.max_offset(pop.revive_topic, q)))
-            broker.offsets.commit_offset("", wire.REVIVE_GROUP, pop.revive_topic, q, at)
+        # Under the pop lock: a checkpoint appended between reading the live ones and the
+        # queue's end would otherwise be committed past, and lost to a replay.
+        with pop._lock:
+            low = pop.revive_commit_offsets()
+            for q in range(cfg.read_queue_nums):
+                at = low.get(q, int(broker.store.max_offset(pop.revive_topic, q)))
+                broker.offsets.commit_offset("", wire.REVIVE_GROUP, pop.revive_topic, q, at)
 
     def recover(self) -> None:
         """Rebuild the pop state from the revive topic (after a restart, or a crash)."""
