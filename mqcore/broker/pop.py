@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -35,10 +35,7 @@ from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX, validate_group
 from mqcore.protocol.pop import PopResult
 
-if TYPE_CHECKING:
-    from mqcore.broker.broker import Broker
-
-__all__ = ["CheckPoint", "PopResult", "PopService"]
+__all__ = ["CheckPoint", "PopHost", "PopResult", "PopService"]
 
 log = get_logger(__name__)
 
@@ -48,6 +45,29 @@ POLL_LATE_MS = 500
 # Ack kinds, kept in an AckMsg's "k" field (RocketMQ's readers ignore it): an application's
 # ack, the old checkpoint's release by a change of invisible time, a revive's settlement.
 ACKED, MOVED, REVIVED = "a", "m", "r"
+
+
+class PopHost(Protocol):
+    """What pop consumption uses of its broker (a :class:`~mqcore.broker.Broker`)."""
+
+    config: Any
+    store: Any
+    topics: Any
+    offsets: Any
+    consumers: Any
+    waiters: Any
+    pop_revive: Any
+
+    @property
+    def closed(self) -> bool:
+        """True once the broker is closed."""
+        ...
+
+    def _check_open(self) -> None: ...
+
+    def _message_filter(self, sub_expression: str | None, expression_type: str) -> Any: ...
+
+    def _put(self, topic: str, queue_id: int, messages: Any, **kw: Any) -> Any: ...
 
 
 def now_ms() -> int:
@@ -139,7 +159,7 @@ class PopService:
     read or append of the store).
     """
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: PopHost) -> None:
         self.broker = broker
         cfg = broker.config
         self.revive_topic = wire.revive_topic(cfg.broker_cluster_name)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING
 
-from mqcore.broker.pop import ACKED, REVIVED, CheckPoint, PopService, now_ms
+from mqcore.broker.pop import ACKED, REVIVED, CheckPoint, PopHost, PopService, now_ms
 from mqcore.logs import get_logger
 from mqcore.message import (
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -29,9 +28,6 @@ from mqcore.message import (
 )
 from mqcore.protocol import pop as wire
 from mqcore.protocol.names import DLQ_GROUP_TOPIC_PREFIX
-
-if TYPE_CHECKING:
-    from mqcore.broker.broker import Broker
 
 __all__ = ["ReviveService"]
 
@@ -43,7 +39,7 @@ _READ_BATCH = 256
 class ReviveService:
     """Turns expired invisible pop messages into retries or dead letters."""
 
-    def __init__(self, broker: Broker, pop: PopService) -> None:
+    def __init__(self, broker: PopHost, pop: PopService) -> None:
         self.broker = broker
         self.pop = pop
         self.interval_s = broker.config.revive_interval_ms / 1000
@@ -197,12 +193,12 @@ class ReviveService:
                 self.broker.offsets.commit_offset("", ck.group, ck.topic, ck.queue_id, nxt)
             return 1
         if m.tags in (wire.ACK_TAG, wire.BATCH_ACK_TAG):
-            key = (str(body["c"]), str(body["t"]), int(body["q"]), int(body["so"]),
-                   int(body["pt"]))  # fmt: skip
-            ck = pop._cks.get(key)
-            if ck is None:
+            ck_key = (str(body["c"]), str(body["t"]), int(body["q"]), int(body["so"]),
+                      int(body["pt"]))  # fmt: skip
+            acked = pop._cks.get(ck_key)
+            if acked is None:
                 return 0
             offs = body.get("aol") or [body.get("ao")]
             kind = str(body.get("k", ACKED))
-            pop._apply(ck, [int(o) for o in offs if o is not None], kind)
+            pop._apply(acked, [int(o) for o in offs if o is not None], kind)
         return 0

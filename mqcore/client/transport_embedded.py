@@ -182,6 +182,43 @@ class InProcessBroker(Protocol):
         """Release a client's queue locks."""
         ...
 
+    def pop_message(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        born_time: int = 0,
+        expression: str | None = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = 1,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> PopResult:
+        """Pop messages (held up to ``poll_time_ms``)."""
+        ...
+
+    def ack_message(
+        self, consumer_group: str, topic: str, queue_id: int, extra_info: str, offset: int
+    ) -> None:
+        """Ack a popped message."""
+        ...
+
+    def change_invisible_time(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """New invisible time for a popped message."""
+        ...
+
 
 class EmbeddedTransport:
     """:class:`~mqcore.client.api.BrokerAPI` over a :class:`~mqcore.broker.Broker` in this
@@ -193,7 +230,7 @@ class EmbeddedTransport:
         self.broker = broker
         # Long polls in flight, per queue, so that cancel_pulls() can wake them.
         self._pulls_lock = threading.Lock()
-        self._pulls: dict[tuple[str, int], int] = {}
+        self._pulls: dict[tuple[object, ...], int] = {}
         self._pulls_cancelled = False
 
     @property
@@ -417,7 +454,7 @@ class EmbeddedTransport:
         with self._pulls_lock:
             self._pulls[key] = self._pulls.get(key, 0) + 1
         try:
-            result: PopResult = self.broker.pop_message(  # type: ignore[attr-defined]
+            result: PopResult = self.broker.pop_message(
                 consumer_group,
                 mq.topic,
                 mq.queue_id,
@@ -444,9 +481,7 @@ class EmbeddedTransport:
     ) -> None:
         """Ack a popped message."""
         self._check(mq)
-        self.broker.ack_message(  # type: ignore[attr-defined]
-            consumer_group, mq.topic, mq.queue_id, extra_info, offset
-        )
+        self.broker.ack_message(consumer_group, mq.topic, mq.queue_id, extra_info, offset)
 
     def change_invisible_time(
         self,
@@ -458,7 +493,7 @@ class EmbeddedTransport:
     ) -> tuple[int, int, int]:
         """New invisible time for a popped message."""
         self._check(mq)
-        answer: tuple[int, int, int] = self.broker.change_invisible_time(  # type: ignore[attr-defined]
+        answer: tuple[int, int, int] = self.broker.change_invisible_time(
             consumer_group, mq.topic, mq.queue_id, extra_info, offset, invisible_time_ms
         )
         return answer

@@ -378,13 +378,13 @@ def encode_batch_ack_body(acks: Iterable[BatchAck]) -> bytes:
     ).encode()
 
 
-def decode_batch_ack_body(body: bytes | None) -> list[BatchAck]:
+def decode_batch_ack_body(body: bytes | bytearray | memoryview | None) -> list[BatchAck]:
     """The acks of a BATCH_ACK_MESSAGE body (short or long field names).
 
     :raises BrokerError: INVALID_PARAMETER when the body is not such a JSON object.
     """
     try:
-        data = json.loads(body or b"{}")
+        data = json.loads(bytes(body or b"{}"))
         acks = data.get("acks") or []
 
         def pick(d: Mapping[str, Any], short: str, long: str) -> Any:
