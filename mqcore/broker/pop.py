@@ -22,18 +22,19 @@ import json
 import random
 import threading
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from mqcore.errors import BrokerError
 from mqcore.logs import get_logger
-from mqcore.message import MessageExt, system_message
+from mqcore.message import Message, MessageExt, system_message
 from mqcore.protocol import pop as wire
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX, validate_group
 from mqcore.protocol.pop import PopResult
+from mqcore.store import PutResult
 
 __all__ = ["CheckPoint", "PopHost", "PopResult", "PopService"]
 
@@ -67,7 +68,17 @@ class PopHost(Protocol):
 
     def _message_filter(self, sub_expression: str | None, expression_type: str) -> Any: ...
 
-    def _put(self, topic: str, queue_id: int, messages: Any, **kw: Any) -> Any: ...
+    def _put(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        born_timestamp: int | None = None,
+        born_host: str | None = None,
+        reconsume_times: int = 0,
+        sys_flag: int = 0,
+    ) -> list[PutResult]: ...
 
 
 def now_ms() -> int:
