@@ -64,6 +64,11 @@ class PopHost(Protocol):
         """True once the broker is closed."""
         ...
 
+    @property
+    def is_slave(self) -> bool:
+        """True for a slave (it takes no pops: they write)."""
+        ...
+
     def _check_open(self) -> None: ...
 
     def _message_filter(self, sub_expression: str | None, expression_type: str) -> Any: ...
@@ -209,6 +214,15 @@ class PopService:
 
     # -- checks -----------------------------------------------------------------------------------
 
+    def _check_writable(self) -> None:
+        self.broker._check_open()
+        if self.broker.is_slave:
+            raise BrokerError(
+                f"broker {self.broker.config.broker_name} is a SLAVE: pops, acks and changes "
+                "of invisible time write checkpoints; send them to its master",
+                code=ResponseCode.SERVICE_NOT_AVAILABLE,
+            )
+
     def _check_group(self, group: str) -> None:
         validate_group(group)
         data = self.broker.consumers.group_data(group)
@@ -249,7 +263,7 @@ class PopService:
         for ``invisible_time`` ms. Answers at once: POLLING_TIMEOUT when nothing is there.
         """
         broker = self.broker
-        broker._check_open()
+        self._check_writable()
         self._check_group(group)
         cfg = broker.topics.require(topic, read=True)
         if not -1 <= queue_id < cfg.read_queue_nums:
@@ -561,7 +575,7 @@ class PopService:
     def ack(self, group: str, topic: str, queue_id: int, handle: str, offset: int) -> None:
         """Ack one message (ACK_MESSAGE). Acking it twice is harmless while its checkpoint
         lives; a handle that names no invisible message raises :class:`ReceiptHandleError`."""
-        self.broker._check_open()
+        self._check_writable()
         with self._lock:
             ck, _ = self._find(group, topic, queue_id, handle, offset)
             self._settle(ck, [offset], ACKED)
@@ -569,7 +583,7 @@ class PopService:
     def batch_ack(self, acks: Iterable[wire.BatchAck]) -> int:
         """Ack every offset of ``acks`` (BATCH_ACK_MESSAGE); returns how many were acked.
         The valid ones are acked even when one is not; then the first refusal is raised."""
-        self.broker._check_open()
+        self._check_writable()
         done = 0
         first: BrokerError | None = None
         with self._lock:
@@ -603,7 +617,7 @@ class PopService:
         """Make the message invisible for ``invisible_time`` ms from now: a new checkpoint
         holds it, the old one lets it go. Returns the new handle's (popTime, invisibleTime,
         reviveQid); the old handle is dead from then on."""
-        self.broker._check_open()
+        self._check_writable()
         self.check_invisible_time(invisible_time)
         with self._lock:
             old, _ = self._find(group, topic, queue_id, handle, offset)
