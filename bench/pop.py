@@ -8,7 +8,9 @@ it all with a group of its own, so every phase sees the same records:
 - ``pull``: one ``PullConsumer`` pulling 32 at a time over every queue, committing each
   queue's offset after each pull (what a classic consumer's ack amounts to);
 - ``pop xN``: N ``SimpleConsumer`` threads of one group, each ``receive(32, 60 s)`` then
-  ``ack`` of every message, until all are acked.
+  ``ack`` of every message, until all are acked;
+- ``pop xN ack_batch``: the same with the first N, acking each receive's messages with one
+  ``ack_batch`` (BATCH_ACK_MESSAGE).
 
 Both transports in one run: ``embedded`` (the broker in this process) and ``remote`` (the
 same broker behind a remoting server on loopback, clients over TCP). Prints a Markdown table,
@@ -57,7 +59,7 @@ def _pull(target: Any, group: str, n: int) -> int:
     return got
 
 
-def _pop(target: Any, group: str, n: int, consumers: int) -> int:
+def _pop(target: Any, group: str, n: int, consumers: int, batch: bool = False) -> int:
     lock = threading.Lock()
     done = [0]
     errors: list[BaseException] = []
@@ -71,9 +73,12 @@ def _pop(target: Any, group: str, n: int, consumers: int) -> int:
                         if done[0] >= n:
                             return
                     msgs = c.receive(32, 60.0)
-                    for m in msgs:
-                        if m.body:
-                            c.ack(m)
+                    if batch:
+                        c.ack_batch([m for m in msgs if m.body])
+                    else:
+                        for m in msgs:
+                            if m.body:
+                                c.ack(m)
                     with lock:
                         done[0] += len(msgs)
         except BaseException as exc:
@@ -123,6 +128,10 @@ def run(store: str, n: int, size: int, consumers: list[int]) -> dict[str, dict[s
                         out[f"{transport}/pop x{k}"] = _timed(
                             _pop, target, f"pop-{transport}-{k}", n, k
                         )
+                    k = consumers[0]
+                    out[f"{transport}/pop x{k} ack_batch"] = _timed(
+                        _pop, target, f"pop-{transport}-{k}-batch", n, k, True
+                    )
             finally:
                 server.close()
     finally:

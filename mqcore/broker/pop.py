@@ -519,18 +519,22 @@ class PopService:
         self, group: str, topic: str, queue_id: int, handle: str, offset: int
     ) -> tuple[CheckPoint, wire.ExtraInfo]:
         """The live checkpoint holding ``offset`` as ``handle`` names it, or the error."""
+        return self._find_info(group, topic, queue_id, wire.ExtraInfo.parse(handle), offset)
+
+    def _find_info(
+        self, group: str, topic: str, queue_id: int, info: wire.ExtraInfo, offset: int
+    ) -> tuple[CheckPoint, wire.ExtraInfo]:
         broker = self.broker
-        info = wire.ExtraInfo.parse(handle)
         validate_group(group)
         if info.broker_name != broker.config.broker_name:
             raise _handle_error(
-                f"receipt handle {handle!r} names broker {info.broker_name}, this is "
+                f"receipt handle {str(info)!r} names broker {info.broker_name}, this is "
                 f"{broker.config.broker_name}: ack a message on the broker it came from",
                 ResponseCode.INVALID_PARAMETER,
             )
         if info.queue_offset != offset:
             raise _handle_error(
-                f"receipt handle {handle!r} is of queue offset {info.queue_offset}, the request "
+                f"receipt handle {str(info)!r} is of queue offset {info.queue_offset}, the request "
                 f"names {offset}", ResponseCode.INVALID_PARAMETER,
             )  # fmt: skip
         broker.topics.require(topic)
@@ -552,22 +556,22 @@ class PopService:
         if ck is None or ck.invisible_time != info.invisible_time or offset not in ck.offsets:
             if now >= info.pop_time + info.invisible_time:
                 raise _handle_error(
-                    f"receipt handle {handle!r} is expired (its invisible time ended at "
+                    f"receipt handle {str(info)!r} is expired (its invisible time ended at "
                     f"{info.pop_time + info.invisible_time}): the message is delivered again"
                 )
             raise _handle_error(
-                f"no message of group {group} is invisible under receipt handle {handle!r}: "
+                f"no message of group {group} is invisible under receipt handle {str(info)!r}: "
                 "it was acked, its invisible time was changed (use the new handle), it is of "
                 "another group, or the handle is forged"
             )
         if offset in ck.moved:
             raise _handle_error(
-                f"receipt handle {handle!r} was replaced when the message's invisible time "
+                f"receipt handle {str(info)!r} was replaced when the message's invisible time "
                 "was changed: use the handle change_invisible_duration returned"
             )
         if offset in ck.pending and now >= ck.deadline:
             raise _handle_error(
-                f"receipt handle {handle!r} is expired (its invisible time ended at "
+                f"receipt handle {str(info)!r} is expired (its invisible time ended at "
                 f"{ck.deadline}): the message is delivered again"
             )
         return ck, info
@@ -588,19 +592,22 @@ class PopService:
         first: BrokerError | None = None
         with self._lock:
             for a in acks:
+                # One BatchAck is one checkpoint's: its offsets settle in one bAck record.
+                found: dict[int, tuple[CheckPoint, list[int]]] = {}
                 for offset in a.offsets():
-                    handle = str(
-                        wire.ExtraInfo(
-                            a.start_offset, a.pop_time, a.invisible_time, a.revive_queue_id,
-                            a.retry, self.broker.config.broker_name, a.queue_id, offset,
-                        )
+                    info = wire.ExtraInfo(
+                        a.start_offset, a.pop_time, a.invisible_time, a.revive_queue_id,
+                        a.retry, self.broker.config.broker_name, a.queue_id, offset,
                     )  # fmt: skip
                     try:
-                        ck, _ = self._find(a.consumer_group, a.topic, a.queue_id, handle, offset)
-                        self._settle(ck, [offset], ACKED)
-                        done += 1
+                        ck, _ = self._find_info(a.consumer_group, a.topic, a.queue_id, info, offset)
                     except BrokerError as exc:
                         first = first or exc
+                        continue
+                    found.setdefault(id(ck), (ck, []))[1].append(offset)
+                for ck, offsets in found.values():
+                    self._settle(ck, offsets, ACKED)
+                    done += len(offsets)
         if first is not None:
             raise first
         return done

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from mqcore.message import Message, MessageExt, MessageQueue
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
-from mqcore.protocol.pop import PopResult
+from mqcore.protocol.pop import BatchAck, PopResult
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
 from mqcore.store import PutResult
@@ -179,6 +179,9 @@ class BrokerAPI(Protocol):
         self, mq: MessageQueue, consumer_group: str, extra_info: str, offset: int
     ) -> None:
         """Ack a popped message by its receipt handle (ACK_MESSAGE)."""
+
+    def batch_ack_message(self, broker_name: str, acks: Sequence[BatchAck]) -> None:
+        """Ack many popped messages of one broker at once (BATCH_ACK_MESSAGE)."""
 
     def change_invisible_time(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -217,6 +217,28 @@ class SimpleConsumer(ClientBase):
         self._check_running()
         self.broker.ack_message(self._queue(msg), self.group, msg.receipt_handle,
                                 msg.queue_offset)  # fmt: skip
+
+    def ack_batch(self, msgs: Iterable[ReceivedMessage]) -> None:
+        """Ack many messages at once: one BATCH_ACK_MESSAGE per broker, one ack record per
+        receive's checkpoint (RocketMQ 5's AckMessage of many entries).
+
+        :raises ReceiptHandleError: for the first handle refused; the others are acked.
+        """
+        self._check_running()
+        batches: dict[str, dict[tuple[Any, ...], list[int]]] = {}
+        for m in msgs:
+            self._queue(m)
+            info = wire.ExtraInfo.parse(m.receipt_handle)
+            key = (m.topic, info.retry, info.ck_queue_offset, info.queue_id, info.revive_qid,
+                   info.pop_time, info.invisible_time)  # fmt: skip
+            batches.setdefault(m._broker_name, {}).setdefault(key, []).append(m.queue_offset)
+        for broker_name, cks in batches.items():
+            acks = [
+                wire.BatchAck(self.group, t, r, so, q, rq, pt, it,
+                              sum(1 << (o - so) for o in offsets if o >= so))
+                for (t, r, so, q, rq, pt, it), offsets in cks.items()
+            ]  # fmt: skip
+            self.broker.batch_ack_message(broker_name, acks)
 
     def change_invisible_duration(self, msg: ReceivedMessage, seconds: float) -> str:
         """Make ``msg`` invisible for ``seconds`` from now; installs and returns its new

@@ -14,7 +14,7 @@ from mqcore.errors import BrokerError, InvalidArgumentError
 from mqcore.message import Message, MessageExt, MessageQueue
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
-from mqcore.protocol.pop import PopResult
+from mqcore.protocol.pop import BatchAck, PopResult
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
 from mqcore.store import PutResult
@@ -205,6 +205,10 @@ class InProcessBroker(Protocol):
         self, consumer_group: str, topic: str, queue_id: int, extra_info: str, offset: int
     ) -> None:
         """Ack a popped message."""
+        ...
+
+    def batch_ack_message(self, acks: Iterable[BatchAck]) -> int:
+        """Ack many popped messages."""
         ...
 
     def change_invisible_time(
@@ -482,6 +486,11 @@ class EmbeddedTransport:
         """Ack a popped message."""
         self._check(mq)
         self.broker.ack_message(consumer_group, mq.topic, mq.queue_id, extra_info, offset)
+
+    def batch_ack_message(self, broker_name: str, acks: Sequence[BatchAck]) -> None:
+        """Ack many popped messages."""
+        self._check(MessageQueue("", broker_name, 0))
+        self.broker.batch_ack_message(acks)
 
     def change_invisible_time(
         self,

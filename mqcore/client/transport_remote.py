@@ -107,7 +107,7 @@ def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
 def _check_handle(resp: RemotingCommand) -> RemotingCommand:
     """As :func:`_check`, a refused receipt handle (NO_MESSAGE) raised as the embedded
     broker raises it."""
-    if resp.code == ResponseCode.NO_MESSAGE:
+    if resp.code in (ResponseCode.NO_MESSAGE, ResponseCode.INVALID_PARAMETER):
         raise pop_wire.ReceiptHandleError(resp.remark or "no such message", code=resp.code)
     return _check(resp)
 
@@ -914,6 +914,14 @@ class RemoteTransport:
             offset=offset,
         )
         _check_handle(self._broker_call(mq.broker_name, mq.topic, RequestCode.ACK_MESSAGE, header))
+
+    def batch_ack_message(self, broker_name: str, acks: Sequence[pop_wire.BatchAck]) -> None:
+        """BATCH_ACK_MESSAGE to ``broker_name``'s master."""
+        topic = acks[0].topic if acks else ""
+        body = pop_wire.encode_batch_ack_body(acks)
+        _check_handle(
+            self._broker_call(broker_name, topic, RequestCode.BATCH_ACK_MESSAGE, None, body)
+        )
 
     def change_invisible_time(
         self,

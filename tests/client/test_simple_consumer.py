@@ -217,3 +217,25 @@ def test_bad_handles_and_times_are_refused_and_change_nothing(broker: Broker) ->
         (again,) = c.receive(1, 1.0)
         assert again.msg_id == m.msg_id and again.delivery_attempt == 2
         c.ack(again)
+
+
+def test_ack_batch_acks_many_with_one_record_per_receive(broker: Broker) -> None:
+    _send(broker, 20)
+    with SimpleConsumer("sg", broker=broker, subscriptions={"T": "*"}, await_duration=0) as c:
+        got = c.receive(32, 1.0)
+        assert len(got) == 20
+        topic = broker.pop.revive_topic
+        before = sum(broker.get_max_offset(topic, q) for q in range(8))
+        c.ack_batch(got[:15])
+        after = sum(broker.get_max_offset(topic, q) for q in range(8))
+        # A bAck per queue (checkpoint) the acked messages came from, not one per message.
+        assert after - before == len({m.queue_id for m in got[:15]}) < 15
+        assert broker.pop.invisible_counts() == {("sg", "T"): 5}
+        with pytest.raises(ReceiptHandleError):
+            stale = type(got[0])(got[0].record_bytes())
+            stale.receipt_handle, stale._broker_name = "1 2 3", got[0]._broker_name
+            c.ack_batch([stale])
+        c.await_duration = 4.0
+        back = c.receive(32, 5.0)
+        assert sorted(m.msg_id for m in back) == sorted(m.msg_id for m in got[15:])
+        c.ack_batch(back)
