@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,3 +240,51 @@ def test_ack_batch_acks_many_with_one_record_per_receive(broker: Broker) -> None
         back = c.receive(32, 5.0)
         assert sorted(m.msg_id for m in back) == sorted(m.msg_id for m in got[15:])
         c.ack_batch(back)
+
+
+def test_three_fifo_consumers_failing_a_tenth_keep_each_queue_in_order(
+    tmp_path: Path, store_name: str
+) -> None:
+    """Three FIFO consumers of one group, each failing a random tenth (a failure ends the
+    batch, as an orderly listener stops at its first failure): every queue's messages are
+    acked once each, in queue order (16 attempts: none is dead-lettered)."""
+    with Broker(tmp_path / "fifo", store=store_name, revive_interval_ms=100) as broker:
+        broker.create_topic("T", queue_nums=4)
+        _send(broker, 120)
+        _fifo_run(broker, acked := {})
+    assert acked == {q: list(range(30)) for q in range(4)}
+
+
+def _fifo_run(broker: Broker, acked: dict[int, list[int]]) -> None:
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(seed: int) -> None:
+        rnd = random.Random(seed)
+        try:
+            with SimpleConsumer("fg", broker=broker, subscriptions={"T": "*"},
+                                await_duration=0.3, fifo=True) as c:  # fmt: skip
+                while not stop.is_set():
+                    for m in c.receive(8, 1.0):
+                        if rnd.random() < 0.1:
+                            break  # failed: it and the rest of the batch come back
+                        with lock:
+                            acked.setdefault(m.queue_id, []).append(m.queue_offset)
+                            c.ack(m)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with lock:
+            if sum(map(len, acked.values())) >= 120:
+                break
+        time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
