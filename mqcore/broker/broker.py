@@ -682,6 +682,12 @@ class Broker:
         # status of the read. A consumer pulls from a slave only when its master is gone
         # from the route (or when slave_read_enable sends a lagging reader there), so the
         # messages of a group whose master is down stay readable.
+        if consumer_group in self.pop.pop_groups:
+            raise BrokerError(
+                f"group {consumer_group} consumes by popping; a group uses pop or classic "
+                "consumption, not both: pull with another group",
+                code=ResponseCode.NO_PERMISSION,
+            )
         flt = self._message_filter(sub_expression, expression_type)
         if commit_offset is not None and commit_offset >= 0 and not self.is_slave:
             # A slave's offsets are its master's (synchronised): commits go to the master.

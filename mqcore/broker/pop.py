@@ -208,9 +208,10 @@ class PopService:
         keys.append(self.unblock_key(group, topic))
         return keys
 
-    def is_pop_group(self, group: str) -> bool:
-        """True once ``group`` has popped on this broker."""
-        return group in self._pop_groups
+    @property
+    def pop_groups(self) -> frozenset[str] | set[str]:
+        """The groups that pop on this broker (read-only: a pull of one is refused)."""
+        return self._pop_groups
 
     # -- checks -----------------------------------------------------------------------------------
 

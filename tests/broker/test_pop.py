@@ -94,3 +94,12 @@ def test_a_group_with_classic_consumers_cannot_pop(broker: Broker) -> None:
     with pytest.raises(BrokerError) as info:
         broker.pop_message("cg", "T", -1, 1, 5000)
     assert info.value.code == ResponseCode.NO_PERMISSION
+
+
+def test_a_pop_group_cannot_pull(broker: Broker) -> None:
+    _send(broker, 1)
+    broker.pop_message("pg1", "T", -1, 1, 5000)
+    with pytest.raises(BrokerError) as info:
+        broker.pull_message("pg1", "T", 0, 0)
+    assert info.value.code == ResponseCode.NO_PERMISSION
+    assert broker.pull_message("other", "T", 0, 0).code in (0, 19)
