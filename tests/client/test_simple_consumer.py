@@ -288,3 +288,18 @@ def _fifo_run(broker: Broker, acked: dict[int, list[int]]) -> None:
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_fifo_change_invisible_duration_keeps_the_queue_blocked(broker: Broker) -> None:
+    with Producer("pg", broker=broker) as p:
+        for i in range(3):
+            p.send(Message(topic="T", body=f"{i}".encode()), selector=_queue_one)
+    with SimpleConsumer("fg", broker=broker, subscriptions={"T": "*"}, await_duration=0,
+                        fifo=True) as c:  # fmt: skip
+        (m,) = c.receive(1, 1.0)
+        c.change_invisible_duration(m, 3.0)
+        c.await_duration = 1.5
+        assert c.receive(1, 1.0) == []  # past the first second: blocked by the new time
+        c.ack(m)
+        c.await_duration = 0
+        assert [x.body for x in c.receive(2, 1.0)] == [b"1", b"2"]
