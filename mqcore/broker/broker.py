@@ -144,6 +144,7 @@ class Broker:
     ) -> None:
         self.config = _broker_config(config, options)
         self.kernel = kernel or Kernel()
+        PopService.check_settings(self.config)
         # First, so that an unknown scheduler name fails before any file is opened.
         self.delay_scheduler = self._delay_scheduler()
         self.timer_scheduler = self._timer_scheduler()

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from mqcore.errors import BrokerError
+from mqcore.errors import BrokerError, InvalidArgumentError
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt, system_message
 from mqcore.protocol import pop as wire
@@ -179,6 +179,7 @@ class PopService:
         self.broker = broker
         cfg = broker.config
         self.revive_topic = wire.revive_topic(cfg.broker_cluster_name)
+        self.check_settings(cfg)
         self.revive_queue_num = cfg.revive_queue_num
         self._lock = threading.RLock()
         self._cks: dict[tuple[str, str, int, int, int], CheckPoint] = {}
@@ -190,6 +191,15 @@ class PopService:
         self._order_acked: dict[tuple[str, str, int], set[int]] = {}
         self._order_counts: dict[tuple[str, str, int, int], int] = {}
         self._pop_groups: set[str] = set()
+
+    @staticmethod
+    def check_settings(cfg: Any) -> None:
+        """Refuse revive settings below 1 (before the broker opens anything)."""
+        if cfg.revive_queue_num < 1 or cfg.revive_interval_ms < 1:
+            raise InvalidArgumentError(
+                f"revive_queue_num={cfg.revive_queue_num} and revive_interval_ms="
+                f"{cfg.revive_interval_ms} must be at least 1 (RocketMQ: 8 queues, 1000 ms)"
+            )
 
     # -- names and keys ---------------------------------------------------------------------------
 

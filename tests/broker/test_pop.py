@@ -103,3 +103,12 @@ def test_a_pop_group_cannot_pull(broker: Broker) -> None:
         broker.pull_message("pg1", "T", 0, 0)
     assert info.value.code == ResponseCode.NO_PERMISSION
     assert broker.pull_message("other", "T", 0, 0).code in (0, 19)
+
+
+def test_revive_settings_below_one_are_refused(tmp_path: Path) -> None:
+    from mqcore.errors import InvalidArgumentError
+
+    for bad in ({"revive_queue_num": 0}, {"revive_interval_ms": 0}):
+        with pytest.raises(InvalidArgumentError, match="at least 1"):
+            Broker(tmp_path / "b", **bad)
+    assert not (tmp_path / "b").exists()  # refused before anything was made
