@@ -412,6 +412,9 @@ class PopService:
             return [], []
         qkey = (group, topic, queue_id)
         offset = self._init_offset(group, topic, queue_id, init_mode)
+        if self.broker.offsets.query_offset(group, topic, queue_id) < 0:
+            # The queue's head from now on: an ack of a later message first must not move it.
+            self.broker.offsets.commit_offset("", group, topic, queue_id, offset)
         acked = self._order_acked.get(qkey, set())
         out: list[bytes] = []
         counts: list[int] = []

@@ -303,3 +303,21 @@ def test_fifo_change_invisible_duration_keeps_the_queue_blocked(broker: Broker) 
         c.ack(m)
         c.await_duration = 0
         assert [x.body for x in c.receive(2, 1.0)] == [b"1", b"2"]
+
+
+def test_fifo_ack_of_a_later_message_first_redelivers_only_the_earlier(broker: Broker) -> None:
+    with Producer("pg", broker=broker) as p:
+        for i in range(3):
+            p.send(Message(topic="T", body=f"{i}".encode()), selector=_queue_one)
+    with SimpleConsumer("fg", broker=broker, subscriptions={"T": "*"}, await_duration=0,
+                        fifo=True) as c:  # fmt: skip
+        first, second = c.receive(2, 1.0)
+        assert (first.body, second.body) == (b"0", b"1")
+        c.ack(second)
+        c.await_duration = 3.0
+        again = c.receive(2, 1.0)
+        assert [m.body for m in again] == [b"0", b"2"]  # 1 was acked: skipped
+        assert [m.delivery_attempt for m in again] == [2, 1]
+        c.ack_batch(again)
+        c.await_duration = 0
+        assert c.receive(2, 1.0) == []
