@@ -5,10 +5,12 @@ from __future__ import annotations
 from mqcore import errors
 from mqcore.broker import Broker
 from mqcore.client import (
+    FilterExpression,
     LocalTransactionState,
     Producer,
     PullConsumer,
     PushConsumer,
+    SimpleConsumer,
     TransactionListener,
     TransactionProducer,
     TransactionSendResult,
@@ -41,6 +43,7 @@ __all__ = [
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
     "ConsumeOrderlyStatus",
+    "FilterExpression",
     "FilterExpressionError",
     "Kernel",
     "LocalTransactionState",
@@ -58,6 +61,7 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",

@@ -130,6 +130,10 @@ class BrokerConfig:
         (``transactionCheckInterval``, 60 s as RocketMQ 4.x).
     :param transaction_check_max: checks of one half before it is given up and moved to
         ``TRANS_CHECK_MAX_TIME_TOPIC`` (``transactionCheckMax``, 15).
+    :param revive_queue_num: queues of the revive topic, where pop checkpoints and acks are
+        kept (``reviveQueueNum``, 8).
+    :param revive_interval_ms: how often expired invisible pop messages are revived
+        (``reviveInterval``, 1 s).
     """
 
     broker_name: str = "broker-a"
@@ -173,6 +177,8 @@ class BrokerConfig:
     transaction_timeout: int = 6_000
     transaction_check_interval: int = 60_000
     transaction_check_max: int = 15
+    revive_queue_num: int = 8
+    revive_interval_ms: int = 1_000
 
     @property
     def store_host(self) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "NotRegisteredError",
     "PluginLoadError",
     "ProtocolError",
+    "ReceiptHandleError",
     "RemotingConnectError",
     "RemotingError",
     "RemotingTimeoutError",
@@ -190,6 +191,12 @@ class MessageFieldError(MessageIllegalError, InvalidArgumentError):
     """The broker refused a field of a message (a property separator inside it, a system
     property a client may not set...): MESSAGE_ILLEGAL to the sender, and the same
     :class:`InvalidArgumentError` the producer raises for it."""
+
+
+class ReceiptHandleError(BrokerError):
+    """A pop receipt handle the broker cannot act on: malformed or truncated
+    (INVALID_PARAMETER), or naming no invisible message of the group: expired, already
+    acked, replaced by a change of invisible time, of another group, forged (NO_MESSAGE)."""
 
 
 class NoPermissionError(BrokerError):

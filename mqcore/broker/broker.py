@@ -25,6 +25,8 @@ from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
 from mqcore.broker.metadata import MetadataSync
 from mqcore.broker.offsets import ConsumerOffsetManager
+from mqcore.broker.pop import PopResult, PopService, check_poll
+from mqcore.broker.pop_revive import ReviveService
 from mqcore.broker.producers import ProducerManager
 from mqcore.broker.readpolicy import SLAVE_READ_BROKER_ID, read_from_slave
 from mqcore.broker.schedule import DelayService, is_timer_message
@@ -63,6 +65,7 @@ from mqcore.message import (
     MessageModel,
     MessageQueue,
 )
+from mqcore.protocol import pop as pop_wire
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
@@ -145,6 +148,7 @@ class Broker:
     ) -> None:
         self.config = _broker_config(config, options)
         self.kernel = kernel or Kernel()
+        PopService.check_settings(self.config)
         # First, so that an unknown scheduler name fails before any file is opened.
         self.delay_scheduler = self._delay_scheduler()
         self.timer_scheduler = self._timer_scheduler()
@@ -252,12 +256,16 @@ class Broker:
                 apply=self.metadata.apply,
                 appended=self._appended,
             )
+            #: pop consumption: checkpoints, acks, invisibility (see mqcore.broker.pop)
+            self.pop = PopService(self)
+            self.pop_revive = ReviveService(self, self.pop)
             if not self.is_slave:  # a slave's delayed messages are delivered by its master
-                # Last: its thread delivers through everything set up above.
+                # Last: their threads deliver through everything set up above.
                 self.delay.start()
-                # A slave's halves are its master's to decide.
+                # A slave's halves and pop state are its master's to decide.
                 self.transactions.start()
                 self.transaction_check.start()
+                self.pop_revive.start()
         except BaseException:
             if self.ha is not None:
                 self.ha.close()
@@ -360,6 +368,7 @@ class Broker:
                     self.ha.close()
                 if not self.is_slave:
                     self.transaction_check.close()
+                    self.pop_revive.close()
                     self.delay.close()
             finally:
                 self.offsets.persist()
@@ -555,7 +564,7 @@ class Broker:
                 code=ResponseCode.SERVICE_NOT_AVAILABLE,
             )
         validate_topic(topic)
-        if topic in NOT_ALLOWED_SEND_TOPICS:
+        if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(pop_wire.REVIVE_TOPIC_PREFIX):
             raise MessageIllegalError(
                 f"Sending message to topic[{topic}] is forbidden.", code=ResponseCode.NO_PERMISSION
             )
@@ -724,6 +733,12 @@ class Broker:
         # status of the read. A consumer pulls from a slave only when its master is gone
         # from the route (or when slave_read_enable sends a lagging reader there), so the
         # messages of a group whose master is down stay readable.
+        if consumer_group in self.pop.pop_groups:
+            raise BrokerError(
+                f"group {consumer_group} consumes by popping; a group uses pop or classic "
+                "consumption, not both: pull with another group",
+                code=ResponseCode.NO_PERMISSION,
+            )
         flt = self._message_filter(sub_expression, expression_type)
         if commit_offset is not None and commit_offset >= 0 and not self.is_slave:
             # A slave's offsets are its master's (synchronised): commits go to the master.
@@ -1050,3 +1065,111 @@ class Broker:
         """Release queue locks held by ``client_id``."""
         self._check_open()
         self.locks.unlock_batch(consumer_group, mqs, client_id)
+
+    # -- pop consumption ---------------------------------------------------------------------
+
+    def pop_message(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        born_time: int = 0,
+        expression: str | None = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = pop_wire.INIT_MODE_MAX,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> PopResult:
+        """Receive up to ``max_msg_nums`` messages of ``topic`` (every queue with
+        ``queue_id`` -1), invisible to the group for ``invisible_time_ms`` (POP_MESSAGE).
+
+        With nothing to pop, the call is held up to ``poll_time_ms`` (at most
+        ``suspend_max_time_ms``) for a message to arrive; the answer is then
+        POLLING_TIMEOUT. ``order`` pops orderly: a queue with unacked invisible messages of
+        the group gives nothing more until they are acked or their time is over.
+        """
+        self._check_open()
+        check_poll(born_time, poll_time_ms)
+        hold_s = min(max(poll_time_ms, 0), self.config.suspend_max_time_ms) / 1000
+        deadline = time.monotonic() + hold_s
+        keys = self.pop.watch_keys(consumer_group, topic, queue_id)
+        while True:
+            seqs = [self.waiters.sequence(k) for k in keys]
+            result = self.pop.pop(
+                consumer_group, topic, queue_id, max_msg_nums, invisible_time_ms,
+                expression=expression, expression_type=expression_type, order=order,
+                init_mode=init_mode,
+            )  # fmt: skip
+            remaining = deadline - time.monotonic()
+            if (
+                result.records
+                or remaining <= 0
+                or self._closed
+                or (cancelled is not None and cancelled())
+            ):
+                return result
+            self._wait_any(keys, seqs, remaining)
+
+    def _wait_any(self, keys: list[Any], seqs: list[int], timeout_s: float) -> None:
+        """Block until one of ``keys`` is notified (after the ``seqs`` read), or time out."""
+        event = threading.Event()
+        wake = event.set
+        parked = [k for k, seq in zip(keys, seqs, strict=True) if self.waiters.park(k, seq, wake)]
+        try:
+            if len(parked) == len(keys):  # else one was notified already: look again
+                event.wait(timeout_s)
+        finally:
+            for k in parked:
+                self.waiters.unpark(k, wake)
+
+    def ack_message(
+        self, consumer_group: str, topic: str, queue_id: int, extra_info: str, offset: int
+    ) -> None:
+        """Ack a popped message by its receipt handle (ACK_MESSAGE).
+
+        :raises ReceiptHandleError: the handle is malformed (INVALID_PARAMETER), or names no
+            invisible message of the group: expired, settled, forged (NO_MESSAGE).
+        """
+        self.pop.ack(consumer_group, topic, queue_id, extra_info, offset)
+
+    def batch_ack_message(self, acks: Iterable[pop_wire.BatchAck]) -> int:
+        """Ack many popped messages (BATCH_ACK_MESSAGE); returns how many were acked."""
+        return self.pop.batch_ack(acks)
+
+    def change_invisible_time(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """Make a popped message invisible for ``invisible_time_ms`` from now
+        (CHANGE_MESSAGE_INVISIBLETIME); returns the new handle's popTime, invisibleTime and
+        reviveQid. The old handle is dead from then on."""
+        return self.pop.change_invisible_time(
+            consumer_group, topic, queue_id, extra_info, offset, invisible_time_ms
+        )
+
+    def notification(
+        self, consumer_group: str, topic: str, queue_id: int, poll_time_ms: int = 0
+    ) -> bool:
+        """True when ``topic`` has messages the group could pop now (NOTIFICATION), held up
+        to ``poll_time_ms`` for one to arrive."""
+        self._check_open()
+        self.topics.require(topic, read=True)
+        keys = self.pop.watch_keys(consumer_group, topic, queue_id)
+        deadline = time.monotonic() + min(poll_time_ms, self.config.suspend_max_time_ms) / 1000
+        while True:
+            seqs = [self.waiters.sequence(k) for k in keys]
+            if self.pop.has_message(consumer_group, topic, queue_id):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                return False
+            self._wait_any(keys, seqs, remaining)

@@ -1,4 +1,5 @@
-"""Clients of the broker: Producer, TransactionProducer, PullConsumer, PushConsumer."""
+"""Clients of the broker: Producer, TransactionProducer, PullConsumer, PushConsumer,
+SimpleConsumer."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from mqcore.client.consume_service import ConsumeConcurrentlyContext, ConsumeOrd
 from mqcore.client.producer import MessageQueueSelector, Producer
 from mqcore.client.pull_consumer import PullConsumer
 from mqcore.client.push_consumer import PushConsumer
+from mqcore.client.simple_consumer import FilterExpression, ReceivedMessage, SimpleConsumer
 from mqcore.client.transaction_producer import (
     LocalTransactionState,
     TransactionListener,
@@ -16,11 +18,14 @@ from mqcore.client.transaction_producer import (
 __all__ = [
     "ConsumeConcurrentlyContext",
     "ConsumeOrderlyContext",
+    "FilterExpression",
     "LocalTransactionState",
     "MessageQueueSelector",
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "ReceivedMessage",
+    "SimpleConsumer",
     "TransactionListener",
     "TransactionProducer",
     "TransactionSendResult",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from mqcore.message import Message, MessageExt, MessageQueue
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
+from mqcore.protocol.pop import BatchAck, PopResult
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.transaction import EndTransactionRequestHeader
@@ -162,3 +163,40 @@ class BrokerAPI(Protocol):
         self, consumer_group: str, client_id: str, mqs: Iterable[MessageQueue]
     ) -> None:
         """Release queue locks held by ``client_id``."""
+
+    # -- pop consumption --------------------------------------------------------------------------
+
+    def pop_message(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        expression: str = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = 1,
+    ) -> PopResult:
+        """Receive messages of ``mq`` (``queue_id`` -1: any queue of its broker), invisible
+        to the group for ``invisible_time_ms`` (POP_MESSAGE), held up to ``poll_time_ms``."""
+
+    def ack_message(
+        self, mq: MessageQueue, consumer_group: str, extra_info: str, offset: int
+    ) -> None:
+        """Ack a popped message by its receipt handle (ACK_MESSAGE)."""
+
+    def batch_ack_message(self, broker_name: str, acks: Sequence[BatchAck]) -> None:
+        """Ack many popped messages of one broker at once (BATCH_ACK_MESSAGE)."""
+
+    def change_invisible_time(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """New invisible time for a popped message (CHANGE_MESSAGE_INVISIBLETIME): the new
+        handle's popTime, invisibleTime and reviveQid."""

@@ -14,6 +14,7 @@ from mqcore.errors import BrokerError, InvalidArgumentError
 from mqcore.message import Message, MessageExt, MessageQueue
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.heartbeat import ConsumerData
+from mqcore.protocol.pop import BatchAck, PopResult
 from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.transaction import EndTransactionRequestHeader
@@ -201,6 +202,47 @@ class InProcessBroker(Protocol):
         """Release a client's queue locks."""
         ...
 
+    def pop_message(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        born_time: int = 0,
+        expression: str | None = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = 1,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> PopResult:
+        """Pop messages (held up to ``poll_time_ms``)."""
+        ...
+
+    def ack_message(
+        self, consumer_group: str, topic: str, queue_id: int, extra_info: str, offset: int
+    ) -> None:
+        """Ack a popped message."""
+        ...
+
+    def batch_ack_message(self, acks: Iterable[BatchAck]) -> int:
+        """Ack many popped messages."""
+        ...
+
+    def change_invisible_time(
+        self,
+        consumer_group: str,
+        topic: str,
+        queue_id: int,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """New invisible time for a popped message."""
+        ...
+
 
 class EmbeddedTransport:
     """:class:`~mqcore.client.api.BrokerAPI` over a :class:`~mqcore.broker.Broker` in this
@@ -212,7 +254,7 @@ class EmbeddedTransport:
         self.broker = broker
         # Long polls in flight, per queue, so that cancel_pulls() can wake them.
         self._pulls_lock = threading.Lock()
-        self._pulls: dict[tuple[str, int], int] = {}
+        self._pulls: dict[tuple[object, ...], int] = {}
         self._pulls_cancelled = False
 
     @property
@@ -432,3 +474,73 @@ class EmbeddedTransport:
         """Release queue locks held by ``client_id``."""
         if not self.broker.closed:
             self.broker.unlock_batch_mq(consumer_group, client_id, mqs)
+
+    # -- pop consumption --------------------------------------------------------------------------
+
+    def pop_message(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        expression: str = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = 1,
+    ) -> PopResult:
+        """Pop from the broker (held up to ``poll_time_ms``; cancel_pulls ends the wait)."""
+        self._check(mq)
+        key = ("%POP_ORDER%", consumer_group, mq.topic)  # a key the held pop waits on
+        with self._pulls_lock:
+            self._pulls[key] = self._pulls.get(key, 0) + 1
+        try:
+            result: PopResult = self.broker.pop_message(
+                consumer_group,
+                mq.topic,
+                mq.queue_id,
+                max_msg_nums,
+                invisible_time_ms,
+                poll_time_ms=0 if self._pulls_cancelled else poll_time_ms,
+                expression=expression,
+                expression_type=expression_type,
+                order=order,
+                init_mode=init_mode,
+                cancelled=self._pulls_are_cancelled,
+            )
+            return result
+        finally:
+            with self._pulls_lock:
+                left = self._pulls[key] - 1
+                if left:
+                    self._pulls[key] = left
+                else:
+                    del self._pulls[key]
+
+    def ack_message(
+        self, mq: MessageQueue, consumer_group: str, extra_info: str, offset: int
+    ) -> None:
+        """Ack a popped message."""
+        self._check(mq)
+        self.broker.ack_message(consumer_group, mq.topic, mq.queue_id, extra_info, offset)
+
+    def batch_ack_message(self, broker_name: str, acks: Sequence[BatchAck]) -> None:
+        """Ack many popped messages."""
+        self._check(MessageQueue("", broker_name, 0))
+        self.broker.batch_ack_message(acks)
+
+    def change_invisible_time(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """New invisible time for a popped message."""
+        self._check(mq)
+        answer: tuple[int, int, int] = self.broker.change_invisible_time(
+            consumer_group, mq.topic, mq.queue_id, extra_info, offset, invisible_time_ms
+        )
+        return answer

@@ -40,6 +40,7 @@ from mqcore.kernel import Kernel
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt, MessageModel, MessageQueue
 from mqcore.protocol import bodies, headers
+from mqcore.protocol import pop as pop_wire
 from mqcore.protocol.channel import ClientChannel
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import loads
@@ -107,6 +108,14 @@ def _check(resp: RemotingCommand, *ok: int) -> RemotingCommand:
     if resp.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
         raise FilterExpressionError(remark)
     raise _ERRORS.get(resp.code, BrokerError)(remark, code=resp.code)
+
+
+def _check_handle(resp: RemotingCommand) -> RemotingCommand:
+    """As :func:`_check`, a refused receipt handle (NO_MESSAGE) raised as the embedded
+    broker raises it."""
+    if resp.code in (ResponseCode.NO_MESSAGE, ResponseCode.INVALID_PARAMETER):
+        raise pop_wire.ReceiptHandleError(resp.remark or "no such message", code=resp.code)
+    return _check(resp)
 
 
 class _Notices:
@@ -874,6 +883,116 @@ class RemoteTransport:
         )
 
     # -- orderly consumption ----------------------------------------------------------------------
+
+    # -- pop consumption --------------------------------------------------------------------------
+
+    def pop_message(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        max_msg_nums: int,
+        invisible_time_ms: int,
+        *,
+        poll_time_ms: int = 0,
+        expression: str = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        init_mode: int = 1,
+    ) -> pop_wire.PopResult:
+        """POP_MESSAGE to ``mq``'s master (held up to ``poll_time_ms``; cancel_pulls ends
+        the wait at once)."""
+        if self._pulls_cancelled:
+            poll_time_ms = 0
+        addr = self._broker_addr(mq.broker_name, mq.topic)
+        header = pop_wire.PopMessageRequestHeader(
+            consumer_group=consumer_group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            max_msg_nums=max_msg_nums,
+            invisible_time=invisible_time_ms,
+            poll_time=poll_time_ms,
+            born_time=int(time.time() * 1000),
+            init_mode=init_mode,
+            exp_type=expression_type,
+            exp=expression,
+            order=order,
+        )
+        if self._closed:
+            raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
+        wait = poll_time_ms / 1000 + PULL_TIMEOUT_MARGIN_S
+        request = RemotingCommand.request(RequestCode.POP_MESSAGE, header)
+        future = self.client.invoke_async(addr, request, wait)
+        with self._lock:
+            self._pulls.add(future)
+        try:
+            resp = future.result(wait + 1.0)
+        except concurrent.futures.CancelledError:
+            return pop_wire.PopResult(ResponseCode.POLLING_TIMEOUT, 0, invisible_time_ms, 0, 0)
+        finally:
+            with self._lock:
+                self._pulls.discard(future)
+        if resp.code not in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT,
+                             ResponseCode.PULL_NOT_FOUND, ResponseCode.POLLING_FULL):  # fmt: skip
+            _check(resp)
+        h = resp.read_header(pop_wire.PopMessageResponseHeader)
+        found = resp.code == ResponseCode.SUCCESS
+        return pop_wire.PopResult(
+            ResponseCode.SUCCESS if found else ResponseCode.POLLING_TIMEOUT,
+            h.pop_time,
+            h.invisible_time,
+            h.revive_qid,
+            h.rest_num,
+            h.start_offset_info or "",
+            h.msg_offset_info or "",
+            h.order_count_info or "",
+            split_records(resp.body) if found else [],
+        )
+
+    def ack_message(
+        self, mq: MessageQueue, consumer_group: str, extra_info: str, offset: int
+    ) -> None:
+        """ACK_MESSAGE to ``mq``'s master."""
+        header = pop_wire.AckMessageRequestHeader(
+            consumer_group=consumer_group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            extra_info=extra_info,
+            offset=offset,
+        )
+        _check_handle(self._broker_call(mq.broker_name, mq.topic, RequestCode.ACK_MESSAGE, header))
+
+    def batch_ack_message(self, broker_name: str, acks: Sequence[pop_wire.BatchAck]) -> None:
+        """BATCH_ACK_MESSAGE to ``broker_name``'s master."""
+        topic = acks[0].topic if acks else ""
+        body = pop_wire.encode_batch_ack_body(acks)
+        _check_handle(
+            self._broker_call(broker_name, topic, RequestCode.BATCH_ACK_MESSAGE, None, body)
+        )
+
+    def change_invisible_time(
+        self,
+        mq: MessageQueue,
+        consumer_group: str,
+        extra_info: str,
+        offset: int,
+        invisible_time_ms: int,
+    ) -> tuple[int, int, int]:
+        """CHANGE_MESSAGE_INVISIBLETIME to ``mq``'s master."""
+        header = pop_wire.ChangeInvisibleTimeRequestHeader(
+            consumer_group=consumer_group,
+            topic=mq.topic,
+            queue_id=mq.queue_id,
+            extra_info=extra_info,
+            offset=offset,
+            invisible_time=invisible_time_ms,
+        )
+        resp = _check_handle(
+            self._broker_call(
+                mq.broker_name, mq.topic, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header
+            )
+        )
+        h = resp.read_header(pop_wire.ChangeInvisibleTimeResponseHeader)
+        return h.pop_time, h.invisible_time, h.revive_qid
 
     def _by_broker(self, mqs: Iterable[MessageQueue]) -> dict[str, list[MessageQueue]]:
         groups: dict[str, list[MessageQueue]] = {}

@@ -68,6 +68,12 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_CONSUME_QUEUE = 321
+    # RocketMQ 5's pop consumption (see mqcore.protocol.pop).
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(enum.IntEnum):
@@ -107,6 +113,8 @@ class ResponseCode(enum.IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
     FLOW_CONTROL = 215
 
 

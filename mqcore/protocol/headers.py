@@ -461,3 +461,15 @@ REQUEST_HEADERS: dict[int, type[CommandHeader]] = {
     RequestCode.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
 }
 """The request header class of each request code that has one."""
+
+# Pop consumption's headers live beside its receipt handle (mqcore.protocol.pop).
+from mqcore.protocol import pop as _pop  # noqa: E402
+
+REQUEST_HEADERS.update(
+    {
+        RequestCode.POP_MESSAGE: _pop.PopMessageRequestHeader,
+        RequestCode.ACK_MESSAGE: _pop.AckMessageRequestHeader,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _pop.ChangeInvisibleTimeRequestHeader,
+        RequestCode.NOTIFICATION: _pop.NotificationRequestHeader,
+    }
+)

@@ -156,6 +156,15 @@ class _StateCollector:
             clients.add_metric([group], len(broker.consumers.client_ids(group)))
         yield clients
 
+        invisible = gauge(
+            "mqcore_pop_invisible_messages",
+            "Popped messages invisible now: not acked, their invisible time not over",
+            labels=["group", "topic"],
+        )
+        for (group, topic), count in sorted(broker.pop.invisible_counts().items()):
+            invisible.add_metric([group, topic], count)
+        yield invisible
+
         timer = broker.timer_scheduler
         if timer is not None:
             stats = timer.stats()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 # The admin and replication handlers register themselves in the request table when imported.
 import mqcore.server.handlers_admin
 import mqcore.server.handlers_ha
+import mqcore.server.handlers_pop
 import mqcore.server.handlers_transaction  # noqa: F401
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (

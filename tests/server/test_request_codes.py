@@ -43,6 +43,9 @@ CODES = _documented_codes()
 # Answers other than SUCCESS that a well-formed request may get here, by code.
 _ALSO = {
     RequestCode.QUERY_CONSUMER_OFFSET: {ResponseCode.QUERY_NOT_FOUND},
+    # A made-up receipt handle names no invisible message.
+    RequestCode.ACK_MESSAGE: {ResponseCode.NO_MESSAGE},
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: {ResponseCode.NO_MESSAGE},
 }
 
 
@@ -114,6 +117,11 @@ def _values(scene: _Scene) -> dict[str, Any]:
         "offset": scene.commitlog_offset,
         "client_id": scene.consumer_id,
         "delay_level": 0,
+        "invisible_time": 5_000,
+        "poll_time": 0,
+        "born_time": now,
+        "init_mode": 0,
+        "extra_info": f"0 {now} 5000 0 0 broker-a {scene.queue_id} 0",
     }
 
 
@@ -129,6 +137,11 @@ _OVERRIDES: dict[int, dict[str, Any]] = {
         "commit_or_rollback": 0,
         "msg_id": "probe",
     },
+    # Pop groups are not the push consumer's (a group pops or pulls).
+    RequestCode.POP_MESSAGE: {"consumer_group": "popg"},
+    RequestCode.ACK_MESSAGE: {"consumer_group": "popg", "offset": 0},
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: {"consumer_group": "popg", "offset": 0},
+    RequestCode.NOTIFICATION: {"consumer_group": "popg"},
 }
 
 
@@ -148,6 +161,7 @@ def _request(code: int, scene: _Scene) -> RemotingCommand:
         RequestCode.SEND_BATCH_MESSAGE: encode_batch([Message(topic="Orders", body=b"probe")]),
         RequestCode.HEART_BEAT: bodies.HeartbeatData(client_id="127.0.0.1@probe").encode(),
         RequestCode.CHECK_CLIENT_CONFIG: b"{}",
+        RequestCode.BATCH_ACK_MESSAGE: b'{"acks": []}',
         RequestCode.LOCK_BATCH_MQ: bodies.LockBatchRequestBody(
             consumer_group="probe", client_id="127.0.0.1@probe", mq_set=[mq]
         ).encode(),
