@@ -20,7 +20,12 @@ single server's figures (``--no-ha`` leaves them out; they need the mmap store):
     python bench/remote.py --messages N [--rounds 3] [--no-redis] [--no-ha] [--metrics] [--json]
 
 ``--metrics`` runs ``mqcore serve`` with ``--metrics-listen`` (``mqcore[metrics]``): compare
-with a run without it to see what counting costs.
+with a run without it to see what counting costs. ``--metrics-compare`` does that comparison
+in one run: each round runs mqcore without metrics and with them (alternating which goes
+first), and the run prints the median of each round's on/off ratio (Redis and replication
+are left out)::
+
+    python bench/remote.py --metrics-compare --messages N [--rounds 5] [--json]
 
 Each round runs mqcore's figures and Redis's, alternating which goes first; the run prints
 the median of each figure and of each round's own ratio, with every round's ratio beside it
@@ -187,6 +192,45 @@ def _rounds(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[dict
     return ours, theirs
 
 
+def metrics_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """mqcore's figures without and with ``--metrics-listen``, side by side: each round runs
+    both, alternating which goes first, and each round's own on/off ratio is kept (the
+    machine's speed drifts over minutes; one round's two runs are seconds apart)."""
+    off: list[dict[str, float]] = []
+    on: list[dict[str, float]] = []
+    for i in range(args.rounds):
+        for metrics in (False, True) if i % 2 == 0 else (True, False):
+            (on if metrics else off).append(
+                bench_mqcore(args.messages, args.size, args.store, metrics)
+            )
+    rates = [k for k in off[0] if k.endswith("_msgs_per_s")]
+    per_round = [{k: b[k] / a[k] for k in rates} for a, b in zip(off, on, strict=True)]
+    return {
+        "machine": f"{os.cpu_count()} cores",
+        "server_event_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "messages": args.messages,
+        "size": args.size,
+        "rounds": args.rounds,
+        "off": {k: statistics.median(o[k] for o in off) for k in rates},
+        "on": {k: statistics.median(o[k] for o in on) for k in rates},
+        # on / off: 1.0 is no cost; 0.95 is metrics costing 5% of the rate
+        "ratios": {k: statistics.median(p[k] for p in per_round) for k in rates},
+        "ratio_rounds": per_round,
+    }
+
+
+def print_metrics_compare(results: dict[str, Any]) -> None:
+    """The table of :func:`metrics_compare`."""
+    print(
+        f"mqcore serve without and with --metrics-listen, on {results['server_event_loop']}'s "
+        f"event loop, {results['machine']}, median of {results['rounds']} round(s)"
+    )
+    print(f"{'figure':32} {'off':>12} {'on':>12} {'on/off':>7}  ratio per round")
+    for k, ratio in results["ratios"].items():
+        each = ", ".join(f"{p[k]:.3f}" for p in results["ratio_rounds"])
+        print(f"{k:32} {results['off'][k]:12,.0f} {results['on'][k]:12,.0f} {ratio:7.3f}  {each}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=100_000)
@@ -208,10 +252,22 @@ def main(argv: list[str] | None = None) -> None:
         help="run mqcore serve with --metrics-listen (needs mqcore[metrics]); compare a run "
         "without it",
     )
+    ap.add_argument(
+        "--metrics-compare",
+        action="store_true",
+        help="mqcore alone, each round without and with --metrics-listen: the cost of metrics",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
+    if args.metrics_compare:
+        compared = metrics_compare(args)
+        if args.json:
+            print(json.dumps(compared, indent=2))
+        else:
+            print_metrics_compare(compared)
+        return
     if not args.no_ha and args.store != "mmap":
         raise SystemExit("replication needs the mmap store: pass --no-ha with --store lmdb")
     ours, theirs = _rounds(args)
