@@ -205,6 +205,9 @@ def metrics_compare(args: argparse.Namespace) -> dict[str, Any]:
             )
     rates = [k for k in off[0] if k.endswith("_msgs_per_s")]
     per_round = [{k: b[k] / a[k] for k in rates} for a, b in zip(off, on, strict=True)]
+    # The server's CPU per message: what counting costs, less swayed than a rate by what
+    # else the machine runs at the time.
+    cpu = [f"cpu_server_us_{k.removesuffix('_msgs_per_s')}" for k in rates]
     return {
         "machine": f"{os.cpu_count()} cores",
         "server_event_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
@@ -216,6 +219,8 @@ def metrics_compare(args: argparse.Namespace) -> dict[str, Any]:
         # on / off: 1.0 is no cost; 0.95 is metrics costing 5% of the rate
         "ratios": {k: statistics.median(p[k] for p in per_round) for k in rates},
         "ratio_rounds": per_round,
+        "server_cpu_us_off": {k: statistics.median(o[k] for o in off) for k in cpu},
+        "server_cpu_us_on": {k: statistics.median(o[k] for o in on) for k in cpu},
     }
 
 
@@ -229,6 +234,11 @@ def print_metrics_compare(results: dict[str, Any]) -> None:
     for k, ratio in results["ratios"].items():
         each = ", ".join(f"{p[k]:.3f}" for p in results["ratio_rounds"])
         print(f"{k:32} {results['off'][k]:12,.0f} {results['on'][k]:12,.0f} {ratio:7.3f}  {each}")
+    print()
+    print(f"{'server CPU us per message':32} {'off':>12} {'on':>12} {'on/off':>7}")
+    for k, off in results["server_cpu_us_off"].items():
+        on = results["server_cpu_us_on"][k]
+        print(f"{k.removeprefix('cpu_server_us_'):32} {off:12.1f} {on:12.1f} {on / off:7.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
