@@ -86,7 +86,8 @@ class Sampler:
         self.window = window
         self._make_admin = admin
         self._samples: deque[Sample] = deque(maxlen=int(window / interval) + 2)
-        self._lock = threading.Lock()
+        # Reentrant: a caller waiting on ``taken`` may read :meth:`samples` in its predicate.
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.taken = threading.Condition(self._lock)  # notified after each sample
