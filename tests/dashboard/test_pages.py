@@ -115,6 +115,10 @@ def test_pages_load_with_both_broker_groups(page: Any, dashboard: Dashboard) -> 
     assert any("broker-b" in r and "ASYNC_MASTER" in r for r in rows), rows
     # Charts are drawn on the server, as SVG in the page.
     assert page.locator("svg.chart").count() == 2
+    # A note in the query string is shown as text, never as markup.
+    page.goto(dashboard.url + "/topics?note=<b id=injected>x</b>")
+    assert page.inner_text("#note") == "<b id=injected>x</b>"
+    assert page.locator("#injected").count() == 0
 
 
 def test_create_topic_send_a_message_and_find_it_by_key(
@@ -266,6 +270,13 @@ def test_delete_topic_from_its_page(page: Any, dashboard: Dashboard, cluster: Cl
     assert page.inner_text("#note") == "topic GoneT deleted"
     assert page.locator("#topics tr[data-topic=GoneT]").count() == 0
     assert page.goto(dashboard.url + "/topics/GoneT").status == 404
+    # An action posted from another site (a forged form) is refused, and changes nothing.
+    forged = page.request.post(
+        dashboard.url + "/topics", form={"topic": "Forged"}, headers={"Origin": "http://evil.test"}
+    )
+    assert forged.status == 403
+    with MQAdmin(cluster.address) as admin:
+        assert "Forged" not in [t.topic for t in admin.topics()]
 
 
 def test_pages_load_against_a_single_serve(page: Any, tmp_path: Any) -> None:
