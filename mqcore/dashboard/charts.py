@@ -10,7 +10,8 @@ from html import escape
 __all__ = ["line_chart"]
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
-_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 640, 180, 56, 12, 12, 22
+_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 640, 180, 56, 12, 26, 22
+_CHAR_W = 6.5  # about the width of one character at font-size 11, to lay the legend out
 
 
 def _fmt(value: float) -> str:
@@ -63,20 +64,23 @@ def line_chart(
         f'<text x="{_W - _PAD_R}" y="{_H - 6}" text-anchor="end" font-size="11">'
         f"{time.strftime('%H:%M:%S', time.localtime(t1))}</text>"
     )
+    # The title, then each series' name and last value, on the line above the plot.
+    parts.append(f'<text x="{_PAD_L}" y="15" font-size="12" font-weight="bold">{label}</text>')
+    legend_x = _PAD_L + (len(title) + len(unit) + 5) * _CHAR_W
     for i, (name, pts) in enumerate(sorted(series.items())):
         colour = _COLOURS[i % len(_COLOURS)]
         coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
-        if len(pts) == 1:
+        if len(pts) == 1:  # a line needs two points: the first sample is a dot
             t, v = pts[0]
             parts.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}"/>')
-        else:
+        elif pts:
             parts.append(
                 f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>'
             )
-        last = _fmt(pts[-1][1]) if pts else "-"
+        entry = f"{name}: {_fmt(pts[-1][1]) if pts else '-'}"
         parts.append(
-            f'<text x="{_PAD_L + 8}" y="{_PAD_T + 14 + 13 * i}" font-size="11" fill="{colour}">'
-            f"{escape(name)}: {last}</text>"
+            f'<text x="{legend_x:.0f}" y="15" font-size="11" fill="{colour}">{escape(entry)}</text>'
         )
+        legend_x += (len(entry) + 3) * _CHAR_W
     parts.append("</svg>")
     return "".join(parts)

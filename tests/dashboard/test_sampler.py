@@ -97,7 +97,8 @@ def test_a_chart_draws_each_series_inside_its_box_and_escapes_names() -> None:
             x, y = map(float, pair.split(","))
             assert 0 <= x <= 640 and 0 <= y <= 180
     # The largest value at the top of the plot, halfway in time; 0 at its bottom, at the left.
-    assert polylines[0].split() == ["56.0,158.0", "342.0,12.0", "628.0,85.0"]
+    assert polylines[0].split() == ["56.0,158.0", "342.0,26.0", "628.0,92.0"]
+    assert ">TPS (msg/s)</text>" in svg
 
 
 def test_a_chart_without_points_says_so() -> None:
