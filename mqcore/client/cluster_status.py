@@ -29,12 +29,14 @@ def _flag(value: str | None) -> bool | None:
     return None if value is None else value == "true"
 
 
-def cluster_status(server: str) -> list[dict[str, Any]]:
+def cluster_status(server: str, client: RemotingClient | None = None) -> list[dict[str, Any]]:
     """One row per broker: group, id, address, role, commit-log max offset, replication state
     and lag in bytes; a group without a master gets a row of broker id 0 saying so.
 
     ``server`` is a name server (``mqcore namesrv``: every registered group) or a single
     ``mqcore serve`` (its group: itself, its master while it reaches it, its slaves).
+    ``client`` is the remoting client to ask with (an admin client's, which signs its
+    requests for a cluster with ACL on); without it, one of its own, closed after.
 
     Replication, from each broker's GET_BROKER_RUNTIME_INFO (RocketMQ's names where they
     exist): ``ha_connected`` is a slave's ``haConnected`` (its replication connection to its
@@ -42,7 +44,9 @@ def cluster_status(server: str) -> list[dict[str, Any]]:
     ``haConnectionCount``; ``replication_lag_bytes`` is a slave's distance behind its master's
     commit log (None when the master cannot be asked).
     """
-    client = RemotingClient()
+    borrowed = client is not None
+    if client is None:
+        client = RemotingClient()
     try:
         resp = client.invoke(
             server, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 5
@@ -99,7 +103,8 @@ def cluster_status(server: str) -> list[dict[str, Any]]:
             row["replication_lag_bytes"] = lag
         return rows
     finally:
-        client.close()
+        if not borrowed:
+            client.close()
 
 
 _NO_MASTER = "no master: none is registered or reachable (down?); sends to the group fail"

@@ -23,7 +23,6 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from mqcore.client.admin import DLQ_PREFIX, MQAdmin
-from mqcore.client.cluster_status import cluster_status
 from mqcore.dashboard.charts import line_chart
 from mqcore.dashboard.forms import parse_count, parse_time
 from mqcore.dashboard.sampler import is_system_topic
@@ -147,7 +146,7 @@ async def _form(request: Request) -> Mapping[str, str]:
 async def cluster(request: Request) -> Response:
     """Broker groups, their members and roles, replication lag, TPS in and out."""
     state = _state(request)
-    rows = await run_in_threadpool(cluster_status, state.namesrv)
+    rows = await run_in_threadpool(state.cluster_status)
     sampler = state.sampler
     names = sorted({r["broker_name"] for r in rows})
     tps = {

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from mqcore.client.admin import MQAdmin
+from mqcore.client.cluster_status import cluster_status
 from mqcore.client.producer import Producer
 from mqcore.dashboard.sampler import Sampler
 from mqcore.errors import InvalidArgumentError
@@ -66,6 +67,11 @@ class DashboardState:
         self._producer: Producer | None = None
         # One admin client for every page: requests run one at a time through it.
         self._lock = threading.Lock()
+
+    def cluster_status(self) -> list[dict[str, Any]]:
+        """Every broker group's members, roles and replication state, asked through the admin
+        client's connections (signed as its requests are)."""
+        return self.call(lambda admin: cluster_status(self.namesrv, admin.transport.client))
 
     def call(self, work: Callable[[MQAdmin], T]) -> T:
         """``work(admin)`` with the shared admin client, one caller at a time."""
