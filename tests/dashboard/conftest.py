@@ -63,8 +63,13 @@ def browser() -> Iterator[Any]:
             pytest.fail("no chromium on the PATH: the tox env dashboard installs Debian's")
         pytest.skip("no chromium on the PATH (Debian: apt-get install chromium)")
     with sync_api.sync_playwright() as pw:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-        b = pw.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start;
+        # --disable-dev-shm-usage: a container's small /dev/shm crashes its renderers.
+        b = pw.chromium.launch(
+            executable_path=path,
+            headless=True,
+            args=["--no-sandbox", "--disable-dev-shm-usage"],
+        )
         try:
             yield b
         finally:
