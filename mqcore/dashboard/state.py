@@ -12,7 +12,7 @@ from mqcore.client.admin import MQAdmin
 from mqcore.client.cluster_status import cluster_status
 from mqcore.client.producer import Producer
 from mqcore.dashboard.sampler import Sampler
-from mqcore.errors import InvalidArgumentError
+from mqcore.errors import InvalidArgumentError, MQClientError, RemotingError
 
 __all__ = ["DASHBOARD_PRODUCER_GROUP", "DashboardState", "make_admin"]
 
@@ -70,8 +70,19 @@ class DashboardState:
 
     def cluster_status(self) -> list[dict[str, Any]]:
         """Every broker group's members, roles and replication state, asked through the admin
-        client's connections (signed as its requests are)."""
-        return self.call(lambda admin: cluster_status(self.namesrv, admin.transport.client))
+        client's connections (signed as its requests are). Of several name servers, the
+        first that answers is asked."""
+
+        def work(admin: MQAdmin) -> list[dict[str, Any]]:
+            addrs = admin.transport.namesrv_addrs
+            for addr in addrs[:-1]:
+                try:
+                    return cluster_status(addr, admin.transport.client)
+                except (RemotingError, MQClientError):
+                    continue  # that name server is down: the next one
+            return cluster_status(addrs[-1], admin.transport.client)
+
+        return self.call(work)
 
     def call(self, work: Callable[[MQAdmin], T]) -> T:
         """``work(admin)`` with the shared admin client, one caller at a time."""

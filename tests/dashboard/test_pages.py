@@ -291,3 +291,17 @@ def test_pages_load_against_a_single_serve(page: Any, tmp_path: Any) -> None:
             assert page.goto(dash.url + path).status == 200, path
         page.goto(dash.url + "/")
         assert "broker-a" in page.inner_text("#brokers")
+
+
+def test_a_name_server_list_with_one_down(page: Any, cluster: Cluster) -> None:
+    """``--namesrv`` lists several name servers; one that does not answer is passed over."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        down = f"127.0.0.1:{s.getsockname()[1]}"
+    with Dashboard(f"{down};{cluster.address}", "127.0.0.1:0", sample_interval=5) as dash:
+        assert page.goto(dash.url + "/").status == 200
+        brokers = page.inner_text("#brokers")
+        assert "broker-a" in brokers and "broker-b" in brokers
+        assert page.goto(dash.url + "/topics").status == 200
