@@ -201,6 +201,19 @@ def test_group_lag_grows_shrinks_and_its_offset_resets(
         reload_until(page, "#total-lag", r"^0$")
         # The lag chart has the samples of the last minute: a line, or a first point.
         assert page.locator("svg.chart polyline, svg.chart circle").count() >= 1
+
+        # A message's page says which groups consumed it, and resends it to one of them.
+        page.goto(dashboard.url + "/messages?topic=LagT&key=lag-3")
+        page.click("#found a")
+        assert "cg-lag\tconsumed" in page.inner_text("#consumed")
+        before = gate.count("lag-3")
+        page.select_option("#resend-message select[name=group]", "cg-lag")
+        page.click("#resend-message button")
+        assert page.inner_text("#note").endswith("resent to group cg-lag")
+        with gate.changed:
+            assert gate.changed.wait_for(lambda: gate.count("lag-3") == before + 1, 60), (
+                "the message resent from its page did not reach the group"
+            )
     finally:
         consumer.shutdown()
 
