@@ -81,7 +81,10 @@ def _page(request: Request, template: str, status_code: int = 200, **context: An
 
 
 def _back(path: str, **query: str) -> RedirectResponse:
-    return RedirectResponse(f"{path}?{urlencode(query)}" if query else path, status_code=303)
+    """See ``path`` again (303), with ``query`` (a note or an error) added to its own."""
+    if query:
+        path += ("&" if "?" in path else "?") + urlencode(query)
+    return RedirectResponse(path, status_code=303)
 
 
 def _error_text(exc: MQError) -> str:
@@ -118,7 +121,9 @@ def _action(back: Callable[[Request], str]) -> Callable[[Endpoint], Endpoint]:
                     "this dashboard runs --read-only: actions are refused", status_code=403
                 )
             origin = request.headers.get("origin")
-            if origin and origin != "null" and urlsplit(origin).netloc != request.url.netloc:
+            # A browser names the page a form was posted from; "null" (a sandboxed frame, a
+            # file) is not this dashboard either.
+            if origin and urlsplit(origin).netloc != request.url.netloc:
                 return PlainTextResponse(
                     f"refused an action posted from another site ({origin})", status_code=403
                 )
@@ -490,7 +495,7 @@ async def dlq_resend(request: Request) -> Response:
     note = f"resent {result.resent} dead letter(s) of group {group}"
     if result.skipped:
         note += f"; skipped {result.skipped} without an original topic"
-    return RedirectResponse(f"/dlq?{urlencode({'group': group, 'note': note})}", status_code=303)
+    return _back(f"/dlq?{urlencode({'group': group})}", note=note)
 
 
 async def healthz(request: Request) -> Response:

@@ -254,21 +254,38 @@ def test_read_only_shows_no_action_and_refuses_them(
 ) -> None:
     """--read-only: no form of an action on any page, and a posted action gets 403."""
     create_topic(cluster, "RoT")
-    with Dashboard(cluster.address, "127.0.0.1:0", read_only=True, sample_interval=5) as ro:
-        for path in [
-            "/",
-            "/topics",
-            "/topics/RoT",
-            "/groups",
-            "/groups/cg-lag",
-            "/dlq?group=cg-dlq",
-        ]:
-            assert page.goto(ro.url + path).status == 200, path
-            assert page.locator("form.action, form[method=post]").count() == 0, path
-        assert "read-only" in page.inner_text("header")
-        for path in ["/topics", "/topics/RoT/delete", "/groups/cg-lag/reset", "/dlq/cg-dlq/resend"]:
-            response = page.request.post(ro.url + path, form={"topic": "Evil"})
-            assert response.status == 403, path
+    gate = Gate(fail=("ro-poison",))
+    consumer = start_consumer(cluster, "cg-ro", "RoT", gate, max_reconsume_times=0)
+    try:
+        with Producer("pg-ro", namesrv_addr=cluster.address) as producer:
+            sent = producer.send(Message(topic="RoT", body=b"x", keys="ro-poison"))
+        with Dashboard(cluster.address, "127.0.0.1:0", read_only=True, sample_interval=5) as ro:
+            page.goto(ro.url + "/dlq?group=cg-ro")
+            reload_until(page, "#letters", "ro-poison")
+            for path in [
+                "/",
+                "/topics",
+                "/topics/RoT",
+                "/groups",
+                "/groups/cg-ro",
+                "/dlq?group=cg-ro",
+                f"/messages/{sent.msg_id}?topic=RoT",
+            ]:
+                assert page.goto(ro.url + path).status == 200, path
+                assert page.locator("form.action, form[method=post]").count() == 0, path
+            assert "read-only" in page.inner_text("header")
+            for path in [
+                "/topics",
+                "/topics/RoT/delete",
+                "/topics/RoT/send",
+                "/groups/cg-ro/reset",
+                "/dlq/cg-ro/resend",
+                f"/messages/{sent.msg_id}/resend",
+            ]:
+                response = page.request.post(ro.url + path, form={"topic": "Evil"})
+                assert response.status == 403, path
+    finally:
+        consumer.shutdown()
     with MQAdmin(cluster.address) as admin:
         assert "Evil" not in [t.topic for t in admin.topics()]
         assert admin.topic("RoT").write_queue_nums == 4
@@ -283,11 +300,23 @@ def test_delete_topic_from_its_page(page: Any, dashboard: Dashboard, cluster: Cl
     assert page.inner_text("#note") == "topic GoneT deleted"
     assert page.locator("#topics tr[data-topic=GoneT]").count() == 0
     assert page.goto(dashboard.url + "/topics/GoneT").status == 404
+    # An action that fails goes back to its page with the error.
+    page.goto(dashboard.url + "/topics")
+    page.fill("#create-topic input[name=topic]", "bad topic!")
+    page.click("#create-topic button")
+    assert page.locator("h1").inner_text() == "Topics"
+    assert "[bad topic!] contains illegal characters" in page.inner_text("#error")
+    back = page.request.post(dashboard.url + "/dlq/cg-nobody/resend")
+    assert back.url.startswith(dashboard.url + "/dlq?group=cg-nobody&error=consumer+group")
     # An action posted from another site (a forged form) is refused, and changes nothing.
     forged = page.request.post(
         dashboard.url + "/topics", form={"topic": "Forged"}, headers={"Origin": "http://evil.test"}
     )
     assert forged.status == 403
+    sandboxed = page.request.post(
+        dashboard.url + "/topics", form={"topic": "Forged"}, headers={"Origin": "null"}
+    )
+    assert sandboxed.status == 403
     with MQAdmin(cluster.address) as admin:
         assert "Forged" not in [t.topic for t in admin.topics()]
 
