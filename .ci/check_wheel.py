@@ -14,7 +14,12 @@ tops = {n.split("/", 1)[0] for n in names}
 stray = {t for t in tops if t != "mqcore" and not t.endswith((".dist-info", ".data"))}
 if stray:
     sys.exit(f"wheel {wheels[0].name} has unexpected top-level entries: {sorted(stray)}")
-for required in ("mqcore/py.typed", "mqcore/plugins/__init__.py", "mqcore/contrib/__init__.py"):
+for required in (
+    "mqcore/py.typed",
+    "mqcore/plugins/__init__.py",
+    "mqcore/contrib/__init__.py",
+    "mqcore/dashboard/templates/base.html",  # package data: the dashboard's pages
+):
     if required not in names:
         sys.exit(f"wheel {wheels[0].name} is missing {required}")
 # The C speedups are optional for an install, but the wheel this project ships must have them:

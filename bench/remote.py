@@ -20,7 +20,12 @@ single server's figures (``--no-ha`` leaves them out; they need the mmap store):
     python bench/remote.py --messages N [--rounds 3] [--no-redis] [--no-ha] [--metrics] [--json]
 
 ``--metrics`` runs ``mqcore serve`` with ``--metrics-listen`` (``mqcore[metrics]``): compare
-with a run without it to see what counting costs.
+with a run without it to see what counting costs. ``--metrics-compare`` does that comparison
+in one run: each round runs mqcore without metrics and with them (alternating which goes
+first), and the run prints the median of each round's on/off ratio (Redis and replication
+are left out)::
+
+    python bench/remote.py --metrics-compare --messages N [--rounds 5] [--json]
 
 Each round runs mqcore's figures and Redis's, alternating which goes first; the run prints
 the median of each figure and of each round's own ratio, with every round's ratio beside it
@@ -187,6 +192,126 @@ def _rounds(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[dict
     return ours, theirs
 
 
+def metrics_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """mqcore's figures without and with ``--metrics-listen``, side by side: each round runs
+    both, alternating which goes first, and each round's own on/off ratio is kept (the
+    machine's speed drifts over minutes; one round's two runs are seconds apart)."""
+    off: list[dict[str, float]] = []
+    on: list[dict[str, float]] = []
+    for i in range(args.rounds):
+        for metrics in (False, True) if i % 2 == 0 else (True, False):
+            (on if metrics else off).append(
+                bench_mqcore(args.messages, args.size, args.store, metrics)
+            )
+    rates = [k for k in off[0] if k.endswith("_msgs_per_s")]
+    per_round = [{k: b[k] / a[k] for k in rates} for a, b in zip(off, on, strict=True)]
+    # The server's CPU per message: what counting costs, less swayed than a rate by what
+    # else the machine runs at the time.
+    cpu = [f"cpu_server_us_{k.removesuffix('_msgs_per_s')}" for k in rates]
+    return {
+        "machine": f"{os.cpu_count()} cores",
+        "server_event_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "messages": args.messages,
+        "size": args.size,
+        "rounds": args.rounds,
+        "off": {k: statistics.median(o[k] for o in off) for k in rates},
+        "on": {k: statistics.median(o[k] for o in on) for k in rates},
+        # on / off: 1.0 is no cost; 0.95 is metrics costing 5% of the rate
+        "ratios": {k: statistics.median(p[k] for p in per_round) for k in rates},
+        "ratio_rounds": per_round,
+        "server_cpu_us_off": {k: statistics.median(o[k] for o in off) for k in cpu},
+        "server_cpu_us_on": {k: statistics.median(o[k] for o in on) for k in cpu},
+        # on / off of each round's server CPU per message: 1.05 is metrics costing 5% more
+        "server_cpu_ratios": {
+            k: statistics.median(b[k] / a[k] for a, b in zip(off, on, strict=True)) for k in cpu
+        },
+    }
+
+
+def metrics_interleaved(n: int, size: int, store: str) -> dict[str, Any]:
+    """Batch produce to two servers at once, one without and one with metrics, batch by
+    batch in turn (which goes first alternates): whatever else the machine runs slows both
+    alike. Each side's rate is its messages over the time its own sends took; its CPU per
+    message is its process's over the whole run (its idle waits cost none)."""
+    from mqcore import Message, Producer, SendStatus
+    from mqcore.client.admin import MQAdmin
+
+    sides: dict[str, dict[str, Any]] = {}
+    try:
+        for name, metrics in (("off", False), ("on", True)):
+            data = tempfile.mkdtemp(prefix="mqcore-bench-")
+            extra = ("--metrics-listen", f"127.0.0.1:{_free_port()}") if metrics else ()
+            proc, addr, _ = ha.serve(data, "--store", store, *extra)
+            sides[name] = {"proc": proc, "data": data}
+            producer = Producer(f"bench-pg-{name}", namesrv_addr=addr)
+            producer.start()
+            sides[name]["producer"] = producer
+            with MQAdmin(addr) as admin:
+                admin.create_topic("B", 4)
+            producer.send(Message(topic="B", body=b"warm"))  # connect, route
+        body = os.urandom(size)
+        msgs = [Message(topic="B", body=body) for _ in range(BATCH)]
+        spent = {"off": 0.0, "on": 0.0}
+        cpu0 = {k: ha.cpu_seconds(v["proc"].pid) for k, v in sides.items()}
+        rounds = n // BATCH
+        for i in range(rounds):
+            for name in ("off", "on") if i % 2 == 0 else ("on", "off"):
+                start = time.perf_counter()
+                result = sides[name]["producer"].send_batch(msgs)
+                spent[name] += time.perf_counter() - start
+                assert result.send_status is SendStatus.SEND_OK
+        count = rounds * BATCH
+        out: dict[str, Any] = {"messages": count, "size": size}
+        for name, side in sides.items():
+            cpu = ha.cpu_seconds(side["proc"].pid) - cpu0[name]
+            out[name] = {
+                "produce_batch32_msgs_per_s": count / spent[name],
+                "cpu_server_us_produce_batch32": cpu / count * 1e6,
+            }
+        out["ratio"] = (
+            out["on"]["produce_batch32_msgs_per_s"] / out["off"]["produce_batch32_msgs_per_s"]
+        )
+        out["cpu_ratio"] = (
+            out["on"]["cpu_server_us_produce_batch32"] / out["off"]["cpu_server_us_produce_batch32"]
+        )
+        return out
+    finally:
+        for side in sides.values():
+            if "producer" in side:
+                side["producer"].shutdown()
+            ha.stop(side["proc"])
+            shutil.rmtree(side["data"], ignore_errors=True)
+
+
+def print_metrics_compare(results: dict[str, Any]) -> None:
+    """The table of :func:`metrics_compare`."""
+    print(
+        f"mqcore serve without and with --metrics-listen, on {results['server_event_loop']}'s "
+        f"event loop, {results['machine']}, median of {results['rounds']} round(s)"
+    )
+    print(f"{'figure':32} {'off':>12} {'on':>12} {'on/off':>7}  ratio per round")
+    for k, ratio in results["ratios"].items():
+        each = ", ".join(f"{p[k]:.3f}" for p in results["ratio_rounds"])
+        print(f"{k:32} {results['off'][k]:12,.0f} {results['on'][k]:12,.0f} {ratio:7.3f}  {each}")
+    print()
+    print(f"{'server CPU us per message':32} {'off':>12} {'on':>12} {'on/off':>7}  (per round)")
+    for k, off in results["server_cpu_us_off"].items():
+        on = results["server_cpu_us_on"][k]
+        paired = results["server_cpu_ratios"][k]
+        name = k.removeprefix("cpu_server_us_")
+        print(f"{name:32} {off:12.1f} {on:12.1f} {on / off:7.3f}  ({paired:.3f})")
+    runs = results.get("interleaved_rounds")
+    if runs:
+        print()
+        print(
+            "both servers at once, batches of 32 in turn (on/off per round: "
+            + ", ".join(f"{r['ratio']:.3f}" for r in runs)
+            + ")"
+        )
+        print(f"{'batch-32 produce, on/off':32} {results['interleaved_ratio']:7.3f}")
+        print(f"{'server CPU per message, on/off':32} {results['interleaved_cpu_ratio']:7.3f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=100_000)
@@ -208,10 +333,29 @@ def main(argv: list[str] | None = None) -> None:
         help="run mqcore serve with --metrics-listen (needs mqcore[metrics]); compare a run "
         "without it",
     )
+    ap.add_argument(
+        "--metrics-compare",
+        action="store_true",
+        help="mqcore alone, each round without and with --metrics-listen: the cost of metrics",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
+    if args.metrics_compare:
+        compared = metrics_compare(args)
+        # Then both servers at once, batch by batch in turn: the steadier comparison.
+        runs = [
+            metrics_interleaved(args.messages, args.size, args.store) for _ in range(args.rounds)
+        ]
+        compared["interleaved_rounds"] = runs
+        compared["interleaved_ratio"] = statistics.median(r["ratio"] for r in runs)
+        compared["interleaved_cpu_ratio"] = statistics.median(r["cpu_ratio"] for r in runs)
+        if args.json:
+            print(json.dumps(compared, indent=2))
+        else:
+            print_metrics_compare(compared)
+        return
     if not args.no_ha and args.store != "mmap":
         raise SystemExit("replication needs the mmap store: pass --no-ha with --store lmdb")
     ours, theirs = _rounds(args)

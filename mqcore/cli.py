@@ -180,3 +180,7 @@ from mqcore.commands.console import consume, send  # noqa: E402
 
 main.add_command(send)
 main.add_command(consume)
+
+from mqcore.commands.dashboard import dashboard  # noqa: E402
+
+main.add_command(dashboard)

@@ -594,6 +594,73 @@ class MQAdmin:
         found.sort(key=lambda m: (m.store_timestamp, m.store_host, m.commitlog_offset))
         return found[:max_num]
 
+    def messages_by_time(
+        self, topic: str, begin_ms: int, end_ms: int, *, limit: int = 64
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` stored from ``begin_ms`` to ``end_ms`` (inclusive), at most
+        ``limit``, oldest first: each queue is searched for the offset of ``begin_ms``
+        (SEARCH_OFFSET_BY_TIMESTAMP) and read from there (RocketMQ's ``queryMsgByTopic``).
+
+        :raises TopicNotExistError: no such topic.
+        """
+        found: list[MessageExt] = []
+        for mq in sorted(self.topic_stats(topic).offset_table):
+            start = self.transport.search_offset_by_timestamp(mq, begin_ms)
+            taken = 0
+            for msg in self._read(mq, start):
+                if msg.store_timestamp > end_ms or taken >= limit:
+                    break
+                if msg.store_timestamp >= begin_ms:
+                    found.append(msg)
+                    taken += 1
+        found.sort(key=lambda m: (m.store_timestamp, m.store_host, m.commitlog_offset))
+        return found[:limit]
+
+    def topic_groups(self, topic: str) -> list[str]:
+        """The consumer groups with an offset in ``topic`` (the groups that read it; RocketMQ's
+        ``queryTopicConsumeByWho``), sorted."""
+        out: list[str] = []
+        for group in self.groups():
+            if group.startswith(TOOLS_CONSUMER_GROUP):
+                continue
+            try:
+                stats = self.consume_stats(group, topic)
+            except (BrokerError, RemotingError):
+                continue
+            if stats.offset_table:
+                out.append(group)
+        return out
+
+    def consumed_by(self, msg: MessageExt) -> dict[str, bool]:
+        """For each group that reads the message's topic: whether its committed offset in the
+        message's queue is past the message (RocketMQ's message track, CONSUMED or
+        NOT_CONSUME_YET)."""
+        out: dict[str, bool] = {}
+        broker = _store_broker(msg, self.brokers())
+        for group in self.topic_groups(msg.topic):
+            table = self.consume_stats(group, msg.topic).offset_table
+            for mq, wrapper in table.items():
+                if mq.queue_id == msg.queue_id and broker in (None, mq.broker_name):
+                    out[group] = wrapper.consumer_offset > msg.queue_offset
+        return out
+
+    def resend_to_group(self, group: str, msg: MessageExt) -> None:
+        """Send a stored message again to ``group`` alone, through its retry topic, as
+        :meth:`resend_dead_letters` does (other groups of the topic do not get it again).
+
+        :raises BrokerError: a group the server does not know.
+        """
+        self._require_group(group)
+        original = msg.get_property("RETRY_TOPIC") or msg.topic
+        if original.startswith((DLQ_PREFIX, RETRY_PREFIX)):
+            raise InvalidArgumentError(
+                f"message {msg.msg_id} names no original topic (it is in {original}); "
+                f"resend a message of a user topic"
+            )
+        brokers = {mq.broker_name for mq in self.consume_stats(group).offset_table}
+        broker_name = _store_broker(msg, self.brokers()) or min(brokers or self.brokers())
+        self._send_to_group(group, broker_name, original, msg)
+
     # -- dead letters -----------------------------------------------------------------------
 
     def _dlq_queues(self, group: str) -> list[MessageQueue]:
@@ -696,6 +763,14 @@ class MQAdmin:
             producer_group=TOOLS_PRODUCER_GROUP,
             born_timestamp=msg.born_timestamp,
         )
+
+
+def _store_broker(msg: MessageExt, groups: dict[str, dict[int, str]]) -> str | None:
+    """The broker group whose member stored ``msg`` (by its store host), if one did."""
+    for name, members in groups.items():
+        if msg.store_host in members.values():
+            return name
+    return None
 
 
 def _host_of(msg_id: str) -> str:

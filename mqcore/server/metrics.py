@@ -84,11 +84,19 @@ class _StoredCounter:
     def __init__(self, messages: Any, size: Any) -> None:
         self._messages = messages
         self._bytes = size
+        # Each topic's two counters, looked up once: labels() takes a lock and builds a key.
+        self._children: dict[str, tuple[Any, Any]] = {}
 
     @hookimpl
     def mqcore_messages_stored(self, topic: str, queue_id: int, results: list[PutResult]) -> None:
-        self._messages.labels(topic).inc(len(results))
-        self._bytes.labels(topic).inc(sum(r.size for r in results))
+        children = self._children.get(topic)
+        if children is None:
+            children = self._children[topic] = (
+                self._messages.labels(topic),
+                self._bytes.labels(topic),
+            )
+        children[0].inc(len(results))
+        children[1].inc(sum(r.size for r in results))
 
 
 class _StateCollector:
