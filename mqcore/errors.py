@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AclConfigError",
     "BrokerClosedError",
     "BrokerError",
     "CodecError",
@@ -200,7 +201,14 @@ class ReceiptHandleError(BrokerError):
 
 
 class NoPermissionError(BrokerError):
-    """The topic or broker does not permit the operation (NO_PERMISSION)."""
+    """The topic or broker does not permit the operation (NO_PERMISSION), or the server's
+    ACL refused the request: no or a bad signature, an unknown access key, or an account
+    without the permission the request needs."""
+
+
+class AclConfigError(InvalidArgumentError):
+    """An ACL file (RocketMQ's ``plain_acl.yml``) cannot be read or is not in its format; the
+    message names the entry at fault, never a secret key."""
 
 
 class SlaveNotAcknowledgedError(BrokerError):

@@ -106,11 +106,16 @@ class MQAdmin:
 
     :param server: ``host:port`` of the name server (several separated by ``;``).
     :param timeout: seconds to wait for each answer.
+    :param credentials: an ACL account's ``(access_key, secret_key)``: every request is
+        signed (admin calls need an account with ``admin: true``).
+    :param tls: True or an :class:`ssl.SSLContext`: TLS to the servers.
     """
 
-    def __init__(self, server: str, *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, server: str, *, timeout: float = 5.0, credentials: Any = None, tls: Any = None
+    ) -> None:
         self.server = server
-        self.transport = RemoteTransport(server, timeout=timeout)
+        self.transport = RemoteTransport(server, timeout=timeout, credentials=credentials, tls=tls)
 
     def close(self) -> None:
         """Close the connections."""

@@ -36,13 +36,20 @@ def client_ip() -> str:
         return "127.0.0.1"
 
 
-def resolve_broker(broker: Any = None, namesrv_addr: str | None = None) -> BrokerAPI:
+def resolve_broker(
+    broker: Any = None,
+    namesrv_addr: str | None = None,
+    *,
+    credentials: Any = None,
+    tls: Any = None,
+) -> BrokerAPI:
     """The transport behind ``broker=`` / ``namesrv_addr=``: a direct one for an in-process
     :class:`~mqcore.broker.Broker`, a remoting one for ``"host:port[;host:port]"``.
 
     A broker is recognised by what the embedded transport calls on it
     (:class:`~mqcore.client.transport_embedded.InProcessBroker`): the clients import nothing
-    of :mod:`mqcore.broker`.
+    of :mod:`mqcore.broker`. ``credentials`` (an ACL account's ``(access_key, secret_key)``)
+    and ``tls`` (True or an :class:`ssl.SSLContext`) are for a remote server only.
     """
     if broker is not None and namesrv_addr is not None:
         raise InvalidArgumentError("pass broker= or namesrv_addr=, not both")
@@ -50,7 +57,12 @@ def resolve_broker(broker: Any = None, namesrv_addr: str | None = None) -> Broke
     if isinstance(addr, str):
         from mqcore.client.transport_remote import RemoteTransport
 
-        return RemoteTransport(addr)
+        return RemoteTransport(addr, credentials=credentials, tls=tls)
+    if credentials is not None or tls:
+        raise InvalidArgumentError(
+            "credentials= and tls= are for a remote server (broker='host:port'); an "
+            "in-process broker checks no ACL"
+        )
     from mqcore.client.transport_embedded import EmbeddedTransport, InProcessBroker
 
     if isinstance(broker, InProcessBroker):
@@ -81,11 +93,15 @@ class ClientBase:
         broker: Any,
         instance_name: str | None,
         namesrv_addr: str | None = None,
+        credentials: Any = None,
+        tls: Any = None,
     ) -> None:
         self.group = group
         #: The client/broker seam (:class:`~mqcore.client.api.BrokerAPI`): every broker call
         #: goes through it, in-process or over the network.
-        self.broker: BrokerAPI = resolve_broker(broker, namesrv_addr)
+        self.broker: BrokerAPI = resolve_broker(
+            broker, namesrv_addr, credentials=credentials, tls=tls
+        )
         self.kernel = self.broker.kernel
         self.instance_name = instance_name or DEFAULT_INSTANCE_NAME
         self.client_id = f"{client_ip()}@{self.instance_name}"

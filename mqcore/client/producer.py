@@ -126,6 +126,8 @@ class Producer(ClientBase):
         *,
         namesrv_addr: str | None = None,
         instance_name: str | None = None,
+        credentials: Any = None,
+        tls: Any = None,
         retry_times_when_send_failed: int = 2,
         retry_times_when_send_async_failed: int = 2,
         send_msg_timeout: float = 3.0,
@@ -133,7 +135,7 @@ class Producer(ClientBase):
         async_send_threads: int = 1,
     ) -> None:
         validate_group(group)
-        super().__init__(group, broker, instance_name, namesrv_addr)
+        super().__init__(group, broker, instance_name, namesrv_addr, credentials, tls)
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.retry_times_when_send_async_failed = retry_times_when_send_async_failed
         self.send_msg_timeout = send_msg_timeout

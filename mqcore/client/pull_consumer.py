@@ -48,6 +48,8 @@ class PullConsumer(ClientBase):
         *,
         namesrv_addr: str | None = None,
         instance_name: str | None = None,
+        credentials: Any = None,
+        tls: Any = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         offset_store: str | None = None,
         offset_store_options: dict[str, Any] | None = None,
@@ -55,7 +57,7 @@ class PullConsumer(ClientBase):
         broker_suspend_max_time: float = 20.0,
     ) -> None:
         validate_group(group)
-        super().__init__(group, broker, instance_name, namesrv_addr)
+        super().__init__(group, broker, instance_name, namesrv_addr, credentials, tls)
         self.message_model = message_model
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
         self.broker_suspend_max_time = broker_suspend_max_time

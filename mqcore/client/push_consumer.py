@@ -61,6 +61,8 @@ class PushConsumer(ClientBase):
         *,
         namesrv_addr: str | None = None,
         instance_name: str | None = None,
+        credentials: Any = None,
+        tls: Any = None,
         allocate_strategy: Any = "avg",
         allocate_options: dict[str, Any] | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
@@ -82,7 +84,7 @@ class PushConsumer(ClientBase):
         offset_store_options: dict[str, Any] | None = None,
     ) -> None:
         validate_group(group)
-        super().__init__(group, broker, instance_name, namesrv_addr)
+        super().__init__(group, broker, instance_name, namesrv_addr, credentials, tls)
         self.allocate_strategy = allocate_strategy
         self.allocate_options = dict(allocate_options or {})
         self.message_model = message_model

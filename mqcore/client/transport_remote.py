@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import random
+import ssl
 import struct
 import threading
 import time
@@ -58,6 +59,8 @@ from mqcore.protocol.transaction import (
 from mqcore.record.sysflag import COMPRESSED_FLAG
 from mqcore.remoting.client import RemotingClient
 from mqcore.remoting.command import RemotingCommand
+from mqcore.remoting.signing import credentials_from
+from mqcore.remoting.tls import client_context
 from mqcore.store import PutResult
 
 __all__ = ["RemoteTransport", "split_records"]
@@ -195,10 +198,21 @@ class RemoteTransport:
     :param kernel: plugins for the client side (allocators, filters, offset stores);
         a new :class:`~mqcore.Kernel` by default.
     :param timeout: seconds to wait for an answer to an ordinary call.
+    :param credentials: ``(access_key, secret_key)`` (or a
+        :class:`~mqcore.remoting.signing.Credentials`) of an ACL account: every request is
+        signed with them; None: unsigned.
+    :param tls: True (TLS, verifying the server against the system's CAs), an
+        :class:`ssl.SSLContext` of your own, or None/False for plain TCP.
     """
 
     def __init__(
-        self, namesrv_addr: str, *, kernel: Kernel | None = None, timeout: float = CALL_TIMEOUT_S
+        self,
+        namesrv_addr: str,
+        *,
+        kernel: Kernel | None = None,
+        timeout: float = CALL_TIMEOUT_S,
+        credentials: Any = None,
+        tls: bool | ssl.SSLContext | None = None,
     ) -> None:
         addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         for a in addrs:
@@ -210,7 +224,11 @@ class RemoteTransport:
         self._kernel = kernel
         self._notices = _Notices()
         self._notices.broker_names = self._broker_name_of
-        self.client = RemotingClient(self._notices)
+        self.client = RemotingClient(
+            self._notices,
+            credentials=credentials_from(credentials),
+            ssl_context=client_context(tls),
+        )
         self._pulls: set[concurrent.futures.Future[RemotingCommand]] = set()
         self._pulls_cancelled = False
         self._routes: dict[str, tuple[float, TopicRoute]] = {}

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mqcore.client.admin import MQAdmin, TopicInfo
+from mqcore.commands.security import client_security, security_options
 from mqcore.errors import MQError, RemotingConnectError, RemotingTimeoutError, TopicNotExistError
 
 __all__ = [
@@ -44,7 +45,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def admin_options(func: F) -> F:
-    """Add ``--server`` and ``--json`` to an admin command."""
+    """Add ``--server``, ``--json`` and the ACL and TLS options
+    (:func:`~mqcore.commands.security.security_options`) to an admin command."""
+    func = security_options(func)
     func = click.option(
         "--json", "as_json", is_flag=True, help="Print one JSON document instead of a table."
     )(func)
@@ -90,7 +93,7 @@ def cli_errors(server: str) -> Iterator[None]:
 @contextlib.contextmanager
 def connect(server: str) -> Iterator[MQAdmin]:
     """An :class:`MQAdmin` to ``server``; its failures become one-line CLI errors."""
-    with cli_errors(server), MQAdmin(server) as admin:
+    with cli_errors(server), MQAdmin(server, **client_security()) as admin:
         yield admin
 
 

@@ -9,7 +9,9 @@ from rich.table import Table
 
 from mqcore.client.cluster_status import cluster_status
 from mqcore.commands.admin import admin_options, emit
+from mqcore.commands.security import client_security
 from mqcore.errors import MQError
+from mqcore.remoting.client import RemotingClient
 
 __all__ = ["cluster", "cluster_status"]
 
@@ -40,10 +42,14 @@ def status(server: str, as_json: bool) -> None:
 
     --server may be a name server (every registered group) or one mqcore serve.
     """
+    security = client_security()
+    client = RemotingClient(credentials=security["credentials"], ssl_context=security["tls"])
     try:
-        rows = cluster_status(server)
+        rows = cluster_status(server, client)
     except MQError as exc:
         raise click.ClickException(" ".join(str(exc).split())) from exc
+    finally:
+        client.close()
 
     def table() -> Table:
         t = Table("group", "id", "address", "role", "commit-log max", "replication", "lag (bytes)")

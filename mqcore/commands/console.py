@@ -25,6 +25,7 @@ from typing import Any
 import click
 
 from mqcore.commands.admin import DEFAULT_SERVER, cli_errors, parse_timestamp
+from mqcore.commands.security import client_security, security_options
 from mqcore.message import (
     ConsumeFromWhere,
     Message,
@@ -47,6 +48,7 @@ _REFRESH_S = 10.0  # how often a reader looks for new queues of the topic
 
 
 def _server_option(func: Any) -> Any:
+    func = security_options(func)
     return click.option(
         "--server",
         envvar="MQCORE_SERVER",
@@ -213,7 +215,10 @@ def send(
             click.echo("type one message a line; Ctrl-D to end", err=True)
         messages = _stdin_messages(as_json, defaults)
     # Ctrl-C (KeyboardInterrupt) is the mqcore command group's: status 130, one line.
-    with cli_errors(server), Producer(PRODUCER_GROUP, namesrv_addr=server) as p:
+    with (
+        cli_errors(server),
+        Producer(PRODUCER_GROUP, namesrv_addr=server, **client_security()) as p,
+    ):
         for fields in messages:
             result = p.send(Message(topic=topic, **fields))
             line = _result_line(topic, result)
@@ -292,6 +297,7 @@ def _read(
         namesrv_addr=server,
         message_model=MessageModel.BROADCASTING,
         offset_store="broker",
+        **client_security(),
     )
     with reader as consumer:
         offsets: dict[MessageQueue, int] = {}
@@ -331,7 +337,7 @@ def _place_new_group(server: str, topic: str, group: str, start: str | int) -> N
     is still stored, as RocketMQ's does, whatever the consumer's consumeFromWhere.)"""
     from mqcore.client.admin import MQAdmin
 
-    with MQAdmin(server) as admin:
+    with MQAdmin(server, **client_security()) as admin:
         if group in admin.groups():
             return  # it goes on from its committed offsets
         transport = admin.transport
@@ -386,6 +392,7 @@ def _consume_as_group(
         consume_thread_min=1,
         consume_thread_max=1,
         pull_batch_size=min(32, printer.limit or 32),
+        **client_security(),
     )
     consumer.subscribe(topic, expression, expression_type=expression_type)
     consumer.register_message_listener(listener)

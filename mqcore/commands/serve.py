@@ -22,6 +22,7 @@ import click
 from mqcore.config import BrokerConfig
 from mqcore.errors import InvalidArgumentError, MQError
 from mqcore.hostport import split_host_port
+from mqcore.remoting.tls import TlsMode, server_context
 from mqcore.server.server import Server
 
 __all__ = ["parse_settings", "serve"]
@@ -106,6 +107,21 @@ def _role_settings(
     return out
 
 
+def _tls_options(
+    cert: Path | None, key: Path | None, ca: Path | None, mode: str | None
+) -> dict[str, Any]:
+    """The TLS options as the Server's ``ssl_context`` and ``tls_mode``."""
+    if (cert is None) != (key is None):
+        raise InvalidArgumentError("TLS needs both --tls-cert and --tls-key")
+    if cert is None or key is None:
+        if ca is not None or (mode is not None and mode.lower() != "disabled"):
+            raise InvalidArgumentError(
+                "--tls-ca and --tls-mode need the server's --tls-cert and --tls-key"
+            )
+        return {}
+    return {"ssl_context": server_context(cert, key, ca), "tls_mode": mode or "enforcing"}
+
+
 @click.command()
 @click.option("--listen", default="127.0.0.1:9876", show_default=True, help="HOST:PORT to serve.")
 @click.option(
@@ -145,6 +161,34 @@ def _role_settings(
     help="Serve Prometheus /metrics, /healthz and /readyz there (needs mqcore[metrics]).",
 )
 @click.option(
+    "--acl",
+    "acl_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="RocketMQ plain_acl.yml: every request must be signed by an account of it (or come "
+    "from a white-listed address); reloaded when it changes. See docs/security.md.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="TLS certificate (PEM, with its chain) of the remoting and replication ports.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The TLS certificate's private key (PEM).",
+)
+@click.option(
+    "--tls-ca",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="CA of the client certificates: clients must show one it signed (mutual TLS).",
+)
+@click.option(
+    "--tls-mode",
+    type=click.Choice(["disabled", "permissive", "enforcing"], case_sensitive=False),
+    help="enforcing: TLS only (the default with --tls-cert); permissive: TLS and plain TCP "
+    "on one port; disabled: plain TCP.",
+)
+@click.option(
     "--set",
     "pairs",
     multiple=True,
@@ -164,6 +208,11 @@ def serve(
     ha_listen: str | None = None,
     namesrv: str | None = None,
     metrics_listen: str | None = None,
+    acl_file: Path | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    tls_ca: Path | None = None,
+    tls_mode: str | None = None,
 ) -> None:
     """Run a broker and name server on one address (RocketMQ 4.x remoting protocol).
 
@@ -175,7 +224,10 @@ def serve(
         settings.update(_role_settings(role, broker_name, broker_id, master_ha, ha_listen))
         if namesrv is not None:
             settings["namesrv_addr"] = namesrv
-        server = Server(data_dir, listen, store, settings, metrics_listen=metrics_listen)
+        tls = _tls_options(tls_cert, tls_key, tls_ca, tls_mode)
+        server = Server(
+            data_dir, listen, store, settings, metrics_listen=metrics_listen, acl=acl_file, **tls
+        )
     except MQError as exc:
         raise click.ClickException(str(exc)) from exc
     stop = threading.Event()
@@ -186,6 +238,10 @@ def serve(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         click.echo(f"mqcore serve: listening on {server.address} (store {store} in {data_dir})")
+        if server.acl is not None:
+            click.echo(f"mqcore serve: ACL from {server.acl.path}")
+        if server.remoting.tls_mode is not TlsMode.DISABLED:
+            click.echo(f"mqcore serve: TLS {server.remoting.tls_mode.value}")
         cfg = server.broker.config
         if server.ha_address is not None:
             click.echo(f"mqcore serve: {cfg.broker_role} replication port {server.ha_address}")

@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +44,8 @@ from mqcore.protocol.codes import ResponseCode
 from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, next_opaque
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from mqcore.remoting.futures import settle
+from mqcore.remoting.signing import Credentials, sign
+from mqcore.remoting.tls import ClientTls
 
 __all__ = ["RemotingClient", "RequestHandler", "parse_address"]
 
@@ -91,10 +94,13 @@ class _Pending(NamedTuple):
 class _Connection:
     """One socket to ``addr``, its write lock, and its reading (see the module docstring)."""
 
-    def __init__(self, client: RemotingClient, addr: str, sock: socket.socket) -> None:
+    def __init__(
+        self, client: RemotingClient, addr: str, sock: socket.socket, tls: ClientTls | None = None
+    ) -> None:
         self.client = client
         self.addr = addr
         self.sock = sock
+        self.tls = tls
         self.pending: dict[int, _Pending] = {}
         self.closed = False
         self._send_lock = threading.Lock()
@@ -135,6 +141,8 @@ class _Connection:
             while outq:
                 parts.append(outq.popleft())
             data = parts[0] if len(parts) == 1 else b"".join(parts)
+            if self.tls is not None:  # encrypted in the order written, under the send lock
+                data = self.tls.encrypt(data)
             view = memoryview(data)
             while view:
                 try:
@@ -156,6 +164,11 @@ class _Connection:
                     raise RemotingConnectError(
                         f"write to {self.addr} failed: {exc}", addr=self.addr
                     ) from exc
+
+    def _send_raw(self, data: bytes) -> None:
+        """Bytes the TLS session owes the server, in order with the frames written."""
+        with self._send_lock, contextlib.suppress(OSError):
+            self.sock.sendall(data)
 
     def _writable(self, timeout: float) -> bool:
         # poll, not select: select refuses descriptors past 1023 (a client with many files).
@@ -227,8 +240,19 @@ class _Connection:
             return str(exc)
         if not n:
             return "closed by the server"
+        data: bytes | memoryview = self._view[:n]
+        if self.tls is not None:
+            try:
+                data = self.tls.decrypt(data)
+            except ssl.SSLError as exc:
+                return f"TLS error: {exc}"
+            extra = self.tls.pending_output()
+            if extra:
+                self._send_raw(extra)
+            if self.tls.eof:
+                return "closed by the server (TLS)"
         try:
-            for frame in self._decoder.feed(self._view[:n]):
+            for frame in self._decoder.feed(data):
                 self._frame(frame)
         except ProtocolError as exc:
             log.warning("remoting_client_bad_frame", addr=self.addr, error=str(exc))
@@ -317,6 +341,10 @@ class RemotingClient:
         answered REQUEST_CODE_NOT_SUPPORTED (oneway ones are dropped).
     :param connect_timeout: seconds to open a connection.
     :param max_frame_size: the largest frame accepted from a server.
+    :param credentials: an ACL account's keys: every request is signed with them
+        (:mod:`mqcore.remoting.signing`); None: requests go unsigned.
+    :param ssl_context: TLS for every connection (:func:`mqcore.remoting.tls.client_context`
+        makes one); None: plain TCP.
     """
 
     def __init__(
@@ -325,8 +353,12 @@ class RemotingClient:
         *,
         connect_timeout: float = 3.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.handler = handler
+        self.credentials = credentials
+        self.ssl_context = ssl_context
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self._conns: dict[str, _Connection] = {}
@@ -407,6 +439,8 @@ class RemotingClient:
     def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         """Send ``cmd`` marked oneway: no answer is expected (``timeout`` bounds the write)."""
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        if self.credentials is not None:
+            sign(cmd, self.credentials)
         conn = self._connection(addr)
         conn.send(cmd, time.monotonic() + timeout)
 
@@ -419,6 +453,8 @@ class RemotingClient:
         sync: bool = False,
     ) -> tuple[_Connection, concurrent.futures.Future[RemotingCommand]]:
         cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        if self.credentials is not None:
+            sign(cmd, self.credentials)
         conn = self._connection(addr)
         if sync:
             # Before the write: the reader thread must not go back to reading the answer
@@ -461,8 +497,16 @@ class RemotingClient:
             except OSError as exc:
                 raise RemotingConnectError(f"cannot connect to {addr}: {exc}", addr=addr) from exc
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tls = None
+            if self.ssl_context is not None:
+                tls = ClientTls(self.ssl_context, host)
+                try:
+                    tls.handshake(sock, addr, self.connect_timeout)
+                except BaseException:
+                    sock.close()
+                    raise
             sock.settimeout(None)
-            conn = _Connection(self, addr, sock)
+            conn = _Connection(self, addr, sock, tls)
             with self._lock:
                 if self._closed:
                     sock.close()

@@ -19,6 +19,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -44,6 +45,7 @@ from mqcore.remoting.command import (
 )
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from mqcore.remoting.futures import settle
+from mqcore.remoting.tls import TLS_HANDSHAKE_BYTE, TlsMode
 from mqcore.remoting.workers import WorkerPool
 
 __all__ = ["RemotingProcessor", "RemotingServer", "ServerConnection", "event_loop_factory"]
@@ -386,6 +388,80 @@ class ServerConnection(asyncio.BufferedProtocol):
         self._server._call_soon(self._abort)
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _SniffingListener:
+    """TLS and plain TCP on one port (permissive mode): each accepted connection is served
+    with TLS when its first byte opens a TLS handshake, in plain TCP otherwise."""
+
+    def __init__(self, server: RemotingServer, sock: socket.socket) -> None:
+        self._server = server
+        self._sock = sock
+        self.sockets = [sock]
+        self._task: asyncio.Future[Any] | None = None
+
+    def start(self) -> None:
+        self._sock.listen(1024)
+        self._sock.setblocking(False)
+        self._task = asyncio.ensure_future(self._accept())
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:  # out of descriptors, a reset before accept
+                log.warning("remoting_accept_failed", error=str(exc))
+                await asyncio.sleep(0.05)
+                continue
+            task = asyncio.ensure_future(self._sniff(conn))
+            self._server._sniffing.add(task)
+            task.add_done_callback(self._server._sniffing.discard)
+
+    async def _sniff(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        conn.setblocking(False)
+        readable = loop.create_future()
+        fd = conn.fileno()
+        loop.add_reader(fd, _resolve, readable)
+        try:
+            # A client that sends nothing within the idle timeout is dropped unserved.
+            await asyncio.wait_for(readable, self._server.idle_timeout)
+            first = conn.recv(1, socket.MSG_PEEK)
+        except (asyncio.TimeoutError, OSError):
+            first = b""
+        finally:
+            loop.remove_reader(fd)
+        if not first:
+            conn.close()
+            return
+        tls = first[0] == TLS_HANDSHAKE_BYTE
+        try:
+            await loop.connect_accepted_socket(
+                lambda: ServerConnection(self._server),
+                conn,
+                ssl=self._server.ssl_context if tls else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            log.info("remoting_tls_handshake_failed", error=str(exc))
+            conn.close()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for task in list(self._server._sniffing):
+            task.cancel()
+        self._sock.close()
+
+    async def wait_closed(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
 class RemotingServer:
     """A RocketMQ remoting server around a :class:`RemotingProcessor`.
 
@@ -406,7 +482,20 @@ class RemotingServer:
         max_pending: int = 10_000,
         dispatch: str = "thread",
         use_uvloop: bool | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_mode: str | TlsMode | None = None,
     ) -> None:
+        mode = TlsMode.of(tls_mode) if tls_mode is not None else None
+        if mode is None:
+            mode = TlsMode.DISABLED if ssl_context is None else TlsMode.ENFORCING
+        if mode is not TlsMode.DISABLED and ssl_context is None:
+            raise InvalidArgumentError(
+                f"TLS mode {mode.value} needs a certificate and key (ssl_context)"
+            )
+        #: TLS: the server's context and mode (see mqcore.remoting.tls)
+        self.ssl_context = ssl_context if mode is not TlsMode.DISABLED else None
+        self.tls_mode = mode
+        self._sniffing: set[asyncio.Future[Any]] = set()
         if dispatch not in ("thread", "inline"):
             raise InvalidArgumentError(f"dispatch must be 'thread' or 'inline', got {dispatch!r}")
         self.processor = processor
@@ -511,16 +600,34 @@ class RemotingServer:
         self._loop, self._loop_thread_id = loop, threading.get_ident()
         self._stop = asyncio.Event()
         self._executor = WorkerPool(self.workers, "mqcore-remoting-worker")
-        if self._sock is not None:  # bound beforehand: listening starts now
-            listener = await loop.create_server(lambda: ServerConnection(self), sock=self._sock)
+        if self.tls_mode is TlsMode.PERMISSIVE:
+            if self._sock is None:
+                self.bind()
+            assert self._sock is not None
+            listener: Any = _SniffingListener(self, self._sock)
+            self._sock = None  # the listener owns (and closes) it now
+            listener.start()
+        elif self._sock is not None:  # bound beforehand: listening starts now
+            listener = await loop.create_server(
+                lambda: ServerConnection(self), sock=self._sock, ssl=self.ssl_context
+            )
             self._sock = None  # the listener owns (and closes) it now
         else:
             listener = await loop.create_server(
-                lambda: ServerConnection(self), self.host, self.port, reuse_address=True
+                lambda: ServerConnection(self),
+                self.host,
+                self.port,
+                reuse_address=True,
+                ssl=self.ssl_context,
             )
         sockname = listener.sockets[0].getsockname()
         self.address = (str(sockname[0]), int(sockname[1]))
-        log.info("remoting_listening", host=self.address[0], port=self.address[1])
+        log.info(
+            "remoting_listening",
+            host=self.address[0],
+            port=self.address[1],
+            tls=self.tls_mode.value,
+        )
         self._bound.set()
         if ready is not None:
             ready(self.address)

@@ -50,6 +50,7 @@ from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operatio
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker
+    from mqcore.server.access import AccessValidator
     from mqcore.server.registration import NamesrvRegistrar
 
 __all__ = ["BrokerProcessor", "RemoteChannel"]
@@ -172,6 +173,8 @@ class BrokerProcessor:
         #: What keeps the broker registered with its name servers (``mqcore serve
         #: --namesrv``), or None.
         self.registrar: NamesrvRegistrar | None = None
+        #: The ACL check every request passes first (``mqcore serve --acl``), or None.
+        self.access: AccessValidator | None = None
         #: Called with (group, topic, message count) once per pull answered with messages,
         #: or None (metrics off: nothing is counted).
         self.pulled: Callable[[str, str, int], None] | None = None
@@ -232,6 +235,11 @@ class BrokerProcessor:
 
     def process(self, req: RemotingCommand, connection: Any) -> Reply:
         """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
+        access = self.access
+        if access is not None:  # before anything of the request is read or served
+            refused = access.refuse(req, getattr(connection, "remote_address", ""))
+            if refused is not None:
+                return refused
         entry = OPERATION_TABLE.get(req.code)
         if entry is None:
             return error(

@@ -16,6 +16,8 @@ from mqcore.client.common import client_ip
 from mqcore.config import BrokerConfig
 from mqcore.hostport import split_host_port
 from mqcore.remoting.server import RemotingServer
+from mqcore.server.access import AccessValidator
+from mqcore.server.acl import AclFile
 from mqcore.server.namesrv import NameServer
 from mqcore.server.processor import BrokerProcessor
 from mqcore.server.registration import NamesrvRegistrar
@@ -53,6 +55,9 @@ class Server:
     :param listen: ``HOST:PORT`` to listen on (port 0: any free port).
     :param store: the store plugin's name.
     :param settings: :class:`~mqcore.config.BrokerConfig` settings by name.
+    :param acl: a RocketMQ ``plain_acl.yml``: every request is then checked against it
+        (:mod:`mqcore.server.access`), and the file is reloaded when it changes
+        (:mod:`mqcore.server.acl`); None: no ACL, every request is served.
     :param metrics_listen: ``HOST:PORT`` of a Prometheus ``/metrics`` (and ``/healthz``,
         ``/readyz``) listener, or None for no metrics (nothing is counted then); needs the
         ``mqcore[metrics]`` extra. See :mod:`mqcore.server.metrics`.
@@ -65,9 +70,12 @@ class Server:
         store: str = "mmap",
         settings: dict[str, Any] | None = None,
         metrics_listen: str | None = None,
+        acl: str | Path | None = None,
         **server_options: Any,
     ) -> None:
         host, port = split_listen(listen)
+        #: the ACL file in force (``acl``), or None
+        self.acl: AclFile | None = AclFile(acl) if acl is not None else None
         metrics_at = (
             None if metrics_listen is None else split_listen(metrics_listen, "--metrics-listen")
         )
@@ -100,6 +108,9 @@ class Server:
             #: ``host:port`` of the replication port slaves connect to (None: no slaves)
             self.ha_address = f"{public}:{ha.port}" if isinstance(ha, HAMaster) else None
             self.processor = BrokerProcessor(self.broker, self.address)
+            acl_file = self.acl
+            if acl_file is not None:
+                self.processor.access = AccessValidator(lambda: acl_file.config)
             self.remoting.processor = self.processor
             self.remoting.inline_codes = self.processor.inline_codes
             if metrics_at is not None:
@@ -118,6 +129,8 @@ class Server:
                 self.processor.registrar = self.registrar  # topics it creates: registered first
             self._serving = True
         except BaseException:
+            if self.acl is not None:
+                self.acl.close()
             try:
                 self._close_metrics()
             finally:
@@ -140,6 +153,8 @@ class Server:
         """Close every connection, then the broker (offsets and delay progress persisted),
         and the metrics listener."""
         self._serving = False
+        if self.acl is not None:
+            self.acl.close()
         try:
             self._close_metrics()
             if self.registrar is not None:
