@@ -27,6 +27,7 @@ from mqcore.errors import (
     BrokerError,
     InvalidArgumentError,
     MQClientError,
+    NoPermissionError,
     RemotingError,
     TopicNotExistError,
 )
@@ -222,6 +223,8 @@ class MQAdmin:
             remark = resp.remark or f"the server refused request code {code} (code {resp.code})"
             if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                 raise TopicNotExistError(remark, code=resp.code)
+            if resp.code == ResponseCode.NO_PERMISSION:  # the server's ACL
+                raise NoPermissionError(remark, code=resp.code)
             raise BrokerError(remark, code=resp.code)
         return resp
 
