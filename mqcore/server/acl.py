@@ -30,6 +30,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ __all__ = [
     "DENY",
     "PUB",
     "RELOAD_INTERVAL_S",
+    "SETTLE_S",
     "SUB",
     "Account",
     "AclConfig",
@@ -63,8 +65,11 @@ ANY = 1 << 1
 PUB = 1 << 2
 SUB = 1 << 3
 
-#: How often the file is looked at; a change is in force within this time plus one read.
+#: How often the file is looked at; a change is in force within this time plus
+#: :data:`SETTLE_S` and one read.
 RELOAD_INTERVAL_S = 0.5
+#: How long a changed file must stay unchanged before it is put in force.
+SETTLE_S = 0.1
 
 _MIN_KEY_LENGTH = 7  # RocketMQ: "length should longer than 6"
 _PERMS = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
@@ -313,11 +318,19 @@ class AclFile:
 
     :param path: the ``plain_acl.yml``.
     :param interval: seconds between looks at the file (None: never reload).
+    :param settle: a changed file is read again after this many seconds and put in force
+        only if it did not change meanwhile (a file being written is not taken half-way).
     :raises AclConfigError: the file cannot be read or does not parse now.
     """
 
-    def __init__(self, path: str | Path, interval: float | None = RELOAD_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        interval: float | None = RELOAD_INTERVAL_S,
+        settle: float = SETTLE_S,
+    ) -> None:
         self.path = Path(path)
+        self.settle = settle
         self._bytes: bytes | None = self._read()
         #: the configuration in force
         self.config = parse_acl(self._bytes or b"", f"the ACL file {self.path}")
@@ -350,7 +363,24 @@ class AclFile:
             return False
         if data == self._bytes:
             return False
+        if self.settle > 0:
+            time.sleep(self.settle)
+            try:
+                again = self._read()
+            except AclConfigError:
+                return False  # the next look reports it
+            if again != data:
+                return False  # still being written: the next look takes it
         self._bytes = data
+        if not data.strip():
+            # An emptied file is a write in progress far more often than a wish to refuse
+            # every client: RocketMQ skips an empty file too.
+            log.warning(
+                "acl_reload_failed",
+                path=str(self.path),
+                error="the file is empty; the last version stays in force",
+            )
+            return False
         try:
             config = parse_acl(data, f"the ACL file {self.path}")
         except AclConfigError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_reload_keeps_last_good_version(tmp_path: Path) -> None:
     path = tmp_path / "plain_acl.yml"
     path.write_text(ROCKETMQ_SAMPLE)
-    acl = AclFile(path, interval=None)
+    acl = AclFile(path, interval=None, settle=0)
     try:
         path.write_text(ROCKETMQ_SAMPLE.replace("rocketmq2", "rocketmq3"))
         assert acl.check_now()
@@ -164,9 +165,31 @@ def test_reload_keeps_last_good_version(tmp_path: Path) -> None:
             assert not acl.check_now()
         assert [e["event"] for e in logs] == ["acl_reload_failed"]
         assert set(acl.config.accounts) == {"RocketMQ", "rocketmq3"}
+        with capture_logs() as logs:
+            path.write_text("")  # what a writer leaves for a moment
+            assert not acl.check_now()
+        assert "empty" in logs[0]["error"]
+        assert set(acl.config.accounts) == {"RocketMQ", "rocketmq3"}
         path.write_text(ROCKETMQ_SAMPLE)
         assert acl.check_now()
         assert set(acl.config.accounts) == {"RocketMQ", "rocketmq2"}
+    finally:
+        acl.close()
+
+
+def test_a_file_still_changing_is_not_taken(tmp_path: Path) -> None:
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ROCKETMQ_SAMPLE)
+    acl = AclFile(path, interval=None, settle=0.2)
+    try:
+        path.write_text(ROCKETMQ_SAMPLE[:120])  # half written: valid YAML, one account cut
+        writer = threading.Timer(0.05, path.write_text, (ROCKETMQ_SAMPLE + "\n",))
+        writer.start()
+        assert not acl.check_now()
+        writer.join()
+        assert set(acl.config.accounts) == {"RocketMQ", "rocketmq2"}
+        assert acl.config.accounts["RocketMQ"].perms  # never the cut version
+        assert acl.check_now()  # complete now, and unchanged while it settled
     finally:
         acl.close()
 
