@@ -40,9 +40,10 @@ def wait_until_accepting(
 class ServeProcess:
     """``mqcore serve`` in a child process on a free port, restartable on its data dir."""
 
-    def __init__(self, data_dir: Path, store: str = "mmap") -> None:
+    def __init__(self, data_dir: Path, store: str = "mmap", options: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.store = store
+        self.options = options  # more serve options (--acl FILE, --tls-cert FILE...)
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
 
@@ -52,6 +53,7 @@ class ServeProcess:
             sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
             "--listen", listen, "--data-dir", str(self.data_dir), "--store", self.store,
         ]  # fmt: skip
+        cmd += self.options
         for pair in settings:
             cmd += ["--set", pair]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
@@ -90,10 +92,13 @@ class ServeProcess:
         return self.proc.returncode
 
 
-def run_client(script: str, *args: str, timeout: float = 120) -> str:
+def run_client(script: str, *args: str, timeout: float = 120, home: Path | None = None) -> str:
     """Run a script that uses the official client in a child process (its C++ core keeps
-    threads and state of its own); returns its stdout, failing on a non-zero exit."""
+    threads and state of its own); returns its stdout, failing on a non-zero exit.
+    ``home``: the child's $HOME, where the C++ core writes its logs (logs/rocketmq-cpp)."""
     env = dict(os.environ)
+    if home is not None:
+        env["HOME"] = str(home)
     env.setdefault("HOME", str(Path.cwd()))  # the C++ core writes its logs under $HOME
     done = subprocess.run(
         [sys.executable, "-c", script, *args],
