@@ -100,6 +100,14 @@ class BrokerConfig:
     :param ha_listen_host: the address that port is bound to (default: ``broker_ip``;
         ``mqcore serve`` binds it where ``--listen`` is bound, e.g. ``0.0.0.0``).
     :param ha_master_address: a slave's ``host:port`` of its master's replication port.
+    :param ha_tls: replication over TLS: a master serves its replication port with TLS only
+        (``ha_tls_cert``, ``ha_tls_key`` needed), a slave connects with TLS, checking the
+        master against ``ha_tls_ca`` (else the system's CAs). ``mqcore serve --tls-mode
+        enforcing`` turns it on with its own certificate files.
+    :param ha_tls_cert: the certificate (PEM) a master shows its slaves, and a slave its master.
+    :param ha_tls_key: that certificate's private key (PEM).
+    :param ha_tls_ca: on a master, slaves must show a certificate this CA signed; on a slave,
+        the CA the master's certificate is checked against.
     :param sync_flush_timeout_ms: how long a SYNC_MASTER waits for a slave to have a send's
         bytes before answering FLUSH_SLAVE_TIMEOUT (``syncFlushTimeout``, 5 s).
     :param ha_max_gap_bytes: a slave further behind than this counts as not available
@@ -163,6 +171,10 @@ class BrokerConfig:
     ha_listen_port: int | None = None
     ha_listen_host: str | None = None
     ha_master_address: str | None = None
+    ha_tls: bool = False
+    ha_tls_cert: str | None = None
+    ha_tls_key: str | None = None
+    ha_tls_ca: str | None = None
     sync_flush_timeout_ms: int = 5_000
     ha_max_gap_bytes: int = 256 * 1024 * 1024
     ha_transfer_batch_size: int = 32 * 1024

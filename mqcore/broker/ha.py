@@ -15,6 +15,11 @@ bytes). The slave sends ``{"broker_id", "address"}`` every
 ``slave_synchronize_interval_ms``; the master answers with its address and the broker's
 metadata snapshot, and lists the slave in its routes while that connection is open.
 
+With ``ha_tls`` both connections run over TLS (:func:`ha_contexts`): a master accepts TLS
+only, a slave checks the master's certificate. TLS 1.2 at most: a master's reader and writer
+threads share one connection, and TLS 1.3's messages after the handshake (tickets, key
+updates) would let a read write on the socket under the writer.
+
 Replication sees neither the broker nor its plugins: it reads and appends the commit log
 through the store's commit-log capabilities (:mod:`mqcore.storecaps`), and moves the
 metadata the broker hands it (``snapshot`` on a master, ``apply`` on a slave, see
@@ -26,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -42,6 +48,7 @@ from mqcore.errors import (
 from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
+from mqcore.remoting.tls import client_context, server_context
 from mqcore.store import PutResult
 from mqcore.storecaps import CommitLogReplica, CommitLogSource
 
@@ -49,6 +56,7 @@ __all__ = [
     "SYNC_MAGIC",
     "HAMaster",
     "HASlave",
+    "ha_contexts",
     "start_replication",
 ]
 
@@ -60,6 +68,7 @@ _HEADER = struct.Struct(">qi")
 _LENGTH = struct.Struct(">i")
 _MAX_SYNC_DOC = 64 * 1024 * 1024
 _POLL_S = 0.5  # longest a thread blocks before it looks at its stop flag
+_TLS_HANDSHAKE_S = 5.0
 
 #: The broker's metadata for slaves (a JSON object), on a master.
 Snapshot = Callable[[], dict[str, Any]]
@@ -101,6 +110,33 @@ def _recv_doc(sock: socket.socket, stop: threading.Event) -> Any:
         return None
     body = _recv_exact(sock, size, stop)
     return None if body is None else json.loads(body)
+
+
+def ha_contexts(config: BrokerConfig) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """The (master, slave) TLS contexts of replication, or (None, None) without ``ha_tls``.
+
+    :raises InvalidArgumentError: a master without a certificate and key, or a file that
+        does not load.
+    """
+    if not config.ha_tls:
+        return None, None
+    master: ssl.SSLContext | None = None
+    if config.broker_role != "SLAVE":
+        if not (config.ha_tls_cert and config.ha_tls_key):
+            raise InvalidArgumentError(
+                "ha_tls needs ha_tls_cert and ha_tls_key on a master (its certificate and key)"
+            )
+        master = server_context(config.ha_tls_cert, config.ha_tls_key, config.ha_tls_ca)
+        master.maximum_version = ssl.TLSVersion.TLSv1_2
+    slave = client_context(
+        True,
+        ca=config.ha_tls_ca,
+        cert=config.ha_tls_cert if config.ha_tls_key else None,
+        key=config.ha_tls_key,
+    )
+    assert slave is not None
+    slave.maximum_version = ssl.TLSVersion.TLSv1_2
+    return master, slave
 
 
 def _close(sock: socket.socket) -> None:
@@ -218,9 +254,11 @@ class HAMaster:
         snapshot: Snapshot,
         host: str,
         port: int,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
         self.config = config
+        self._ssl = ssl_context
         self._snapshot = snapshot
         self._lock = threading.Condition()
         self._connections: list[_SlaveConnection] = []
@@ -235,7 +273,7 @@ class HAMaster:
             target=self._accept, name=f"mqcore-ha-{config.broker_name}", daemon=True
         )
         self._acceptor.start()
-        log.info("ha_master_listening", host=self.host, port=self.port)
+        log.info("ha_master_listening", host=self.host, port=self.port, tls=self._ssl is not None)
 
     # -- connections ---------------------------------------------------------------------
 
@@ -255,6 +293,15 @@ class HAMaster:
                 self._sync_threads = [x for x in self._sync_threads if x.is_alive()] + [t]
 
     def _handshake(self, sock: socket.socket) -> None:
+        if self._ssl is not None:
+            try:
+                sock.settimeout(_TLS_HANDSHAKE_S)
+                sock = self._ssl.wrap_socket(sock, server_side=True)
+                sock.settimeout(_POLL_S)
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("ha_tls_handshake_failed", error=str(exc))
+                _close(sock)
+                return
         first = _recv_exact(sock, 8, self._stop)
         if first is None:
             _close(sock)
@@ -412,9 +459,11 @@ class HASlave:
         master: str,
         apply: Apply,
         appended: Appended,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.store = store
         self.config = config
+        self._ssl = ssl_context
         self.master = split_host_port(master, "ha_master_address", example="127.0.0.1:10912")
         self.master_address: str | None = None  # the master's remoting address, once synced
         self._apply = apply
@@ -447,8 +496,15 @@ class HASlave:
             sock = socket.create_connection(self.master, timeout=3)
         except OSError as exc:
             return None, str(exc) or type(exc).__name__
-        sock.settimeout(_POLL_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._ssl is not None:
+            try:
+                sock.settimeout(_TLS_HANDSHAKE_S)
+                sock = self._ssl.wrap_socket(sock, server_hostname=self.master[0])
+            except (OSError, ssl.SSLError) as exc:
+                _close(sock)
+                return None, f"TLS handshake failed: {exc}"
+        sock.settimeout(_POLL_S)
         with self._lock:
             if self._stop.is_set():
                 _close(sock)
@@ -616,7 +672,8 @@ def start_replication(
             raise InvalidArgumentError(
                 "a SLAVE needs ha_master_address (HOST:PORT of its master's HA port)"
             )
-        return HASlave(store, config, config.ha_master_address, apply, appended)
+        slave_tls = ha_contexts(config)[1]
+        return HASlave(store, config, config.ha_master_address, apply, appended, slave_tls)
     if config.ha_listen_port is None:
         if config.broker_role == "SYNC_MASTER":
             raise InvalidArgumentError(
@@ -629,4 +686,5 @@ def start_replication(
             "mqcore.storecaps.CommitLogSource); use the mmap store for a master with slaves"
         )
     host = config.ha_listen_host or config.broker_ip
-    return HAMaster(store, config, snapshot, host, config.ha_listen_port)
+    master_tls = ha_contexts(config)[0]
+    return HAMaster(store, config, snapshot, host, config.ha_listen_port, master_tls)

@@ -100,17 +100,21 @@ def _role_settings(
         split_host_port(master_ha, "--master-ha", example="127.0.0.1:10912")
         out["ha_master_address"] = master_ha
     if ha_listen is not None:
-        _, port = split_host_port(
+        host, port = split_host_port(
             ha_listen, "--ha-listen", example="10912", any_port=True, default_host="0.0.0.0"
         )
         out["ha_listen_port"] = port
+        if ha_listen.strip().rpartition(":")[1]:  # HOST:PORT: bound there, not at --listen's
+            out["ha_listen_host"] = host
     return out
 
 
 def _tls_options(
     cert: Path | None, key: Path | None, ca: Path | None, mode: str | None
 ) -> dict[str, Any]:
-    """The TLS options as the Server's ``ssl_context`` and ``tls_mode``."""
+    """The TLS options as the Server's ``ssl_context`` and ``tls_mode``.
+
+    (Enforcing TLS also turns it on for replication: :func:`_ha_tls_settings`.)"""
     if (cert is None) != (key is None):
         raise InvalidArgumentError("TLS needs both --tls-cert and --tls-key")
     if cert is None or key is None:
@@ -120,6 +124,14 @@ def _tls_options(
             )
         return {}
     return {"ssl_context": server_context(cert, key, ca), "tls_mode": mode or "enforcing"}
+
+
+def _ha_tls_settings(cert: Path | None, key: Path | None, ca: Path | None) -> dict[str, Any]:
+    """Replication over TLS with the remoting port's files (``--set`` may change any)."""
+    out: dict[str, Any] = {"ha_tls": True, "ha_tls_cert": str(cert), "ha_tls_key": str(key)}
+    if ca is not None:
+        out["ha_tls_ca"] = str(ca)
+    return out
 
 
 @click.command()
@@ -225,6 +237,9 @@ def serve(
         if namesrv is not None:
             settings["namesrv_addr"] = namesrv
         tls = _tls_options(tls_cert, tls_key, tls_ca, tls_mode)
+        if str(tls.get("tls_mode", "")).lower() == "enforcing":
+            for name, value in _ha_tls_settings(tls_cert, tls_key, tls_ca).items():
+                settings.setdefault(name, value)
         server = Server(
             data_dir, listen, store, settings, metrics_listen=metrics_listen, acl=acl_file, **tls
         )
@@ -238,15 +253,15 @@ def serve(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         click.echo(f"mqcore serve: listening on {server.address} (store {store} in {data_dir})")
-        if server.acl is not None:
-            click.echo(f"mqcore serve: ACL from {server.acl.path}")
-        if server.remoting.tls_mode is not TlsMode.DISABLED:
-            click.echo(f"mqcore serve: TLS {server.remoting.tls_mode.value}")
         cfg = server.broker.config
         if server.ha_address is not None:
             click.echo(f"mqcore serve: {cfg.broker_role} replication port {server.ha_address}")
         elif cfg.broker_role == "SLAVE":
             click.echo(f"mqcore serve: SLAVE of {cfg.ha_master_address}")
+        if server.acl is not None:
+            click.echo(f"mqcore serve: ACL from {server.acl.path}")
+        if server.remoting.tls_mode is not TlsMode.DISABLED:
+            click.echo(f"mqcore serve: TLS {server.remoting.tls_mode.value}")
         if server.metrics is not None:
             click.echo(f"mqcore serve: metrics on http://{server.metrics.address}/metrics")
         sys.stdout.flush()

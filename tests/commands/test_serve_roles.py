@@ -23,7 +23,11 @@ def test_options_become_settings() -> None:
         "broker_id": 2,
         "ha_master_address": "127.0.0.1:10912",
     }
-    assert _role_settings(None, None, None, None, "0.0.0.0:7001") == {"ha_listen_port": 7001}
+    assert _role_settings(None, None, None, None, "0.0.0.0:7001") == {
+        "ha_listen_port": 7001,
+        "ha_listen_host": "0.0.0.0",
+    }
+    assert _role_settings(None, None, None, None, "7001") == {"ha_listen_port": 7001}
 
 
 @pytest.mark.parametrize(
