@@ -27,6 +27,13 @@ are left out)::
 
     python bench/remote.py --metrics-compare --messages N [--rounds 5] [--json]
 
+``--security`` measures mqcore alone, four ways side by side in each round (docs/security.md):
+plain; with ACL (``--acl``: every request signed by the client and checked by the server);
+with TLS (``--tls-cert``/``--tls-key``, enforcing; a throwaway CA made for the run, with the
+``cryptography`` package); and with both::
+
+    python bench/remote.py --messages N --security [--rounds 3] [--json]
+
 Each round runs mqcore's figures and Redis's, alternating which goes first; the run prints
 the median of each figure and of each round's own ratio, with every round's ratio beside it
 (this machine's speed drifts over minutes: a single round's ratio can be off by 1.5x).
@@ -47,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,16 +72,26 @@ def _free_port() -> int:
 # -- mqcore ------------------------------------------------------------------------------------
 
 
-def bench_mqcore(n: int, size: int, store: str, metrics: bool = False) -> dict[str, float]:
+def bench_mqcore(
+    n: int,
+    size: int,
+    store: str,
+    metrics: bool = False,
+    serve_args: tuple[str, ...] = (),
+    client: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    """mqcore's figures; ``serve_args`` go to ``mqcore serve``, ``client`` (credentials=,
+    tls=) to the producer and the consumer."""
     from mqcore import Message, MessageQueue, Producer, PullConsumer, PullStatus
 
+    client = client or {}
     data = tempfile.mkdtemp(prefix="mqcore-bench-")
     # --metrics: the server counts as it would with Prometheus scraping it (mqcore[metrics])
     extra = ("--metrics-listen", f"127.0.0.1:{_free_port()}") if metrics else ()
-    proc, addr, _ = ha.serve(data, "--store", store, *extra)
+    proc, addr, _ = ha.serve(data, "--store", store, *extra, *serve_args)
     try:
         body = os.urandom(size)
-        with Producer("bench-pg", namesrv_addr=addr) as p:
+        with Producer("bench-pg", namesrv_addr=addr, **client) as p:
             from mqcore.client.transport_remote import RemoteTransport
             from mqcore.protocol import headers
             from mqcore.protocol.codes import RequestCode
@@ -87,7 +105,7 @@ def bench_mqcore(n: int, size: int, store: str, metrics: bool = False) -> dict[s
             )  # fmt: skip
             p.send(Message(topic="B", body=body))  # connect, route
             out = ha.produce(p, n, body, proc.pid)
-        with PullConsumer("bench-cg", namesrv_addr=addr) as c:
+        with PullConsumer("bench-cg", namesrv_addr=addr, **client) as c:
             mqs = sorted(c.fetch_subscribe_message_queues("B"))
 
             def consume() -> int:
@@ -173,6 +191,93 @@ def bench_redis(n: int, size: int) -> dict[str, float]:
         proc.terminate()
         proc.wait(timeout=30)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- ACL and TLS ------------------------------------------------------------------------------
+
+SECURITY = ("plain", "acl", "tls", "acl+tls")
+_BENCH_ACCOUNT = ("bench-user", "bench-secret")
+
+
+def _security_setups(folder: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
+    """Each way of :data:`SECURITY`: the serve options and the clients' keywords."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                    "support"))  # fmt: skip
+    from certs import make_certs  # tests/support/certs.py: a throwaway CA (cryptography)
+
+    from mqcore.remoting.tls import client_context
+
+    certs = make_certs(Path(folder) / "ca")
+    acl = os.path.join(folder, "plain_acl.yml")
+    with open(acl, "w", encoding="utf-8") as f:
+        f.write(
+            "accounts:\n"
+            f"  - accessKey: {_BENCH_ACCOUNT[0]}\n"
+            f"    secretKey: {_BENCH_ACCOUNT[1]}\n"
+            "    admin: true\n"  # creates the topic; an admin without entries may do anything
+        )
+    acl_args = ("--acl", acl)
+    tls_args = ("--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key))
+    tls = client_context(True, ca=certs.ca)
+    return {
+        "plain": ((), {}),
+        "acl": (acl_args, {"credentials": _BENCH_ACCOUNT}),
+        "tls": (tls_args, {"tls": tls}),
+        "acl+tls": (acl_args + tls_args, {"credentials": _BENCH_ACCOUNT, "tls": tls}),
+    }
+
+
+def run_security(args: argparse.Namespace) -> dict[str, Any]:
+    """The four ways, ``args.rounds`` times, the order rotating each round; medians."""
+    folder = tempfile.mkdtemp(prefix="mqcore-bench-security-")
+    try:
+        setups = _security_setups(folder)
+        rounds: dict[str, list[dict[str, float]]] = {k: [] for k in SECURITY}
+        for i in range(args.rounds):
+            for kind in SECURITY[i % len(SECURITY) :] + SECURITY[: i % len(SECURITY)]:
+                serve_args, client = setups[kind]
+                rounds[kind].append(
+                    bench_mqcore(args.messages, args.size, args.store, False, serve_args, client)
+                )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    medians = {
+        k: {f: statistics.median(r[f] for r in rs) for f in rs[0]} for k, rs in rounds.items()
+    }
+    return {
+        "machine": f"{os.cpu_count()} cores",
+        "server_event_loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        "messages": args.messages,
+        "size": args.size,
+        "rounds": args.rounds,
+        "security": medians,
+        "security_rounds": rounds,
+    }
+
+
+def print_security(results: dict[str, Any]) -> None:
+    """The four ways side by side: rates, each relative to plain, and CPU per message."""
+    med = results["security"]
+    print(
+        f"mqcore serve on {results['server_event_loop']}'s event loop, {results['machine']}, "
+        f"{results['messages']} messages of {results['size']} B, median of "
+        f"{results['rounds']} round(s)"
+    )
+    rates = [k for k in med["plain"] if k.endswith("_msgs_per_s")]
+    print(f"{'msgs/s':24}" + "".join(f"{k:>18}" for k in SECURITY))
+    for rate in rates:
+        base = med["plain"][rate]
+        cells = "".join(f"{med[k][rate]:>10,.0f} ({med[k][rate] / base:4.2f})" for k in SECURITY)
+        print(f"{rate.removesuffix('_msgs_per_s'):24}{cells}")
+    print()
+    print(f"{'CPU us/msg client/server':24}" + "".join(f"{k:>18}" for k in SECURITY))
+    for rate in rates:
+        name = rate.removesuffix("_msgs_per_s")
+        cells = "".join(
+            f"{med[k][f'cpu_client_us_{name}']:>8.1f} /{med[k][f'cpu_server_us_{name}']:>7.1f} "
+            for k in SECURITY
+        )
+        print(f"{name:24}{cells}")
 
 
 def _rounds(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
@@ -338,10 +443,22 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="mqcore alone, each round without and with --metrics-listen: the cost of metrics",
     )
+    ap.add_argument(
+        "--security",
+        action="store_true",
+        help="mqcore alone: plain, with ACL, with TLS, and with both, side by side",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
+    if args.security:
+        sec = run_security(args)
+        if args.json:
+            print(json.dumps(sec, indent=2))
+        else:
+            print_security(sec)
+        return
     if args.metrics_compare:
         compared = metrics_compare(args)
         # Then both servers at once, batch by batch in turn: the steadier comparison.

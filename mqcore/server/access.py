@@ -27,7 +27,7 @@ from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
 from mqcore.protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from mqcore.remoting.command import RemotingCommand
-from mqcore.remoting.signing import ACCESS_KEY, SIGNATURE, signature_of, signed_content
+from mqcore.remoting.signing import ACCESS_KEY, SIGNATURE, request_signature
 from mqcore.server.acl import ANY, DENY, PUB, SUB, Account, AclConfig
 from mqcore.server.operations import PERMISSION_TABLE
 from mqcore.server.permissions import ADMIN
@@ -72,13 +72,13 @@ def _signature_ok(req: RemotingCommand, fields: dict[str, Any], account: Account
     given = fields.get(SIGNATURE)
     if not isinstance(given, str):
         return False
-    wanted = signature_of(signed_content(fields, req.body), account.secret_key)
+    wanted = request_signature(fields, req.body, account.secret_key)
     if hmac.compare_digest(wanted.encode(), given.encode("utf-8", "replace")):
         return True
     if _UNIQUE_KEY_QUERY in fields:
         # RocketMQ's Java client signs this field, its broker leaves it out: take either.
-        content = signed_content(fields, req.body, (SIGNATURE, _UNIQUE_KEY_QUERY))
-        wanted = signature_of(content, account.secret_key)
+        leave_out = (SIGNATURE, _UNIQUE_KEY_QUERY)
+        wanted = request_signature(fields, req.body, account.secret_key, leave_out)
         return hmac.compare_digest(wanted.encode(), given.encode("utf-8", "replace"))
     return False
 

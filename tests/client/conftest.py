@@ -32,9 +32,9 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     servers: list[tuple[Any, Any, str]] = []
     resolve = common.resolve_broker
 
-    def remote(broker: Any = None, namesrv_addr: str | None = None) -> Any:
+    def remote(broker: Any = None, namesrv_addr: str | None = None, **security: Any) -> Any:
         if not isinstance(broker, Broker):
-            return resolve(broker, namesrv_addr)
+            return resolve(broker, namesrv_addr, **security)
         # The client gets the broker's kernel, as an application configures its remote
         # clients with the same plugins (hooks, filters) as its embedded ones.
         for _, target, addr in servers:

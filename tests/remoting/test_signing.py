@@ -9,6 +9,7 @@ from mqcore.remoting.command import RemotingCommand
 from mqcore.remoting.signing import (
     Credentials,
     credentials_from,
+    request_signature,
     sign,
     signature_of,
     signed_content,
@@ -51,3 +52,13 @@ def test_credentials_never_show_the_secret() -> None:
     with pytest.raises(InvalidArgumentError, match="access_key, secret_key"):
         credentials_from("RocketMQ:s3cr3t-value")
     assert "s3cr3t" not in str(exc.value)
+
+
+def test_request_signature_equals_the_signature_of_the_content() -> None:
+    fields = {"b": "x", "a": "é", "Signature": "old", "_UNIQUE_KEY_QUERY": "true"}
+    body = memoryview(b"\x00body\xff")
+    for leave_out in (("Signature",), ("Signature", "_UNIQUE_KEY_QUERY")):
+        assert request_signature(fields, body, "k" * 8, leave_out) == signature_of(
+            signed_content(fields, body, leave_out), "k" * 8
+        )
+    assert request_signature(None, None, "key") == signature_of(b"", "key")

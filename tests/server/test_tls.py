@@ -180,7 +180,12 @@ def test_slave_replicates_over_tls(tmp_path: Path, certs: Certs) -> None:
             ) as slave:
                 master_end = master.broker.store.commitlog_max_offset()
                 deadline = time.monotonic() + 60
-                while slave.broker.store.commitlog_max_offset() < master_end:
+                topics = slave.broker.topics
+                # The log, and the metadata (its own connection, every 200 ms), over TLS.
+                while (
+                    slave.broker.store.commitlog_max_offset() < master_end
+                    or topics.get("T") is None
+                ):
                     assert time.monotonic() < deadline, "the slave did not catch up over TLS"
                     time.sleep(0.05)
                 mq = MessageQueue("T", master.broker.config.broker_name, 0)
