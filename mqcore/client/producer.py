@@ -107,6 +107,10 @@ class Producer(ClientBase):
     :param group: producer group.
     :param broker: an in-process :class:`~mqcore.broker.Broker`, or the ``"host:port"`` of a
         name server or of ``mqcore serve`` (several separated by ``;``).
+    :param credentials: ``(access_key, secret_key)`` of an account of the server's ACL
+        (``mqcore serve --acl``): every request is signed (docs/security.md).
+    :param tls: True (TLS, checking the server against the system's CAs) or an
+        :class:`ssl.SSLContext`, for a server with TLS.
     :param retry_times_when_send_failed: extra attempts of a synchronous send (2).
     :param retry_times_when_send_async_failed: extra attempts of an asynchronous send (2).
     :param send_msg_timeout: default timeout of a send, seconds (3).

@@ -37,6 +37,10 @@ class PullConsumer(ClientBase):
         ``offset_store_options``.
     :param persist_consumer_offset_interval: seconds between offset commits (5).
     :param broker_suspend_max_time: how long a blocking pull waits for messages, seconds (20).
+    :param credentials: ``(access_key, secret_key)`` of an account of the server's ACL
+        (``mqcore serve --acl``): every request is signed (docs/security.md).
+    :param tls: True (TLS, checking the server against the system's CAs) or an
+        :class:`ssl.SSLContext`, for a server with TLS.
     """
 
     role = "consumer"

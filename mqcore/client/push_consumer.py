@@ -50,6 +50,11 @@ class PushConsumer(ClientBase):
 
     Defaults are RocketMQ's (snake case). ``allocate_strategy`` is a registered strategy name
     (or a strategy object); ``allocate_options`` are passed to its factory.
+
+    :param credentials: ``(access_key, secret_key)`` of an account of the server's ACL
+        (``mqcore serve --acl``): every request is signed (docs/security.md).
+    :param tls: True (TLS, checking the server against the system's CAs) or an
+        :class:`ssl.SSLContext`, for a server with TLS.
     """
 
     role = "consumer"

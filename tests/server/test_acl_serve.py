@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from structlog.testing import capture_logs
 
 from mqcore import (
     ConsumeConcurrentlyStatus,
@@ -136,10 +137,12 @@ def test_refused_sends_store_nothing(
 ) -> None:
     before = stored(server)
     producer = Producer("pg", server.address, credentials=credentials)
-    with pytest.raises(MQError) as exc, producer as p:
+    with capture_logs() as logs, pytest.raises(MQError) as exc, producer as p:
         p.send(Message(topic=topic, body=b"refused"))
     assert remark in str(exc.value)
-    assert "wrong-secret" not in str(exc.value) and USER[1] not in str(exc.value)
+    assert any(e["event"] == "acl_refused" and remark in e["reason"] for e in logs)
+    for text in (str(exc.value), repr(logs)):  # no secret, right or wrong, anywhere
+        assert "wrong-secret" not in text and USER[1] not in text and ADMIN[1] not in text
     assert stored(server) == before
     producer.shutdown()
 
@@ -310,3 +313,15 @@ def test_changed_file_takes_effect_without_restart(server: Server, acl_file: Pat
     assert server.acl.reloads == reloads
     with MQAdmin(server.address, credentials=newcomer) as admin:
         assert set(TOPICS) <= {t.topic for t in admin.topics()}
+
+
+def test_serve_refuses_a_malformed_acl_file_at_start(tmp_path: Path) -> None:
+    bad = tmp_path / "plain_acl.yml"
+    bad.write_text("accounts:\n  - {accessKey: short, secretKey: hidden-secret-1}\n")
+    result = CliRunner().invoke(
+        main, ["serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"),
+               "--acl", str(bad)],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "account 'short': accessKey and secretKey must be longer than 6" in result.output
+    assert "hidden-secret" not in result.output
