@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from mqcore.commands.admin import DEFAULT_SERVER, connect
+from mqcore.commands.security import security_options
 from mqcore.errors import MQError
 from mqcore.kernel import Kernel
 from mqcore.store import TIMER_TOPIC
@@ -93,6 +94,7 @@ def timer() -> None:
     help="Name server: `mqcore namesrv`, or a single `mqcore serve` (env MQCORE_SERVER).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@security_options
 def stats(data_dir: Path | None, store: str | None, server: str, as_json: bool) -> None:
     """Pending timers, when the next ones are delivered, and how far delivery lags.
 

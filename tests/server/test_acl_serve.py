@@ -183,6 +183,7 @@ def test_admin_commands_need_an_admin_account(server: Server) -> None:
     assert "but accessKey=user-key-1 is not" in refused.stderr
     assert USER[1] not in refused.output
     assert "NewTopic" not in {t.topic_name for t in server.broker.list_topics()}
+    server.broker.update_consumer_offset("cg", "Open", 0, 0, "")  # a group the server knows
     for args in (["topic", "delete", "Open"], ["offset", "reset", "--group", "cg", "--topic",
                                                 "Open", "--timestamp", "now"]):  # fmt: skip
         result = cli(server, *args, *user)
@@ -218,6 +219,20 @@ def test_console_send_and_consume_sign(server: Server) -> None:
     )
     assert refused.exit_code != 0 and "topic:ReadOnly" in refused.output
     assert stored(server)["ReadOnly"] == 0
+    for group in ([], ["--group", "console-g"]):  # a reader without a group, and a member
+        read = CliRunner().invoke(
+            main,
+            ["consume", "--topic", "Open", "--from", "first", "--max", "2", "--json",
+             "--server", server.address, *group, *user],
+        )  # fmt: skip
+        assert read.exit_code == 0, read.output
+        bodies = sorted(json.loads(line)["body"] for line in read.stdout.splitlines())
+        assert bodies == ["YQ==", "Yg=="]  # a and b, base64
+    denied = CliRunner().invoke(
+        main,
+        ["consume", "--topic", "Closed", "--max", "1", "--server", server.address, *user],
+    )
+    assert denied.exit_code != 0 and "topic:Closed" in denied.output
 
 
 def _raw_request(server: Server, source: str, cmd: RemotingCommand) -> RemotingCommand:
