@@ -33,6 +33,11 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     return split_host_port(listen, option, any_port=True)
 
 
+def _reachable(host: str, public: str) -> str:
+    """Where a port bound to ``host`` is reached: ``public`` for every interface."""
+    return public if host in ("0.0.0.0", "::", "") else host
+
+
 def _bindable(host: str, port: int) -> bool:
     """Whether ``host:port`` can be listened on now (port 0 always can)."""
     if port == 0:
@@ -106,7 +111,11 @@ class Server:
             self.address = f"{public}:{bound_port}"
             ha = self.broker.ha
             #: ``host:port`` of the replication port slaves connect to (None: no slaves)
-            self.ha_address = f"{public}:{ha.port}" if isinstance(ha, HAMaster) else None
+            self.ha_address = (
+                f"{_reachable(str(ha.host), public)}:{ha.port}"
+                if isinstance(ha, HAMaster)
+                else None
+            )
             self.processor = BrokerProcessor(self.broker, self.address)
             acl_file = self.acl
             if acl_file is not None:

@@ -197,3 +197,16 @@ def test_slave_replicates_over_tls(tmp_path: Path, certs: Certs) -> None:
             assert plain_slave.broker.store.commitlog_max_offset() == 0
             ha = plain_slave.broker.ha
             assert ha is not None and not ha.connected.is_set()
+
+
+def test_replication_port_bound_to_a_chosen_interface(tmp_path: Path) -> None:
+    """``ha_listen_host`` (``--ha-listen HOST:PORT``): slaves reach it there and nowhere else."""
+    with Server(
+        tmp_path / "m", "127.0.0.1:0", settings={"ha_listen_host": "127.0.0.2", "ha_listen_port": 0}
+    ) as master:
+        assert master.ha_address is not None
+        host, _, port = master.ha_address.rpartition(":")
+        assert host == "127.0.0.2"
+        socket.create_connection((host, int(port)), timeout=5).close()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", int(port)), timeout=5).close()
