@@ -542,6 +542,9 @@ class RemotingServer:
         """
         if self._sock is not None or self._thread is not None or self._loop is not None:
             raise RemotingError("RemotingServer.bind() called twice, or after start()")
+        return self._open_socket()
+
+    def _open_socket(self) -> tuple[str, int]:
         where = f"{self.host}:{self.port}"
         try:
             infos = socket.getaddrinfo(
@@ -601,8 +604,8 @@ class RemotingServer:
         self._stop = asyncio.Event()
         self._executor = WorkerPool(self.workers, "mqcore-remoting-worker")
         if self.tls_mode is TlsMode.PERMISSIVE:
-            if self._sock is None:
-                self.bind()
+            if self._sock is None:  # the sniffing listener accepts from a socket of its own
+                self._open_socket()
             assert self._sock is not None
             listener: Any = _SniffingListener(self, self._sock)
             self._sock = None  # the listener owns (and closes) it now

@@ -210,3 +210,20 @@ def test_replication_port_bound_to_a_chosen_interface(tmp_path: Path) -> None:
         socket.create_connection((host, int(port)), timeout=5).close()
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", int(port)), timeout=5).close()
+
+
+def test_remoting_server_started_alone_sniffs_in_permissive_mode(certs: Certs) -> None:
+    """A RemotingServer started without bind() (no Server around it) listens permissively."""
+    from mqcore.protocol.codes import ResponseCode
+    from mqcore.remoting.client import RemotingClient
+    from mqcore.remoting.command import RemotingCommand
+    from mqcore.remoting.server import RemotingServer
+
+    ctx = server_context(certs.server_cert, certs.server_key)
+    with RemotingServer(None, "127.0.0.1", 0, ssl_context=ctx, tls_mode="permissive") as server:
+        assert server.address is not None
+        addr = f"{server.address[0]}:{server.address[1]}"
+        for client in (RemotingClient(), RemotingClient(ssl_context=trusting(certs))):
+            with client:
+                answer = client.invoke(addr, RemotingCommand.request(9999), 10)
+                assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
