@@ -25,7 +25,6 @@ import ssl
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from mqcore.errors import InvalidArgumentError, RemotingConnectError
 
@@ -199,9 +198,3 @@ class ClientTls:
         answer); empty almost always."""
         with self._lock:
             return self._out.read() if self._out.pending else b""
-
-
-def peer_certificate(transport: Any) -> dict[str, Any] | None:
-    """The verified client certificate of a server-side TLS transport, if any."""
-    cert = transport.get_extra_info("peercert")
-    return cert if isinstance(cert, dict) else None
