@@ -69,6 +69,8 @@ PERMISSION_TABLE: dict[int, AccessRule | object] = {
     RequestCode.SEND_MESSAGE_V2: publishes("b"),
     RequestCode.SEND_BATCH_MESSAGE: publishes("b"),
     RequestCode.CONSUMER_SEND_MSG_BACK: group_needs("group"),
+    # a transaction's end: PUB on its topic when the producer names it (RocketMQ 5's field)
+    RequestCode.END_TRANSACTION: publishes("topic"),
     # reads: SUB on the topic and the group
     RequestCode.PULL_MESSAGE: subscribes("topic", "consumerGroup"),
     RequestCode.QUERY_MESSAGE: subscribes("topic"),
