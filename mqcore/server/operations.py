@@ -27,6 +27,7 @@ from mqcore.remoting.command import RemotingCommand
 from mqcore.server.permissions import (
     ADMIN,
     AccessRule,
+    batch_ack_needs,
     group_needs,
     heartbeat_needs,
     lock_needs,
@@ -90,6 +91,12 @@ PERMISSION_TABLE: dict[int, AccessRule | object] = {
     RequestCode.GET_TOPIC_STATS_INFO: subscribes("topic"),
     RequestCode.GET_CONSUME_STATS: subscribes("topic", "consumerGroup"),
     RequestCode.GET_CONSUMER_CONNECTION_LIST: group_needs("consumerGroup"),
+    # pop consumption (RocketMQ 5): SUB on the topic and the group, as a pull
+    RequestCode.POP_MESSAGE: subscribes("topic", "consumerGroup"),
+    RequestCode.ACK_MESSAGE: subscribes("topic", "consumerGroup"),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: subscribes("topic", "consumerGroup"),
+    RequestCode.NOTIFICATION: subscribes("topic", "consumerGroup"),
+    RequestCode.BATCH_ACK_MESSAGE: batch_ack_needs,
     # admin: RocketMQ's five, and what else changes the broker or asks its clients
     RequestCode.UPDATE_AND_CREATE_TOPIC: ADMIN,
     RequestCode.UPDATE_BROKER_CONFIG: ADMIN,

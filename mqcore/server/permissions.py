@@ -23,6 +23,7 @@ __all__ = [
     "SUB",
     "AccessRule",
     "Needs",
+    "batch_ack_needs",
     "group_needs",
     "heartbeat_needs",
     "lock_needs",
@@ -138,4 +139,17 @@ def lock_needs(fields: Mapping[str, Any], body: Any) -> Needs:
     for mq in mqs if isinstance(mqs, list) else []:
         if isinstance(mq, dict):
             out += _kept([_topic(mq.get("topic"), SUB)])
+    return out
+
+
+def batch_ack_needs(fields: Mapping[str, Any], body: Any) -> Needs:
+    """A batch of pop acks: SUB on every group and topic of its acks (short or long names)."""
+    data = _json(body)
+    acks = data.get("acks") if isinstance(data, dict) else None
+    out: Needs = []
+    for ack in acks if isinstance(acks, list) else []:
+        if isinstance(ack, dict):
+            group = ack.get("c", ack.get("consumerGroup"))
+            topic = ack.get("t", ack.get("topic"))
+            out += _kept([_group(group), _topic(topic, SUB)])
     return out

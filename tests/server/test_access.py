@@ -52,6 +52,8 @@ def _refusal(code: int, fields: dict[str, str], body: bytes | None = None) -> st
             {"producerGroup": "pg", "topic": "Reports"},
             "topic:Reports",
         ),
+        (RequestCode.POP_MESSAGE, {"topic": "Reports", "consumerGroup": "billing"}, None),
+        (RequestCode.ACK_MESSAGE, {"topic": "Secret", "consumerGroup": "billing"}, "topic:Secret"),
         (RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "Orders"}, "Need admin permission"),
         (RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Anything"}, None),  # signature only
     ],
@@ -82,5 +84,11 @@ def test_heartbeat_and_locks_are_read_from_the_body() -> None:
     )
     lock["mqSet"] = [{"topic": "Orders", "brokerName": "b", "queueId": 0}]
     assert _refusal(RequestCode.LOCK_BATCH_MQ, {}, json.dumps(lock).encode()) is None
+    acks = {"brokerName": "b", "acks": [{"c": "billing", "t": "Orders", "so": 0, "q": 0},
+                                        {"c": "hr", "t": "Orders", "so": 0, "q": 0}]}  # fmt: skip
+    refused = _refusal(RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps(acks).encode()) or ""
+    assert "group:hr" in refused
+    acks["acks"] = acks["acks"][:1]
+    assert _refusal(RequestCode.BATCH_ACK_MESSAGE, {}, json.dumps(acks).encode()) is None
     # A body that is not JSON names nothing: the handler refuses it on its own.
     assert _refusal(RequestCode.HEART_BEAT, {}, b"\xff not json") is None
