@@ -63,6 +63,10 @@ class SimpleConsumer(ClientBase):
         broker's 30 s hold).
     :param fifo: pop orderly: the next messages of a queue are not delivered while earlier
         ones of the same queue are invisible and unacked.
+    :param credentials: ``(access_key, secret_key)`` of an account of the server's ACL
+        (``mqcore serve --acl``): every request is signed (docs/security.md).
+    :param tls: True (TLS, checking the server against the system's CAs) or an
+        :class:`ssl.SSLContext`, for a server with TLS.
     """
 
     role = "consumer"
@@ -77,9 +81,11 @@ class SimpleConsumer(ClientBase):
         await_duration: float = 20.0,
         fifo: bool = False,
         instance_name: str | None = None,
+        credentials: Any = None,
+        tls: Any = None,
     ) -> None:
         validate_group(group)
-        super().__init__(group, broker, instance_name, namesrv_addr)
+        super().__init__(group, broker, instance_name, namesrv_addr, credentials, tls)
         if await_duration < 0:
             raise InvalidArgumentError(f"await_duration={await_duration} is negative")
         self.await_duration = await_duration

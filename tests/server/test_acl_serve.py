@@ -340,3 +340,29 @@ def test_serve_refuses_a_malformed_acl_file_at_start(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "account 'short': accessKey and secretKey must be longer than 6" in result.output
     assert "hidden-secret" not in result.output
+
+
+def test_simple_consumer_pops_with_an_account(server: Server) -> None:
+    from mqcore.client.simple_consumer import SimpleConsumer
+
+    with Producer("pg", server.address, credentials=USER) as p:
+        p.send(Message(topic="Open", body=b"popped"))
+    with SimpleConsumer(
+        "pop-g", server.address, credentials=USER, subscriptions={"Open": "*"}, await_duration=5
+    ) as consumer:
+        got = []
+        deadline = time.monotonic() + 30
+        while not got:
+            assert time.monotonic() < deadline, "nothing popped"
+            got = consumer.receive(4, 30)
+        assert [m.body for m in got] == [b"popped"]
+        for m in got:
+            consumer.ack(m)
+    with (
+        pytest.raises(MQError, match="topic:Closed"),
+        SimpleConsumer(
+            "pop-g", server.address, credentials=USER, subscriptions={"Closed": "*"},
+            await_duration=1,
+        ) as denied,
+    ):  # fmt: skip
+        denied.receive(4, 30)
