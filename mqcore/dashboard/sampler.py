@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from mqcore.errors import MQError
+from mqcore.errors import InvalidArgumentError, MQError
 from mqcore.logs import get_logger
 
 __all__ = ["Sample", "Sampler", "is_system_topic"]
@@ -81,7 +81,7 @@ class Sampler:
         self, admin: Callable[[], Any], *, interval: float = 10.0, window: float = 3600.0
     ) -> None:
         if interval <= 0:
-            raise ValueError(f"the sampling interval must be positive, got {interval}")
+            raise InvalidArgumentError(f"the sampling interval must be positive, got {interval}")
         self.interval = interval
         self.window = window
         self._make_admin = admin

@@ -43,7 +43,7 @@ def test_lag_levels_and_the_window_drops_old_samples() -> None:
 
 
 def test_the_interval_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="positive, got 0"):
+    with pytest.raises(InvalidArgumentError, match="positive, got 0"):
         Sampler(lambda: None, interval=0)
 
 
