@@ -395,16 +395,26 @@ class RemotingClient:
         from 10 ms to 0.5 s. Once ``timeout`` seconds have passed since the first send, the
         last busy answer is returned as it came.
 
-        :raises RemotingTimeoutError: no answer within what is left of ``timeout``.
+        :raises RemotingTimeoutError: no answer within ``timeout`` (after a busy answer, a
+            try that runs out of time returns that busy answer instead).
         :raises RemotingConnectError: cannot connect, or the connection was lost.
         """
         deadline = time.monotonic() + timeout
         pause = _BUSY_FIRST_PAUSE
+        busy: RemotingCommand | None = None
         while True:
-            resp = self.invoke(addr, cmd, max(deadline - time.monotonic(), _BUSY_LAST_TRY))
+            try:
+                resp = self.invoke(addr, cmd, max(deadline - time.monotonic(), _BUSY_LAST_TRY))
+            except RemotingTimeoutError:
+                if busy is None:
+                    raise
+                # The server said busy and the last try ran out of time: the busy answer says
+                # more than the timeout does (the server is there, and not serving yet).
+                return busy
             left = deadline - time.monotonic() - _BUSY_LAST_TRY  # kept for the next answer
             if resp.code != ResponseCode.SYSTEM_BUSY or left <= 0:
                 return resp
+            busy = resp
             log.debug("remoting_busy_retry", addr=addr, code=cmd.code, remark=resp.remark)
             time.sleep(min(pause, left))
             pause = min(pause * 2, _BUSY_MAX_PAUSE)

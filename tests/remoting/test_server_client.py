@@ -282,6 +282,38 @@ def test_busy_answers_are_sent_again_within_the_timeout(
         assert parked.result(5).code == 0
 
 
+class _BusyThenSilent:
+    """Answers the first request SYSTEM_BUSY and never answers the next ones."""
+
+    inline_codes = frozenset({ECHO})
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def process(self, cmd: RemotingCommand, conn: object) -> RemotingCommand | None:
+        self.seen += 1
+        if self.seen == 1:
+            return RemotingCommand.response(ResponseCode.SYSTEM_BUSY, remark="starting")
+        return None
+
+    def connection_closed(self, conn: object) -> None:
+        pass
+
+
+def test_a_retry_that_runs_out_of_time_reports_the_busy_answer(leak_check: None) -> None:
+    """After a busy answer, a try that gets no answer in what is left of the time returns
+    that busy answer (the server is there and not serving yet), not a bare timeout."""
+    processor = _BusyThenSilent()
+    with RemotingServer(processor) as srv, RemotingClient() as cli:
+        assert srv.address is not None
+        addr = f"{srv.address[0]}:{srv.address[1]}"
+        resp = cli.invoke_retry_busy(addr, _cmd(ECHO), 0.4)
+        assert resp.code == ResponseCode.SYSTEM_BUSY and resp.remark == "starting"
+        assert processor.seen >= 2  # it did try again
+        with pytest.raises(RemotingTimeoutError):  # no busy answer first: the timeout stands
+            cli.invoke_retry_busy(addr, _cmd(ECHO), 0.3)
+
+
 def test_a_bound_server_refuses_connections_until_it_starts(
     leak_check: None, processor: ScriptedProcessor
 ) -> None:
