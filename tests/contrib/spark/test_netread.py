@@ -171,3 +171,94 @@ def test_errors_before_any_task(spark: Any, server: ServeProcess, tmp_path: Path
         from mqcore.contrib.spark.options import check_location
 
         check_location({"PATH": "d", "namesrv": "h:1"})
+
+
+SQL = "pct < 10"  # keeps 10% of the messages
+
+
+def test_sql92_filter_gives_the_rows_of_a_spark_where(spark: Any, server: ServeProcess) -> None:
+    """Criterion 4, rows: the filter as the pulls' subscription equals Spark's own where."""
+    pushed = _comparable(
+        _read(spark, namesrv=server.address, topic=TOPIC, filter_type="SQL92", filter=SQL)
+    ).cache()
+    where = _comparable(
+        _read(spark, namesrv=server.address, topic=TOPIC).where(
+            "cast(properties['pct'] as int) < 10"
+        )
+    )
+    try:
+        assert pushed.count() == MESSAGES // 10
+        assert pushed.exceptAll(where).count() == 0
+        assert where.exceptAll(pushed).count() == 0
+    finally:
+        pushed.unpersist()
+
+
+def test_sql92_filter_moves_fewer_bytes(server: ServeProcess) -> None:
+    """Criterion 4, bytes: the reader counts at least 5x fewer pulled bytes with the filter
+    than without (the broker sends matching records only)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from mqcore.contrib.spark.netplan import plan_batch
+    from mqcore.contrib.spark.netread import counters, read_range
+    from mqcore.contrib.spark.options import ReadOptions
+    from mqcore.contrib.spark.source import SCHEMA
+
+    schema = to_arrow_schema(SCHEMA, timezone="UTC")
+    moved = {}
+    rows = {}
+    t = RemoteTransport(server.address)
+    try:
+        for name, extra in (("all", {}), ("sql", {"filter_type": "SQL92", "filter": SQL})):
+            opts = ReadOptions.parse({"namesrv": server.address, "topic": TOPIC, **extra})
+            counters().reset()
+            rows[name] = sum(
+                b.num_rows
+                for part in plan_batch(t, opts)
+                for b in read_range(t, part, schema, opts)
+            )
+            moved[name] = counters().body_bytes
+    finally:
+        t.close()
+    assert rows == {"all": MESSAGES, "sql": MESSAGES // 10}
+    assert moved["all"] >= 5 * moved["sql"], moved
+
+
+WRAPPER = """#!/bin/sh
+# A Spark Python worker that cannot see the server's data directory: a mount namespace of
+# its own, with an empty tmpfs mounted over that directory.
+exec unshare --mount sh -c 'mount -t tmpfs hidden "$1" && shift && exec "$@"' \\
+    hide {hidden} {python} "$@"
+"""
+
+
+def test_executors_that_cannot_see_the_data_directory(
+    spark: Any, server: ServeProcess, tmp_path: Path
+) -> None:
+    """Criterion 2: every Python worker runs where the data directory is an empty tmpfs; a
+    path read fails there (the negative control), the namesrv read gives criterion 1's rows."""
+    import shlex
+    import sys
+
+    from mqcore.contrib.spark import register
+
+    topics = f"{TOPIC},{DLQ}"
+    expected = _comparable(_read(spark, path=str(server.data_dir), topic=topics)).collect()
+    wrapper = tmp_path / "hidden-python"
+    wrapper.write_text(
+        WRAPPER.format(hidden=shlex.quote(str(server.data_dir)), python=shlex.quote(sys.executable))
+    )
+    wrapper.chmod(0o755)
+    context = spark.sparkContext
+    saved = context.pythonExec
+    context.pythonExec = str(wrapper)  # the workers of the source registered from now on
+    try:
+        register(spark)
+        with pytest.raises(Exception, match="is not an mqcore store"):
+            _read(spark, path=str(server.data_dir), topic=topics).count()
+        got = _comparable(_read(spark, namesrv=server.address, topic=topics)).collect()
+    finally:
+        context.pythonExec = saved
+        register(spark)
+    assert sorted(map(repr, got)) == sorted(map(repr, expected))
+    assert len(got) == MESSAGES + 1
