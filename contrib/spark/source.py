@@ -35,7 +35,7 @@ from mqcore.errors import InvalidArgumentError
 from mqcore.kernel import Kernel
 
 from .layout import Location, resolve_read
-from .options import ReadOptions, Slice, cap_offsets, split_range
+from .options import ReadOptions, Slice, cap_offsets, check_location, split_range
 from .pushdown import push
 from .records import build_filter, plan_slices, read_slice, stream_bounds
 from .workerenv import pushdown_enabled
@@ -284,4 +284,5 @@ class MqcoreDataSource(DataSource):  # type: ignore[misc]  # pyspark's classes a
         """A writer appending rows to a topic (see :mod:`.sink`)."""
         from .sink import Writer
 
+        check_location(self.options)
         return Writer(self.options, schema, overwrite)

@@ -10,7 +10,7 @@ results must hold the same rows, body digests included.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,19 +75,38 @@ def fill(address: str) -> str:
         t.close()
 
 
-@pytest.fixture(scope="module", params=["uncapped", "cap32"])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServeProcess]:
-    """``mqcore serve`` holding the topic; ``cap32`` answers at most 32 messages a pull."""
-    srv = ServeProcess(tmp_path_factory.mktemp("netread") / "data")
-    settings = ["max_transfer_count_on_message_in_memory=32"] if request.param == "cap32" else []
-    srv.start("127.0.0.1:0", *settings)
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], ServeProcess]]:
+    """``mqcore serve`` holding the topic, made on first use: ``uncapped``, or ``cap32``
+    answering at most 32 messages a pull (as Apache RocketMQ does)."""
+    made: dict[str, ServeProcess] = {}
+
+    def get(kind: str) -> ServeProcess:
+        if kind not in made:
+            srv = ServeProcess(tmp_path_factory.mktemp("netread") / "data")
+            settings = ["max_transfer_count_on_message_in_memory=32"] if kind == "cap32" else []
+            srv.start("127.0.0.1:0", *settings)
+            made[kind] = srv
+            srv.retried_key = fill(srv.address)  # type: ignore[attr-defined]
+        return made[kind]
+
     try:
-        srv.retried_key = fill(srv.address)  # type: ignore[attr-defined]
-        yield srv
+        yield get
     finally:
-        srv.stop()
+        for srv in made.values():
+            srv.stop()
+
+
+@pytest.fixture(params=["uncapped", "cap32"])
+def server(request: pytest.FixtureRequest, servers: Callable[[str], ServeProcess]) -> ServeProcess:
+    """Each of the two servers (the tests that hold for both)."""
+    return servers(request.param)
+
+
+@pytest.fixture
+def uncapped(servers: Callable[[str], ServeProcess]) -> ServeProcess:
+    """The server that caps no pull."""
+    return servers("uncapped")
 
 
 def _comparable(df: Any) -> Any:
@@ -131,9 +150,9 @@ def test_same_rows_over_namesrv_as_over_path(spark: Any, server: ServeProcess) -
         remote.unpersist()
 
 
-def test_bodies_were_stored_compressed(server: ServeProcess) -> None:
+def test_bodies_were_stored_compressed(uncapped: ServeProcess) -> None:
     """The 10 KiB bodies the comparison covers really are stored compressed."""
-    t = RemoteTransport(server.address)
+    t = RemoteTransport(uncapped.address)
     try:
         route = t.get_route_info_by_topic(TOPIC)
         flags = []
@@ -148,25 +167,30 @@ def test_bodies_were_stored_compressed(server: ServeProcess) -> None:
         t.close()
 
 
-def test_digest_helper_matches_python(spark: Any, server: ServeProcess) -> None:
+def test_digest_helper_matches_python(spark: Any, uncapped: ServeProcess) -> None:
     """The digest column is the SHA-256 of the body (so comparing digests compares bodies)."""
-    row = _comparable(_read(spark, namesrv=server.address, topic=TOPIC, queue_ids="1")).first()
+    row = _comparable(_read(spark, namesrv=uncapped.address, topic=TOPIC, queue_ids="1")).first()
     assert row["digest"] == hashlib.sha256(bytes(row["body"])).hexdigest()
 
 
-def test_errors_before_any_task(spark: Any, server: ServeProcess, tmp_path: Path) -> None:
+def test_errors_before_any_task(spark: Any, uncapped: ServeProcess, tmp_path: Path) -> None:
     """Both locations, an unreachable name server, an unknown topic: one clear line each."""
     from mqserve import free_port
 
     with pytest.raises(Exception, match="both given"):
-        _read(spark, path=str(server.data_dir), namesrv=server.address, topic=TOPIC).count()
+        _read(spark, path=str(uncapped.data_dir), namesrv=uncapped.address, topic=TOPIC).count()
+    rows = spark.range(1).selectExpr("cast(id as string) as body")
+    with pytest.raises(Exception, match="both given"):
+        rows.write.format("mqcore").mode("append").option("path", str(tmp_path)).option(
+            "namesrv", uncapped.address
+        ).option("topic", TOPIC).save()
     dead = f"127.0.0.1:{free_port()}"
     with pytest.raises(Exception, match=f"no name server answered \\({dead}\\)"):
         _read(spark, namesrv=dead, topic=TOPIC).count()
     with pytest.raises(Exception, match="topic 'NoSuchTopic' not found"):
-        _read(spark, namesrv=server.address, topic="NoSuchTopic").count()
+        _read(spark, namesrv=uncapped.address, topic="NoSuchTopic").count()
     with pytest.raises(Exception, match="are for reading from a server"):
-        _read(spark, path=str(server.data_dir), topic=TOPIC, pull_batch_size="8").count()
+        _read(spark, path=str(uncapped.data_dir), topic=TOPIC, pull_batch_size="8").count()
     with pytest.raises(InvalidArgumentError, match="both given"):
         from mqcore.contrib.spark.options import check_location
 
@@ -234,7 +258,7 @@ exec unshare --mount sh -c 'mount -t tmpfs hidden "$1" && shift && exec "$@"' \\
 
 
 def test_executors_that_cannot_see_the_data_directory(
-    spark: Any, server: ServeProcess, tmp_path: Path
+    spark: Any, uncapped: ServeProcess, tmp_path: Path
 ) -> None:
     """Criterion 2: every Python worker runs where the data directory is an empty tmpfs; a
     path read fails there (the negative control), the namesrv read gives criterion 1's rows."""
@@ -244,10 +268,12 @@ def test_executors_that_cannot_see_the_data_directory(
     from mqcore.contrib.spark import register
 
     topics = f"{TOPIC},{DLQ}"
-    expected = _comparable(_read(spark, path=str(server.data_dir), topic=topics)).collect()
+    expected = _comparable(_read(spark, path=str(uncapped.data_dir), topic=topics)).collect()
     wrapper = tmp_path / "hidden-python"
     wrapper.write_text(
-        WRAPPER.format(hidden=shlex.quote(str(server.data_dir)), python=shlex.quote(sys.executable))
+        WRAPPER.format(
+            hidden=shlex.quote(str(uncapped.data_dir)), python=shlex.quote(sys.executable)
+        )
     )
     wrapper.chmod(0o755)
     context = spark.sparkContext
@@ -256,8 +282,8 @@ def test_executors_that_cannot_see_the_data_directory(
     try:
         register(spark)
         with pytest.raises(Exception, match="is not an mqcore store"):
-            _read(spark, path=str(server.data_dir), topic=topics).count()
-        got = _comparable(_read(spark, namesrv=server.address, topic=topics)).collect()
+            _read(spark, path=str(uncapped.data_dir), topic=topics).count()
+        got = _comparable(_read(spark, namesrv=uncapped.address, topic=topics)).collect()
     finally:
         context.pythonExec = saved
         register(spark)

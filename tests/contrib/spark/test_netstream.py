@@ -85,8 +85,9 @@ def test_available_now_restarts_and_cap(spark: Any, server: Server, tmp_path: Pa
     # Killed after batch N's offsets were logged, before its commit: without the commit (and
     # without the sink's record of it), the restart runs batch N again from the log.
     last = max(int(p.name) for p in (chk / "commits").iterdir() if p.name.isdigit())
-    (chk / "commits" / str(last)).unlink()
-    (out / "_spark_metadata" / str(last)).unlink()
+    for log in (chk / "commits", out / "_spark_metadata"):
+        (log / str(last)).unlink()
+        (log / f".{last}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
     send(server, 500, 100)
     run(spark, server, out, chk, max_records_per_trigger="100")
     assert keys(spark, out) == list(range(600))
