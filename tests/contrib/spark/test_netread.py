@@ -262,10 +262,14 @@ def test_executors_that_cannot_see_the_data_directory(
 ) -> None:
     """Criterion 2: every Python worker runs where the data directory is an empty tmpfs; a
     path read fails there (the negative control), the namesrv read gives criterion 1's rows."""
+    import os
     import shlex
     import sys
 
     from mqcore.contrib.spark import register
+
+    if os.geteuid() != 0 and os.environ.get("CI") != "true":  # CI runs it, as root
+        pytest.skip("mounting a tmpfs in a mount namespace of its own needs root here")
 
     topics = f"{TOPIC},{DLQ}"
     expected = _comparable(_read(spark, path=str(uncapped.data_dir), topic=topics)).collect()
