@@ -2,6 +2,15 @@
 
     python bench/spark_read.py                          # lmdb, 2,000,000 messages of 100 bytes
     python bench/spark_read.py --store mmap --markdown
+    python bench/spark_read.py --store mmap --source local,network --partitions 1
+    python bench/spark_read.py --store mmap --source local,network --pull-cap 32
+
+With ``--source local,network`` the topic is written into a broker data directory that a
+``mqcore serve`` child process then serves: every round reads it through ``path`` (the
+files) and through ``namesrv`` (pulls from the server), one after the other, and the CPU
+seconds of the server are reported beside the JVM's and the Python workers'.
+``--pull-cap 32`` makes the server answer at most 32 messages a pull, as Apache RocketMQ
+does (``max_transfer_count_on_message_in_memory``).
 
 One topic with one queue is written, then read:
 
@@ -64,6 +73,47 @@ def write_store(store: str, path: str, count: int, size: int) -> None:
                     for i in range(n)
                 ],
             )
+
+
+def write_broker(store: str, data_dir: str, count: int, size: int) -> None:
+    """The same messages as :func:`write_store`, into a broker data directory (``store/``
+    and the topic table), so that ``mqcore serve`` can serve them."""
+    from mqcore import Broker
+
+    with Broker(data_dir, store=store) as broker:
+        broker.create_topic("B", queue_nums=1)
+    write_store(store, os.path.join(data_dir, "store"), count, size)
+
+
+class Server:
+    """``mqcore serve`` on a data directory, in a child process (its CPU time is measured)."""
+
+    def __init__(self, data_dir: str, store: str, pull_cap: int) -> None:
+        import subprocess
+
+        cmd = [
+            sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
+            "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--store", store,
+        ]  # fmt: skip
+        if pull_cap:
+            cmd += ["--set", f"max_transfer_count_on_message_in_memory={pull_cap}"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "listening on" in line, f"mqcore serve did not start: {line!r}"
+        self.address = line.split("listening on ")[1].split()[0]
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds the server has used so far."""
+        info = _cpu_ticks(self.proc.pid)
+        return 0.0 if info is None else info[1] / (os.sysconf("SC_CLK_TCK") or 100)
+
+    def stop(self) -> None:
+        """SIGTERM, and wait."""
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def plain_loop(store: str, path: str) -> tuple[int, float]:
@@ -186,9 +236,11 @@ class CpuMeter:
 
 
 def spark_read(spark: Any, path: str, count: int, partitions: int, **options: str) -> float:
-    """Seconds to read every column of every record as ``partitions`` slices."""
+    """Seconds to read every column of every record as ``partitions`` slices (``path``: a
+    directory, or ``namesrv=HOST:PORT`` to read from a server)."""
     per = -(-count // partitions)
-    reader = spark.read.format("mqcore").option("path", path).option("topic", "B")
+    where = ("namesrv", path[8:]) if path.startswith("namesrv=") else ("path", path)
+    reader = spark.read.format("mqcore").option(*where).option("topic", "B")
     for key, value in options.items():
         reader = reader.option(key, value)
     df = reader.option("max_records_per_partition", str(per)).load()
@@ -249,6 +301,91 @@ def measure(
     return {"times": times, "cpu": cpu, "overhead": overhead}
 
 
+def compare_sources(args: argparse.Namespace, counts: list[int], sources: list[str]) -> None:
+    """``--source local,network``: the same topic through ``path`` and through ``namesrv``,
+    interleaved rounds; records/s and CPU seconds per million records of each."""
+    tmp = tempfile.mkdtemp(prefix="mqcore-spark-bench-")
+    data_dir = os.path.join(tmp, "data")
+    load_before = round(os.getloadavg()[0], 2)
+    server: Server | None = None
+    try:
+        write_broker(args.store, data_dir, args.messages, args.size)
+        server = Server(data_dir, args.store, args.pull_cap)
+        paths = {"local": data_dir, "network": f"namesrv={server.address}"}
+        spark = session(max(2, max(counts)), dict(c.split("=", 1) for c in args.conf))
+        try:
+            for _ in range(args.warmup):
+                for source in sources:
+                    for n in counts:
+                        spark_read(spark, paths[source], args.messages, n)
+                    for _ in range(5):
+                        spark_read(spark, paths[source], args.messages, 1, end_offset="1")
+            meter = CpuMeter()
+            times: dict[str, list[float]] = {}
+            cpu: dict[str, list[tuple[float, ...]]] = {}
+            for _ in range(args.runs):
+                for source in sources:
+                    for n in counts:
+                        key = f"{source}, {n} partition{'s' * (n > 1)}"
+                        before, served = meter.snapshot(), server.cpu_seconds()
+                        times.setdefault(key, []).append(
+                            spark_read(spark, paths[source], args.messages, n)
+                        )
+                        after, served = meter.snapshot(), server.cpu_seconds() - served
+                        if before is not None and after is not None:
+                            spent = [b - a for a, b in zip(before, after, strict=True)]
+                            cpu.setdefault(key, []).append((*spent[:3], served))
+        finally:
+            spark.stop()
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    rates = {k: args.messages / min(t) for k, t in times.items()}
+    per_m = 1e6 / args.messages
+    result: dict[str, Any] = {
+        "store": args.store,
+        "messages": args.messages,
+        "size": args.size,
+        "pull_cap": args.pull_cap,
+        "cpus": os.cpu_count(),
+        "load_avg_1m": {"before": load_before, "after": round(os.getloadavg()[0], 2)},
+        "records_per_s": {k: round(v) for k, v in rates.items()},
+        "all_runs_records_per_s": {
+            k: [round(args.messages / t) for t in ts] for k, ts in times.items()
+        },
+        "cpu_s_per_million": {
+            k: {
+                name: round(sum(c[i] for c in rows) / len(rows) * per_m, 2)
+                for i, name in enumerate(("jvm_tasks", "jvm_other", "python", "server"))
+            }
+            for k, rows in cpu.items()
+        },
+    }
+    for n in counts:
+        local = f"local, {n} partition{'s' * (n > 1)}"
+        network = f"network, {n} partition{'s' * (n > 1)}"
+        if local in rates and network in rates:
+            result[f"network_vs_local_{n}"] = round(rates[network] / rates[local], 2)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"{args.messages:,} messages of {args.size} bytes, {args.store} store, pull cap "
+        f"{args.pull_cap or 'none'}, {os.cpu_count()} CPUs, load average {load_before} before, "
+        f"{result['load_avg_1m']['after']} after\n"
+    )
+    print("| reader | records/s | CPU s per million: JVM tasks / JVM other / Python / server |")
+    print("|---|---:|---|")
+    for key, rate in rates.items():
+        split = result["cpu_s_per_million"].get(key, {})
+        print(f"| {key} | {rate:,.0f} | {' / '.join(str(v) for v in split.values())} |")
+    for key, value in result.items():
+        if key.startswith("network_vs_local"):
+            print(f"{key}: {value}")
+    print(f"every run (records/s): {result['all_runs_records_per_s']}")
+
+
 def main() -> None:
     """Run the benchmark and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -268,6 +405,14 @@ def main() -> None:
         help="column builder of the Spark workers: C, or its pure-Python reference "
         "(MQCORE_NO_SPEEDUPS=1 in the workers)",
     )
+    parser.add_argument(
+        "--source",
+        default="local",
+        help="local, network or local,network: read through path, from mqcore serve, or both",
+    )
+    parser.add_argument(
+        "--pull-cap", type=int, default=0, help="the server's cap on messages per pull (network)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
@@ -279,6 +424,13 @@ def main() -> None:
     counts = [int(p) for p in args.partitions.split(",")]
     if args.builder == "python":
         os.environ["MQCORE_NO_SPEEDUPS"] = "1"  # inherited by the JVM and its Python workers
+    sources = [s.strip() for s in args.source.split(",") if s.strip()]
+    if sources != ["local"]:
+        unknown = set(sources) - {"local", "network"}
+        if unknown:
+            parser.error(f"--source takes local and network, not {', '.join(sorted(unknown))}")
+        compare_sources(args, counts, sources)
+        return
     tmp = tempfile.mkdtemp(prefix="mqcore-spark-bench-")
     path = os.path.join(tmp, "store")
     # Other work on the machine skews a parallel speed-up: report how busy it was.

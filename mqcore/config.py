@@ -127,6 +127,10 @@ class BrokerConfig:
         behind before it is sent to the slave (``accessMessageInMemoryMaxRatio``, 40).
     :param total_physical_memory_bytes: the memory figure of that rule (default: the
         machine's).
+    :param max_transfer_count_on_message_in_memory: the most messages one pull returns,
+        whatever the client asks (``maxTransferCountOnMessageInMemory``); 0, the default,
+        caps nothing but the bytes. Apache RocketMQ answers at most 32, so clients (and the
+        Spark source) that read against it are tested with 32 here.
     :param namesrv_addr: name servers (``host:port``, ``;``-separated) a served broker
         registers with (``namesrvAddr``); ``None``: it is its own name server.
     :param register_name_server_period_ms: how often it registers (30 s; RocketMQ's
@@ -184,6 +188,7 @@ class BrokerConfig:
     slave_read_enable: bool = False
     access_message_in_memory_max_ratio: int = 40
     total_physical_memory_bytes: int = attrs.field(factory=_physical_memory)
+    max_transfer_count_on_message_in_memory: int = 0
     namesrv_addr: str | None = None
     register_name_server_period_ms: int = 30_000
     transaction_timeout: int = 6_000

@@ -15,6 +15,7 @@ __all__ = [
     "BrokerError",
     "CodecError",
     "CorruptRecordError",
+    "DataLossError",
     "DiskFullError",
     "DuplicateRegistrationError",
     "FilterEvaluationError",
@@ -249,6 +250,12 @@ class NoRouteInfoError(MQClientError):
     def __init__(self, message: str, *, topic: str, code: int = -1) -> None:
         super().__init__(message, code=code)
         self.topic = topic
+
+
+class DataLossError(MQClientError):
+    """A read cannot return every record it planned: offsets of a queue are no longer stored
+    (retention removed them) or a broker group holds fewer than planned. The message names
+    the queue and the offsets."""
 
 
 # --- remoting --------------------------------------------------------------------------

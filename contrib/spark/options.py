@@ -22,14 +22,23 @@ __all__ = [
     "STREAM_OPTIONS",
     "WRITE_OPTIONS",
     "Bounds",
+    "NetworkOptions",
+    "Positions",
     "ReadOptions",
     "Slice",
+    "check_location",
+    "parse_positions",
     "parse_starting_offsets",
     "parse_timestamp",
     "split_range",
 ]
 
 _COMMON = {"path", "topic", "store"}
+#: Options of reading over the network (``namesrv``), as Spark's Kafka source names them.
+NETWORK_READ_OPTIONS = frozenset(
+    {"namesrv", "min_partitions", "fail_on_data_loss"}
+    | {"pull_batch_size", "pulls_in_flight", "pull_timeout_ms"}
+)
 #: Option names of ``spark.read.format("mqcore")`` (exact, case-insensitive as Spark's).
 BATCH_OPTIONS = frozenset(
     _COMMON
@@ -43,13 +52,19 @@ BATCH_OPTIONS = frozenset(
         "filter",
         "max_records_per_partition",
     }
+    | NETWORK_READ_OPTIONS
+    | {"starting_offsets", "ending_offsets"}
 )
 #: Option names of ``spark.readStream.format("mqcore")``.
 STREAM_OPTIONS = frozenset(
     _COMMON
     | {"queue_ids", "filter_type", "filter", "max_records_per_partition"}
     | {"starting_offsets", "max_records_per_trigger"}
+    | NETWORK_READ_OPTIONS
+    | {"commit_group"}
 )
+# Read options that only mean something over the network (refused beside ``path``).
+_NETWORK_ONLY = (NETWORK_READ_OPTIONS - {"namesrv"}) | {"ending_offsets", "commit_group"}
 #: Option names of ``df.write.format("mqcore")``.
 WRITE_OPTIONS = frozenset(_COMMON | {"queue_nums", "batch_size", "lock_timeout"})
 
@@ -174,6 +189,127 @@ def parse_starting_offsets(
     return out
 
 
+def check_location(options: Mapping[str, Any]) -> None:
+    """Refuse ``path`` and ``namesrv`` together: a read or write goes to one place.
+
+    ``options`` are a source's or sink's options (any case). Used by every direction
+    (``spark.read``, ``spark.readStream``, ``df.write``, ``df.writeStream``).
+    """
+    names = {str(k).lower(): v for k, v in options.items()}
+    if names.get("path") and names.get("namesrv"):
+        raise InvalidArgumentError(
+            f"options path={names['path']!r} and namesrv={names['namesrv']!r} are both given; "
+            f"give path for a data directory on this machine or namesrv for a running server "
+            f"(host:port[;host:port]), not both"
+        )
+
+
+#: Offsets over the network: ``earliest``, ``latest``, or ``{topic: {broker: {queue: offset}}}``
+#: where the broker is ``None`` when the JSON left it out (the topic's one broker group).
+Positions = str | dict[str, dict[str | None, dict[int, int]]]
+
+
+def _queue_offsets(name: str, topic: str, queues: Any) -> dict[int, int]:
+    out = {int(qid): int(off) for qid, off in queues.items()}
+    for qid, off in out.items():
+        if qid < 0 or off < -2:
+            raise InvalidArgumentError(
+                f"{name}: queue {qid} of {topic!r} has offset {off}; use an offset >= 0, "
+                f"-2 (earliest) or -1 (latest)"
+            )
+    return out
+
+
+def parse_positions(name: str, value: str | None, topics: Iterable[str], default: str) -> Positions:
+    """``earliest``, ``latest``, or Spark Kafka's JSON per topic, broker group and queue.
+
+    ``{"T": {"broker-a": {"0": 12}}}`` names queue 0 of group ``broker-a``; ``{"T": {"0": 12}}``
+    is accepted for a topic on one broker group. ``-2`` is earliest and ``-1`` latest.
+    """
+    text = (value or default).strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    try:
+        data = json.loads(text)
+        out: dict[str, dict[str | None, dict[int, int]]] = {}
+        for topic, inner in data.items():
+            values = list(inner.values())
+            if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                out[str(topic)] = {None: _queue_offsets(name, topic, inner)}
+            else:
+                out[str(topic)] = {
+                    str(broker): _queue_offsets(name, topic, queues)
+                    for broker, queues in inner.items()
+                }
+    except (ValueError, AttributeError, TypeError) as exc:
+        if isinstance(exc, InvalidArgumentError):
+            raise
+        raise InvalidArgumentError(
+            f"option {name}={value!r} must be earliest, latest or JSON like "
+            f'{{"T": {{"broker-a": {{"0": 12, "1": -2}}}}}} (-2 = earliest, -1 = latest)'
+        ) from None
+    unknown = sorted(set(out) - set(topics))
+    if unknown:
+        raise InvalidArgumentError(
+            f"{name} names topic(s) {', '.join(unknown)} the query does not read; "
+            f"it reads {', '.join(topics)}"
+        )
+    return out
+
+
+def _bool(name: str, value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name}={value!r} must be true or false")
+    return text == "true"
+
+
+PULL_BATCH_SIZE = 1024  # messages asked per pull (a broker may answer fewer)
+PULLS_IN_FLIGHT = 4  # pulls a task keeps outstanding
+PULL_TIMEOUT_MS = 30_000  # a pull's answer, and a failed broker's recovery, waited for
+
+
+@attrs.frozen(kw_only=True)
+class NetworkOptions:
+    """How a read over the network (option ``namesrv``) plans and pulls."""
+
+    namesrv: str
+    #: Batch: ``starting_offsets``/``ending_offsets``; stream: ``starting_offsets``.
+    starting: Positions = "earliest"
+    ending: Positions = "latest"
+    min_partitions: int | None = None
+    fail_on_data_loss: bool = True
+    pull_batch_size: int = PULL_BATCH_SIZE
+    pulls_in_flight: int = PULLS_IN_FLIGHT
+    pull_timeout_ms: int = PULL_TIMEOUT_MS
+    commit_group: str | None = None
+
+    @classmethod
+    def parse(
+        cls, opts: Mapping[str, Any], topics: tuple[str, ...], *, streaming: bool
+    ) -> NetworkOptions:
+        """The network options of ``opts`` (lower-case names), checked."""
+
+        def num(name: str, default: int, minimum: int = 1) -> int:
+            return _int(name, opts[name], minimum) if opts.get(name) else default
+
+        return cls(
+            namesrv=str(opts["namesrv"]).strip(),
+            starting=parse_positions(
+                "starting_offsets", opts.get("starting_offsets"), topics, "earliest"
+            ),
+            ending=parse_positions("ending_offsets", opts.get("ending_offsets"), topics, "latest")
+            if not streaming
+            else "latest",
+            min_partitions=num("min_partitions", 0) or None,
+            fail_on_data_loss=_bool("fail_on_data_loss", opts.get("fail_on_data_loss", "true")),
+            pull_batch_size=num("pull_batch_size", PULL_BATCH_SIZE),
+            pulls_in_flight=num("pulls_in_flight", PULLS_IN_FLIGHT),
+            pull_timeout_ms=num("pull_timeout_ms", PULL_TIMEOUT_MS),
+            commit_group=str(opts["commit_group"]).strip() if opts.get("commit_group") else None,
+        )
+
+
 @attrs.frozen(kw_only=True)
 class ReadOptions:
     """The parsed, validated options of a read (batch or streaming)."""
@@ -193,6 +329,8 @@ class ReadOptions:
     queue_range: Bounds = Bounds()
     tags: frozenset[str] | None = None
     only_topics: frozenset[str] | None = None
+    #: Set when the read goes over the network (option ``namesrv``) instead of ``path``.
+    network: NetworkOptions | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
@@ -209,6 +347,18 @@ class ReadOptions:
         topics = tuple(_split(opts.get("topic")))
         if not topics:
             raise InvalidArgumentError("option 'topic' is required (comma-separated for several)")
+        check_location(opts)
+        network = None
+        if opts.get("namesrv"):
+            network = NetworkOptions.parse(opts, topics, streaming=streaming)
+        else:
+            stray = sorted(name for name in opts if name in _NETWORK_ONLY)
+            if stray or (not streaming and opts.get("starting_offsets")):
+                stray = stray or ["starting_offsets"]
+                raise InvalidArgumentError(
+                    f"option(s) {', '.join(stray)} are for reading from a server: give "
+                    f"namesrv=host:port instead of path, or drop them"
+                )
         queue_ids = None
         if opts.get("queue_ids"):
             queue_ids = frozenset(_int("queue_ids", q) for q in _split(opts["queue_ids"]))
@@ -259,11 +409,12 @@ class ReadOptions:
             if limit
             else None,
             starting_offsets=parse_starting_offsets(opts.get("starting_offsets"), topics)
-            if streaming
+            if streaming and network is None
             else "earliest",
             max_records_per_trigger=_int("max_records_per_trigger", per_trigger, 1)
             if per_trigger
             else None,
+            network=network,
         )
 
 

@@ -35,7 +35,7 @@ from mqcore.errors import InvalidArgumentError
 from mqcore.kernel import Kernel
 
 from .layout import Location, resolve_read
-from .options import ReadOptions, Slice, cap_offsets, split_range
+from .options import ReadOptions, Slice, cap_offsets, check_location, split_range
 from .pushdown import push
 from .records import build_filter, plan_slices, read_slice, stream_bounds
 from .workerenv import pushdown_enabled
@@ -253,18 +253,36 @@ class MqcoreDataSource(DataSource):  # type: ignore[misc]  # pyspark's classes a
         """:data:`SCHEMA` (give a subset of it with ``.schema(...)`` to read fewer columns)."""
         return SCHEMA
 
+    def _network(self, streaming: bool) -> ReadOptions | None:
+        """The parsed options when the read goes to a server (option ``namesrv``)."""
+        if not any(str(k).lower() == "namesrv" for k in self.options):
+            return None
+        return ReadOptions.parse(self.options, streaming=streaming)
+
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader (options are checked here, on the driver)."""
+        net = self._network(streaming=False)
+        if net is not None:
+            from .netsource import NetBatchReader, NetPushdownBatchReader
+
+            kind = NetPushdownBatchReader if pushdown_enabled() else NetBatchReader
+            return kind(net, _check_schema(schema))
         if pushdown_enabled():
             return PushdownBatchReader(self.options, schema)
         return BatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader."""
+        net = self._network(streaming=True)
+        if net is not None:
+            from .netsource import NetStreamReader
+
+            return NetStreamReader(net, _check_schema(schema))
         return StreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         """A writer appending rows to a topic (see :mod:`.sink`)."""
         from .sink import Writer
 
+        check_location(self.options)
         return Writer(self.options, schema, overwrite)

@@ -740,6 +740,9 @@ class Broker:
                 code=ResponseCode.NO_PERMISSION,
             )
         flt = self._message_filter(sub_expression, expression_type)
+        cap = self.config.max_transfer_count_on_message_in_memory
+        if cap > 0:
+            max_msg_nums = min(max_msg_nums, cap)
         if commit_offset is not None and commit_offset >= 0 and not self.is_slave:
             # A slave's offsets are its master's (synchronised): commits go to the master.
             self.offsets.commit_offset(client_host, consumer_group, topic, queue_id, commit_offset)
