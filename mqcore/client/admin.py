@@ -475,6 +475,21 @@ class MQAdmin:
         )
         return admin_bodies.ConsumerRunningInfo.decode(answers[0][1].body or b"{}")
 
+    def can_administer(self) -> bool:
+        """Whether the brokers let this client's account send admin requests: asks a broker
+        for the running info of a client nobody runs (an admin code that changes nothing);
+        False when the broker's ACL refuses it (NO_PERMISSION)."""
+        header = headers.GetConsumerRunningInfoRequestHeader(
+            consumer_group="mqcore_admin_probe", client_id="mqcore-admin-probe"
+        )
+        try:
+            self._each(self._members()[:1], RequestCode.GET_CONSUMER_RUNNING_INFO, header)
+        except NoPermissionError:
+            return False
+        except BrokerError:
+            pass  # the client is not online: the request itself was let in
+        return True
+
     def owners(self, group: str) -> dict[MessageQueue, list[str]]:
         """The clients that own each queue now, from every live member's running info (a
         member that does not answer owns nothing here). Clustering: one per queue;

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from mqcore.commands.security import client_security, security_options
 from mqcore.errors import MQError
 
 __all__ = ["dashboard"]
@@ -31,15 +32,12 @@ __all__ = ["dashboard"]
 )
 @click.option("--read-only", is_flag=True, help="Hide every action and refuse its requests.")
 @click.option(
-    "--access-key",
-    envvar="MQCORE_ACCESS_KEY",
-    help="ACL access key the dashboard signs its requests with (env MQCORE_ACCESS_KEY).",
+    "--acl",
+    is_flag=True,
+    help="The brokers check ACL: every browser signs in with an account, whose keys sign "
+    "its requests; --access-key/--secret-key are then the charts' own account.",
 )
-@click.option(
-    "--secret-key",
-    envvar="MQCORE_SECRET_KEY",
-    help="ACL secret key (env MQCORE_SECRET_KEY; prefer the variable: options show in ps).",
-)
+@security_options
 @click.option(
     "--sample-interval",
     type=click.FloatRange(min=0.1),
@@ -51,8 +49,7 @@ def dashboard(
     namesrv: str,
     listen: str,
     read_only: bool,
-    access_key: str | None,
-    secret_key: str | None,
+    acl: bool,
     sample_interval: float,
 ) -> None:
     """Serve web pages about the cluster behind a name server: broker groups, topics,
@@ -67,15 +64,15 @@ def dashboard(
             f"mqcore dashboard needs its web stack ({exc.name} is missing): "
             f"pip install 'mqcore[dashboard]'"
         ) from exc
-    if (access_key is None) != (secret_key is None):
-        raise click.UsageError("give both --access-key and --secret-key, or neither")
-    credentials = (access_key, secret_key) if access_key and secret_key else None
+    security = client_security()
     try:
         server = Dashboard(
             namesrv,
             listen,
             read_only=read_only,
-            credentials=credentials,
+            acl=acl,
+            credentials=security["credentials"],
+            tls=security["tls"],
             sample_interval=sample_interval,
         ).start()
     except MQError as exc:
@@ -88,6 +85,7 @@ def dashboard(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         mode = " (read-only)" if read_only else ""
+        mode += " (sign-in: ACL)" if acl else ""
         click.echo(f"mqcore dashboard: {server.url}/ for the name server {namesrv}{mode}")
         sys.stdout.flush()
         while not stop.wait(1.0):

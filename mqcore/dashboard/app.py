@@ -2,7 +2,9 @@
 
 Pages read through the admin client; actions are HTML forms that POST and redirect back
 with a note (or an error) in the query string. ``--read-only`` hides the forms and refuses
-their requests with 403.
+their requests with 403. With ``--acl`` every page but the sign-in page needs a signed-in
+session (:mod:`mqcore.dashboard.sessions`); requests are signed with its account's keys, an
+account without admin sees no action, and what a broker refuses shows as its message.
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mqcore.client.admin import DLQ_PREFIX, MQAdmin
 from mqcore.dashboard.charts import line_chart
 from mqcore.dashboard.forms import parse_count, parse_time
 from mqcore.dashboard.sampler import is_system_topic
+from mqcore.dashboard.sessions import COOKIE, Account
 from mqcore.dashboard.state import DashboardState
-from mqcore.errors import InvalidArgumentError, MQError, TopicNotExistError
+from mqcore.errors import InvalidArgumentError, MQError, NoPermissionError, TopicNotExistError
 from mqcore.logs import get_logger
 from mqcore.message import Message, MessageExt
 
@@ -63,16 +68,25 @@ def _state(request: Request) -> DashboardState:
     return state
 
 
+def _account(request: Request) -> Account | None:
+    """The signed-in account (None without ACL)."""
+    account: Account | None = getattr(request.state, "account", None)
+    return account
+
+
 async def _admin(request: Request, work: Callable[[MQAdmin], Any]) -> Any:
     state = _state(request)
-    return await run_in_threadpool(state.call, work)
+    return await run_in_threadpool(state.call, work, _account(request))
 
 
 def _page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
     state = _state(request)
+    account = _account(request)
     context.update(
         request=request,
-        read_only=state.read_only,
+        # An account the brokers would refuse every action sees none.
+        read_only=state.read_only or (account is not None and not account.admin),
+        account=account,
         namesrv=state.namesrv,
         note=request.query_params.get("note"),
         error=context.get("error") or request.query_params.get("error"),
@@ -91,6 +105,10 @@ def _error_text(exc: MQError) -> str:
     return " ".join(str(exc).split())
 
 
+def _refused(exc: NoPermissionError) -> str:
+    return f"the broker refused this account: {_error_text(exc)}"
+
+
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
@@ -102,6 +120,8 @@ def _page_errors(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except TopicNotExistError as exc:
             return _page(request, "error.html", 404, error=_error_text(exc))
+        except NoPermissionError as exc:
+            return _page(request, "error.html", 403, error=_refused(exc))
         except MQError as exc:
             return _page(request, "error.html", 502, error=_error_text(exc))
 
@@ -129,6 +149,8 @@ def _action(back: Callable[[Request], str]) -> Callable[[Endpoint], Endpoint]:
                 )
             try:
                 return await endpoint(request)
+            except NoPermissionError as exc:
+                return _back(back(request), error=_refused(exc))
             except MQError as exc:
                 return _back(back(request), error=_error_text(exc))
 
@@ -151,7 +173,7 @@ async def _form(request: Request) -> Mapping[str, str]:
 async def cluster(request: Request) -> Response:
     """Broker groups, their members and roles, replication lag, TPS in and out."""
     state = _state(request)
-    rows = await run_in_threadpool(state.cluster_status)
+    rows = await run_in_threadpool(state.cluster_status, _account(request))
     sampler = state.sampler
     names = sorted({r["broker_name"] for r in rows})
     tps = {
@@ -253,7 +275,8 @@ async def topic_send(request: Request) -> Response:
         keys=form.get("keys", "").strip() or None,
     )
     state = _state(request)
-    result = await _admin(request, lambda a: state.producer().send(message))
+    account = _account(request)
+    result = await _admin(request, lambda a: state.producer(account).send(message))
     return _back(
         f"/topics/{quote(name, safe='')}",
         note=f"sent message {result.msg_id} to {result.message_queue.broker_name} queue "
@@ -498,6 +521,99 @@ async def dlq_resend(request: Request) -> Response:
     return _back(f"/dlq?{urlencode({'group': group})}", note=note)
 
 
+# -- signing in (ACL) ---------------------------------------------------------------------------
+
+
+def _next(request: Request) -> str:
+    """Where to go after signing in: a path of this dashboard only."""
+    target = request.query_params.get("next", "/")
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+async def signin_page(request: Request) -> Response:
+    """The sign-in form (ACL): access key and secret key."""
+    if not _state(request).acl:
+        return _back("/")
+    return _page(request, "signin.html", next=_next(request))
+
+
+async def signin(request: Request) -> Response:
+    """Check the keys with the brokers; a session cookie on success, the refusal otherwise.
+    The secret key is never echoed, logged or put in a URL."""
+    state = _state(request)
+    if not state.acl:
+        return _back("/")
+    form = await _form(request)
+    access_key = form.get("access_key", "").strip()
+    secret_key = form.get("secret_key", "")
+    target = _next(request)
+    if not access_key or not secret_key:
+        return _page(
+            request, "signin.html", 400, next=target, error="give an access key and its secret key"
+        )
+    try:
+        _, cookie = await run_in_threadpool(state.sign_in, access_key, secret_key)
+    except NoPermissionError as exc:
+        log.info("dashboard_sign_in_refused", access_key=access_key)
+        return _page(
+            request,
+            "signin.html",
+            401,
+            next=target,
+            access_key=access_key,
+            error=f"sign-in refused: {_error_text(exc)}",
+        )
+    except MQError as exc:
+        return _page(request, "signin.html", 502, next=target, error=_error_text(exc))
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, cookie, httponly=True, samesite="strict", path="/")
+    return response
+
+
+async def signout(request: Request) -> Response:
+    """Close this browser's session (and its account's clients when no one else uses them)."""
+    state = _state(request)
+    await run_in_threadpool(state.sign_out, request.cookies.get(COOKIE))
+    response = RedirectResponse("/signin", status_code=303)
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+_OPEN_PATHS = frozenset({"/signin", "/healthz"})
+
+
+class _SignedIn:
+    """With ACL on, a request without a signed-in session goes to the sign-in page (a
+    page) or is refused (an action); a signed-in request carries its account."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state: DashboardState = scope["app"].state.dashboard
+        if not state.acl or scope["path"] in _OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        account = state.sessions.account(request.cookies.get(COOKIE))
+        if account is None:
+            response: Response
+            if request.method in ("GET", "HEAD"):
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                response = _back("/signin?" + urlencode({"next": target}))
+            else:
+                response = PlainTextResponse(
+                    "sign in first: this dashboard's brokers check ACL", status_code=401
+                )
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["account"] = account
+        await self.app(scope, receive, send)
+
+
 async def healthz(request: Request) -> Response:
     """Alive (for a supervisor or a load balancer)."""
     return PlainTextResponse("ok\n")
@@ -520,8 +636,11 @@ def create_app(state: DashboardState) -> Starlette:
         Route("/messages/{msg_id}", message_page),
         Route("/dlq", dlq),
         Route("/dlq/{group:path}/resend", dlq_resend, methods=["POST"]),
+        Route("/signin", signin_page),
+        Route("/signin", signin, methods=["POST"]),
+        Route("/signout", signout, methods=["POST"]),
         Route("/healthz", healthz),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, middleware=[Middleware(_SignedIn)])
     app.state.dashboard = state
     return app

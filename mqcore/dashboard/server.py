@@ -4,6 +4,7 @@ sampler, and one :meth:`Dashboard.close` that stops both."""
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from typing import Any
 
@@ -22,7 +23,11 @@ class Dashboard:
         Apache RocketMQ name server).
     :param listen: ``host:port`` to serve the pages on (port 0: any free port).
     :param read_only: hide every action and refuse its requests.
-    :param credentials: access key and secret key, for brokers with ACL on.
+    :param acl: the brokers check ACL: each browser signs in with an account, whose keys
+        sign its requests and whose permissions decide what it sees.
+    :param credentials: access key and secret key the charts' sampler signs with, for
+        brokers with ACL on.
+    :param tls: True or an :class:`ssl.SSLContext`: the dashboard's clients use TLS.
     :param sample_interval: seconds between two samples of the charts' history.
     """
 
@@ -32,7 +37,9 @@ class Dashboard:
         listen: str = "127.0.0.1:8080",
         *,
         read_only: bool = False,
-        credentials: tuple[str, str] | None = None,
+        acl: bool = False,
+        credentials: Any = None,
+        tls: bool | ssl.SSLContext | None = None,
         sample_interval: float = 10.0,
     ) -> None:
         import uvicorn
@@ -44,7 +51,9 @@ class Dashboard:
         self.state = DashboardState(
             namesrv,
             read_only=read_only,
+            acl=acl,
             credentials=credentials,
+            tls=tls,
             sample_interval=sample_interval,
         )
         self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)

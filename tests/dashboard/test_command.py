@@ -54,7 +54,7 @@ def test_keys_come_in_pairs() -> None:
         main, ["dashboard", "--namesrv", "127.0.0.1:9876", "--access-key", "ak"]
     )
     assert result.exit_code == 2
-    assert "give both --access-key and --secret-key, or neither" in result.output
+    assert "an ACL account needs both keys: --secret-key" in result.output
 
 
 def test_a_listen_address_in_use_is_one_line(tmp_path: Path) -> None:
