@@ -130,6 +130,18 @@ def _page_errors(endpoint: Endpoint) -> Endpoint:
     return wrapped
 
 
+def _foreign(request: Request) -> Response | None:
+    """A 403 for a form posted from another site; None for this dashboard's own."""
+    origin = request.headers.get("origin")
+    # A browser names the page a form was posted from; "null" (a sandboxed frame, a file)
+    # is not this dashboard either.
+    if origin and urlsplit(origin).netloc != request.url.netloc:
+        return PlainTextResponse(
+            f"refused an action posted from another site ({origin})", status_code=403
+        )
+    return None
+
+
 def _action(back: Callable[[Request], str]) -> Callable[[Endpoint], Endpoint]:
     """An action (a POST from a form): refused when read-only or posted from another site;
     an error goes back to the page (``back``) in the query string."""
@@ -140,13 +152,9 @@ def _action(back: Callable[[Request], str]) -> Callable[[Endpoint], Endpoint]:
                 return PlainTextResponse(
                     "this dashboard runs --read-only: actions are refused", status_code=403
                 )
-            origin = request.headers.get("origin")
-            # A browser names the page a form was posted from; "null" (a sandboxed frame, a
-            # file) is not this dashboard either.
-            if origin and urlsplit(origin).netloc != request.url.netloc:
-                return PlainTextResponse(
-                    f"refused an action posted from another site ({origin})", status_code=403
-                )
+            foreign = _foreign(request)
+            if foreign is not None:
+                return foreign
             try:
                 return await endpoint(request)
             except NoPermissionError as exc:
@@ -543,6 +551,9 @@ async def signin(request: Request) -> Response:
     state = _state(request)
     if not state.acl:
         return _back("/")
+    foreign = _foreign(request)  # nor a sign-in into another's account from another site
+    if foreign is not None:
+        return foreign
     form = await _form(request)
     access_key = form.get("access_key", "").strip()
     secret_key = form.get("secret_key", "")
@@ -573,6 +584,9 @@ async def signin(request: Request) -> Response:
 async def signout(request: Request) -> Response:
     """Close this browser's session (and its account's clients when no one else uses them)."""
     state = _state(request)
+    foreign = _foreign(request)
+    if foreign is not None:
+        return foreign
     await run_in_threadpool(state.sign_out, request.cookies.get(COOKIE))
     response = RedirectResponse("/signin", status_code=303)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")

@@ -23,6 +23,7 @@ __all__ = ["COOKIE", "Account", "Sessions"]
 #: The session cookie's name.
 COOKIE = "mqcore_dashboard_session"
 _IDLE_S = 8 * 3600  # a session unused this long is forgotten (sign in again)
+_clock = time.monotonic
 
 
 @attrs.frozen
@@ -54,7 +55,7 @@ class Sessions:
         """A new session for ``account``; returns the cookie's value."""
         sid = secrets.token_urlsafe(32)
         with self._lock:
-            self._accounts[sid] = (account, time.monotonic())
+            self._accounts[sid] = (account, _clock())
         return f"{sid}.{self._sign(sid)}"
 
     def _sid(self, cookie: str | None) -> str | None:
@@ -71,7 +72,7 @@ class Sessions:
         sid = self._sid(cookie)
         if sid is None:
             return None
-        now = time.monotonic()
+        now = _clock()
         with self._lock:
             found = self._accounts.get(sid)
             if found is None:

@@ -89,6 +89,15 @@ def test_pages_ask_for_credentials(page: Any, dashboard: Dashboard) -> None:
     resp = page.request.post(dashboard.url + "/topics", form={"topic": "Sneaky", "queues": "1"})
     assert resp.status == 401
     assert "sign in first" in resp.text()
+    # Nor does another site sign a browser in, even with good keys.
+    resp = page.request.post(
+        dashboard.url + "/signin",
+        form={"access_key": ADMIN[0], "secret_key": ADMIN[1]},
+        headers={"Origin": "http://elsewhere.example"},
+        max_redirects=0,
+    )
+    assert resp.status == 403
+    assert page.context.cookies() == []
 
 
 def test_wrong_secret_cannot_sign_in(page: Any, dashboard: Dashboard) -> None:
