@@ -173,7 +173,15 @@ class DashboardState:
                 clients.close()
 
     def start(self) -> None:
-        """Start sampling."""
+        """Start sampling (not with ACL on and no account of its own: every sample would be
+        refused)."""
+        if self.acl and self.credentials is None:
+            log.warning(
+                "dashboard_charts_off",
+                reason="the brokers check ACL and the charts have no account: "
+                "give --access-key and --secret-key (or MQCORE_ACCESS_KEY, MQCORE_SECRET_KEY)",
+            )
+            return
         self.sampler.start()
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from dashboardtest import FAST, REQUIRED, Cluster, wait_for
 from structlog.testing import capture_logs
 
 from mqcore.client.admin import MQAdmin
+from mqcore.remoting.signing import Credentials
 from mqcore.server import NamesrvServer, Server
 
 if not REQUIRED:  # the tox env dashboard has the extra; elsewhere these tests skip
@@ -147,9 +148,12 @@ def test_admin_sees_and_uses_actions(page: Any, dashboard: Dashboard, acl_cluste
     assert page.locator("#delete-topic").count() == 1
     assert all(s not in page.content() for s in SECRETS)
 
+    assert Credentials(*ADMIN) in dashboard.state._clients
     page.click("#signout")
     assert page.locator("h1").inner_text() == "Sign in"
     assert page.context.cookies() == []
+    # The account's clients are closed with its last session.
+    assert Credentials(*ADMIN) not in dashboard.state._clients
     page.goto(dashboard.url + "/topics/AclT")
     assert page.locator("h1").inner_text() == "Sign in"
 
@@ -182,3 +186,20 @@ def test_reader_sees_no_action_and_a_posted_one_is_refused(page: Any, dashboard:
     assert "Traceback" not in page.content()
     with MQAdmin(dashboard.state.namesrv, credentials=ADMIN) as admin:
         assert "NotYours" not in {t.topic for t in admin.topics()}
+
+
+def test_read_only_hides_the_admins_actions(page: Any, acl_cluster: Cluster) -> None:
+    """--read-only hides every action from an admin account too, and refuses a posted one;
+    with no account for the charts, sampling stays off."""
+    with capture_logs() as logs:
+        dash = Dashboard(acl_cluster.address, "127.0.0.1:0", acl=True, read_only=True).start()
+    try:
+        assert any(e["event"] == "dashboard_charts_off" for e in logs), logs
+        sign_in(page, dash, ADMIN, "/topics/Seen")
+        assert page.inner_text("#account") == f"{ADMIN[0]} (admin)"
+        assert page.locator("h1").inner_text() == "Topic Seen"
+        assert page.locator("form.action[method=post]").count() == 0
+        resp = page.request.post(dash.url + "/topics", form={"topic": "RO", "queues": "1"})
+        assert resp.status == 403 and "--read-only" in resp.text()
+    finally:
+        dash.close()
