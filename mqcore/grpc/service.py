@@ -1,0 +1,309 @@
+"""``apache.rocketmq.v2.MessagingService`` on a broker: every call answers a Status.
+
+The handlers run on the gRPC server's event loop; what touches the broker (stores, locks,
+files) runs in a small thread pool, so a slow disk never stalls the other calls. A handler
+that fails answers its response type with the failure's code (:func:`status_of`); a call the
+endpoint does not serve answers NOT_IMPLEMENTED the same way. Nothing a client sends ends a
+stream without a status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+from mqcore.broker import Broker
+from mqcore.grpc.checks import check_group, check_topic
+from mqcore.grpc.clients import ClientRegistry
+from mqcore.grpc.convert import GrpcStatusError, status, status_of
+from mqcore.grpc.pb import definition, service, service_grpc
+from mqcore.grpc.route import Router
+from mqcore.grpc.send import Sender
+from mqcore.grpc.settings import merged_settings
+from mqcore.logs import get_logger
+from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
+
+__all__ = ["MessagingService", "client_id_of", "peer_host"]
+
+log = get_logger(__name__)
+
+Code = definition.Code
+ClientType = definition.ClientType
+T = TypeVar("T")
+
+#: Replies a telemetry stream may hold unsent before the oldest server command is dropped.
+STREAM_BACKLOG = 64
+
+
+def client_id_of(context: Any) -> str:
+    """The ``x-mq-client-id`` header of a call ("" when absent)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return str(value)
+    return ""
+
+
+def peer_host(context: Any) -> str:
+    """``HOST:PORT`` of the caller (gRPC's ``ipv4:h:p`` / ``ipv6:[h]:p`` peer)."""
+    peer = str(context.peer() or "")
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        host, _, port = rest[1:].partition("]:")
+        return f"{host}:{port}"
+    return rest if kind == "ipv4" else ""
+
+
+def _answers(response: str) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Any]]:
+    """A unary handler that answers ``response`` with the failure's status when it fails."""
+    cls = getattr(service, response)
+
+    def wrap(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        async def handler(self: MessagingService, request: Any, context: Any) -> Any:
+            try:
+                return await fn(self, request, context)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not isinstance(exc, GrpcStatusError):
+                    log.warning("grpc_call_failed", call=fn.__name__, error=str(exc))
+                return cls(status=status_of(exc))
+
+        return handler
+
+    return wrap
+
+
+def _not_served(call: str, response: str) -> Callable[..., Any]:
+    cls = getattr(service, response)
+
+    async def handler(self: MessagingService, request: Any, context: Any) -> Any:
+        return cls(status=status(Code.NOT_IMPLEMENTED, f"{call} is not served by mqcore"))
+
+    handler.__name__ = call
+    return handler
+
+
+def _subscriptions(settings: Any) -> list[SubscriptionData]:
+    out = []
+    for entry in settings.subscription.subscriptions:
+        kind = entry.expression.type
+        out.append(
+            SubscriptionData(
+                topic=entry.topic.name,
+                sub_string=entry.expression.expression or "*",
+                expression_type="SQL92" if kind == definition.FilterType.SQL else "TAG",
+            )
+        )
+    return out
+
+
+class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[misc]
+    """The servicer of one broker, served at ``address``.
+
+    :param executor: where broker calls run.
+    """
+
+    def __init__(self, broker: Broker, address: str, executor: Executor) -> None:
+        self.broker = broker
+        self.address = address
+        self.executor = executor
+        self.clients = ClientRegistry()
+        self.router = Router(broker, address)
+        self.sender = Sender(broker)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
+
+    def group_is_fifo(self, group: str) -> bool:
+        """Whether ``group`` consumes in order (the broker's group settings, when it has
+        them)."""
+        fifo = getattr(self.broker, "group_is_orderly", None)
+        return bool(fifo(group)) if fifo is not None else False
+
+    # -- route -------------------------------------------------------------------------------
+
+    @_answers("QueryRouteResponse")
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        return await self._run(self.router.query_route, request)
+
+    @_answers("QueryAssignmentResponse")
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        group = check_group(request.group)
+        return await self._run(self.router.query_assignment, request, self.group_is_fifo(group))
+
+    # -- send --------------------------------------------------------------------------------
+
+    @_answers("SendMessageResponse")
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        host = peer_host(context)
+        return await self._run(self.sender.send, request, host)
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _register(self, client_id: str, settings: Any) -> None:
+        """Tell the broker of a consumer (its group, subscriptions and liveness)."""
+        if settings.client_type not in (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER):
+            return
+        data = ConsumerData(
+            group_name=settings.subscription.group.name,
+            consume_type=(
+                "CONSUME_ACTIVELY"
+                if settings.client_type == ClientType.SIMPLE_CONSUMER
+                else "CONSUME_PASSIVELY"
+            ),
+            subscriptions=_subscriptions(settings),
+        )
+        self.broker.heartbeat(client_id, [data])
+
+    @_answers("HeartbeatResponse")
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        client = self.clients.get(client_id_of(context))
+        if client is None or client.settings is None:
+            raise GrpcStatusError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+            )
+        settings = client.settings
+        if settings.client_type == ClientType.PRODUCER:
+            return service.HeartbeatResponse(status=status(Code.OK))
+        if client.is_consumer:
+            check_group(request.group)
+            await self._run(self._register, client.client_id, settings)
+            return service.HeartbeatResponse(status=status(Code.OK))
+        raise GrpcStatusError(Code.UNRECOGNIZED_CLIENT_TYPE, ClientType.Name(settings.client_type))
+
+    @_answers("NotifyClientTerminationResponse")
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        client_id = client_id_of(context)
+        client = self.clients.remove(client_id)
+        if client is None or client.settings is None:
+            raise GrpcStatusError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+            )
+        if client.is_consumer and client.group:
+            await self._run(self.broker.unregister_client, client_id, client.group)
+        return service.NotifyClientTerminationResponse(status=status(Code.OK))
+
+    # -- telemetry ---------------------------------------------------------------------------
+
+    def _settings(self, client_id: str, command: Any) -> Any:
+        """The reply to a client's Settings: the merged settings, or a refusal."""
+        settings = command.settings
+        which = settings.WhichOneof("pub_sub")
+        if which == "publishing":
+            for topic in settings.publishing.topics:
+                check_topic(topic)
+        elif which == "subscription":
+            group = check_group(settings.subscription.group)
+            for entry in settings.subscription.subscriptions:
+                check_topic(entry.topic)
+        else:
+            raise GrpcStatusError(
+                Code.BAD_REQUEST, "there is no publishing or subscription data in settings"
+            )
+        if not client_id:
+            raise GrpcStatusError(Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
+        self.clients.update_settings(client_id, settings)
+        self._register(client_id, settings)
+        fifo = which == "subscription" and self.group_is_fifo(group)
+        return definition.TelemetryCommand(
+            status=status(Code.OK), settings=merged_settings(settings, self.broker, fifo)
+        )
+
+    def _telemetry(self, client_id: str, command: Any) -> Any:
+        """The reply to one command of a client's stream."""
+        which = command.WhichOneof("command")
+        if which == "settings":
+            return self._settings(client_id, command)
+        if which in ("thread_stack_trace", "verify_message_result"):
+            # Answers to commands this endpoint sends; it sends none, so none is awaited.
+            nonce = getattr(command, which).nonce
+            raise GrpcStatusError(
+                Code.BAD_REQUEST, f"no {which} with nonce {nonce!r} was asked of this client"
+            )
+        if which is None:
+            raise GrpcStatusError(Code.BAD_REQUEST, "the telemetry command is empty")
+        raise GrpcStatusError(
+            Code.BAD_REQUEST, f"{which} is a command the server sends, not the client"
+        )
+
+    async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        """The client's commands in, replies and server commands (a transaction check) out."""
+        client_id = client_id_of(context)
+        out: asyncio.Queue[Any] = asyncio.Queue(STREAM_BACKLOG)
+        attached = False
+
+        async def read() -> None:
+            try:
+                async for command in request_iterator:
+                    try:
+                        reply = await self._run(self._telemetry, client_id, command)
+                    except Exception as exc:
+                        reply = definition.TelemetryCommand(status=status_of(exc))
+                    await out.put(reply)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the client went away mid-stream
+                log.debug("grpc_telemetry_read_ended", client_id=client_id, error=str(exc))
+            finally:
+                out.put_nowait(None) if not out.full() else None
+
+        if client_id:
+            try:
+                self.clients.attach(client_id, out)
+                attached = True
+            except GrpcStatusError as exc:
+                yield definition.TelemetryCommand(status=status_of(exc))
+                return
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                if reader.done() and out.empty():
+                    break
+                item = await out.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            if attached:
+                self.clients.detach(client_id, out)
+
+    def push(self, client_id: str, command: Any) -> bool:
+        """Send a server command to ``client_id`` over one of its streams (call on the
+        server's loop); False when it has none or its backlog is full."""
+        for stream in self.clients.streams_of(client_id):
+            if not stream.full():
+                stream.put_nowait(command)
+                return True
+        return False
+
+    # -- not served (yet) --------------------------------------------------------------------
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        yield service.ReceiveMessageResponse(
+            status=status(Code.NOT_IMPLEMENTED, "ReceiveMessage is not served by mqcore yet")
+        )
+
+    AckMessage = _not_served("AckMessage", "AckMessageResponse")
+    ChangeInvisibleDuration = _not_served(
+        "ChangeInvisibleDuration", "ChangeInvisibleDurationResponse"
+    )
+    ForwardMessageToDeadLetterQueue = _not_served(
+        "ForwardMessageToDeadLetterQueue", "ForwardMessageToDeadLetterQueueResponse"
+    )
+    EndTransaction = _not_served("EndTransaction", "EndTransactionResponse")
+    RecallMessage = _not_served("RecallMessage", "RecallMessageResponse")
+    UpdateOffset = _not_served("UpdateOffset", "UpdateOffsetResponse")
+    GetOffset = _not_served("GetOffset", "GetOffsetResponse")
+    QueryOffset = _not_served("QueryOffset", "QueryOffsetResponse")
+    SyncLiteSubscription = _not_served("SyncLiteSubscription", "SyncLiteSubscriptionResponse")
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        yield service.PullMessageResponse(
+            status=status(Code.NOT_IMPLEMENTED, "PullMessage is not served by mqcore")
+        )
