@@ -37,6 +37,7 @@ class GrpcServer:
     :param advertised_host: the host routes name when the client's own address is unknown
         (the listening host, or this machine's address when listening on every interface).
     :param workers: threads for broker calls.
+    :param receivers: threads for held receives (long polls).
     """
 
     def __init__(
@@ -46,10 +47,13 @@ class GrpcServer:
         *,
         advertised_host: str | None = None,
         workers: int = 8,
+        receivers: int = 32,
     ) -> None:
         host, port = split_host_port(listen, "--grpc-listen", any_port=True)
         self.broker = broker
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="mqcore-grpc-call")
+        # Held receives wait in threads of their own, bounded: past these, receives queue.
+        self._receivers = ThreadPoolExecutor(receivers, thread_name_prefix="mqcore-grpc-receive")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mqcore-grpc")
         self._server: Any = None
@@ -76,7 +80,9 @@ class GrpcServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        self.service = MessagingService(self.broker, f"{host}:{port}", self._executor)
+        self.service = MessagingService(
+            self.broker, f"{host}:{port}", self._executor, self._receivers
+        )
         service_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
@@ -104,6 +110,7 @@ class GrpcServer:
             self._thread.join()
         self._loop.close()
         self._executor.shutdown(wait=True)
+        self._receivers.shutdown(wait=True)
 
     def call_soon(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the server's loop (e.g. :meth:`MessagingService.push`)."""

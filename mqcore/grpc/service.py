@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from mqcore.broker import Broker
 from mqcore.grpc.checks import check_group, check_topic
 from mqcore.grpc.clients import ClientRegistry
+from mqcore.grpc.consume import Consumer
 from mqcore.grpc.convert import GrpcStatusError, status, status_of
 from mqcore.grpc.pb import definition, service, service_grpc
 from mqcore.grpc.route import Router
@@ -107,13 +108,18 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
     :param executor: where broker calls run.
     """
 
-    def __init__(self, broker: Broker, address: str, executor: Executor) -> None:
+    def __init__(
+        self, broker: Broker, address: str, executor: Executor, receivers: Executor | None = None
+    ) -> None:
         self.broker = broker
         self.address = address
         self.executor = executor
+        #: where held receives wait (they may each take a thread for the long-polling time)
+        self.receivers = receivers or executor
         self.clients = ClientRegistry()
         self.router = Router(broker, address)
         self.sender = Sender(broker)
+        self.consumer = Consumer(broker)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -282,20 +288,49 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                 return True
         return False
 
-    # -- not served (yet) --------------------------------------------------------------------
+    # -- consume ---------------------------------------------------------------------------
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        yield service.ReceiveMessageResponse(
-            status=status(Code.NOT_IMPLEMENTED, "ReceiveMessage is not served by mqcore yet")
-        )
+        """A held pop: OK and the messages, or MESSAGE_NOT_FOUND after the polling time."""
+        gone = False
 
-    AckMessage = _not_served("AckMessage", "AckMessageResponse")
-    ChangeInvisibleDuration = _not_served(
-        "ChangeInvisibleDuration", "ChangeInvisibleDurationResponse"
-    )
-    ForwardMessageToDeadLetterQueue = _not_served(
-        "ForwardMessageToDeadLetterQueue", "ForwardMessageToDeadLetterQueueResponse"
-    )
+        def cancelled() -> bool:
+            return gone
+
+        try:
+            group = check_group(request.group)
+            fifo = self.group_is_fifo(group)
+            loop = asyncio.get_running_loop()
+            replies = await loop.run_in_executor(
+                self.receivers,
+                functools.partial(
+                    self.consumer.receive, request, fifo, context.time_remaining(), cancelled
+                ),
+            )
+        except asyncio.CancelledError:
+            gone = True
+            raise
+        except Exception as exc:
+            if not isinstance(exc, GrpcStatusError):
+                log.warning("grpc_call_failed", call="ReceiveMessage", error=str(exc))
+            replies = [service.ReceiveMessageResponse(status=status_of(exc))]
+        for reply in replies:
+            yield reply
+
+    @_answers("AckMessageResponse")
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        return await self._run(self.consumer.ack, request)
+
+    @_answers("ChangeInvisibleDurationResponse")
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        return await self._run(self.consumer.change_invisible_duration, request)
+
+    @_answers("ForwardMessageToDeadLetterQueueResponse")
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        return await self._run(self.consumer.forward_to_dead_letter_queue, request)
+
+    # -- not served --------------------------------------------------------------------------
+
     EndTransaction = _not_served("EndTransaction", "EndTransactionResponse")
     RecallMessage = _not_served("RecallMessage", "RecallMessageResponse")
     UpdateOffset = _not_served("UpdateOffset", "UpdateOffsetResponse")

@@ -13,7 +13,7 @@ if not os.environ.get("MQCORE_REQUIRE_GRPC"):  # the tox env grpc must run them
     pytest.importorskip("rocketmq.grpc_protocol", reason="the mqcore[grpc] extra: tox -e grpc")
     pytest.importorskip("grpc", reason="the mqcore[grpc] extra: tox -e grpc")
 
-from grpcserve import GrpcServe  # noqa: E402
+from grpcserve import GrpcServe
 
 
 @pytest.fixture
@@ -25,5 +25,3 @@ def serve(tmp_path: Path) -> Iterator[GrpcServe]:
         yield srv
     finally:
         srv.stop()
-
-
