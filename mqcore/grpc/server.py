@@ -9,6 +9,7 @@ idle clients cost no thread.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -98,6 +99,10 @@ class GrpcServer:
     async def _stop(self) -> None:
         if self._server is not None:
             await self._server.stop(GRACE_S)
+            # grpc.aio polls its completion queue in a thread it ends only once its last
+            # server is collected: drop the server here so that thread goes with it.
+            self._server = None
+            gc.collect()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for t in tasks:
             t.cancel()

@@ -216,7 +216,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         self.clients.update_settings(client_id, settings)
         self._register(client_id, settings)
         fifo = which == "subscription" and self.group_is_fifo(group)
-        return definition.TelemetryCommand(
+        return service.TelemetryCommand(
             status=status(Code.OK), settings=merged_settings(settings, self.broker, fifo)
         )
 
@@ -249,7 +249,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                     try:
                         reply = await self._run(self._telemetry, client_id, command)
                     except Exception as exc:
-                        reply = definition.TelemetryCommand(status=status_of(exc))
+                        reply = service.TelemetryCommand(status=status_of(exc))
                     await out.put(reply)
             except asyncio.CancelledError:
                 raise
@@ -263,7 +263,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                 self.clients.attach(client_id, out)
                 attached = True
             except GrpcStatusError as exc:
-                yield definition.TelemetryCommand(status=status_of(exc))
+                yield service.TelemetryCommand(status=status_of(exc))
                 return
         reader = asyncio.ensure_future(read())
         try:
