@@ -25,7 +25,7 @@ from mqcore.grpc.route import Router
 from mqcore.grpc.send import Sender
 from mqcore.grpc.settings import merged_settings
 from mqcore.logs import get_logger
-from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
+from mqcore.protocol.heartbeat import SubscriptionData
 
 __all__ = ["MessagingService", "client_id_of", "peer_host"]
 
@@ -152,19 +152,13 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
     # -- clients -----------------------------------------------------------------------------
 
     def _register(self, client_id: str, settings: Any) -> None:
-        """Tell the broker of a consumer (its group, subscriptions and liveness)."""
+        """Check a consumer's subscriptions. gRPC consumers pop: they are not entered in the
+        broker's table of (classic, pulling) consumers, which would bar their group from
+        popping; the endpoint's own client table knows them."""
         if settings.client_type not in (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER):
             return
-        data = ConsumerData(
-            group_name=settings.subscription.group.name,
-            consume_type=(
-                "CONSUME_ACTIVELY"
-                if settings.client_type == ClientType.SIMPLE_CONSUMER
-                else "CONSUME_PASSIVELY"
-            ),
-            subscriptions=_subscriptions(settings),
-        )
-        self.broker.heartbeat(client_id, [data])
+        for sub in _subscriptions(settings):
+            self.broker.kernel.filter(sub.expression_type, sub.sub_string)
 
     @_answers("HeartbeatResponse")
     async def Heartbeat(self, request: Any, context: Any) -> Any:
@@ -190,8 +184,6 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             raise GrpcStatusError(
                 Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
             )
-        if client.is_consumer and client.group:
-            await self._run(self.broker.unregister_client, client_id, client.group)
         return service.NotifyClientTerminationResponse(status=status(Code.OK))
 
     # -- telemetry ---------------------------------------------------------------------------
