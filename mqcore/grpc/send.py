@@ -8,7 +8,7 @@
 - the topic's ``message.type`` attribute is checked against the message's type
   (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE), except on retry and dead-letter topics;
 - a transactional message is a half message of producer group = its topic, as the proxy
-  registers it (stored through the broker's transaction API when it has one).
+  registers it; its transaction id names the half (see :mod:`mqcore.grpc.transaction`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from mqcore.grpc.convert import (
     status,
 )
 from mqcore.grpc.pb import definition, service
+from mqcore.grpc.transaction import format_transaction_id
 from mqcore.message import Message, format_properties
 from mqcore.protocol.attributes import MESSAGE_TYPE
 from mqcore.protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
@@ -93,23 +94,27 @@ class Sender:
         born = protos[0].system_properties.born_timestamp
         born_ms = born.seconds * 1000 + born.nanos // 1_000_000 if born.seconds else None
         attempts = protos[0].system_properties.delivery_attempt
-        if transactional:
-            results = self._send_half(topic, queue_id, messages, born_ms, peer_host)
-        else:
-            results = self.broker.send_message(
-                topic,
-                queue_id,
-                messages,
-                producer_group=topic,
-                born_timestamp=born_ms,
-                born_host=peer_host,
-                reconsume_times=max(0, attempts),
-            )
+        if transactional and len(messages) != 1:
+            raise _bad(Code.BAD_REQUEST, "a transactional message is sent alone, not in a batch")
+        # A TRAN_MSG message is held by the broker as a half until EndTransaction decides.
+        results = self.broker.send_message(
+            topic,
+            queue_id,
+            messages,
+            producer_group=topic,
+            born_timestamp=born_ms,
+            born_host=peer_host,
+            reconsume_times=max(0, attempts),
+        )
         entries = [
             service.SendResultEntry(
                 status=status(Code.OK),
                 message_id=proto.system_properties.message_id,
-                transaction_id=getattr(result, "transaction_id", None) or result.msg_id,
+                transaction_id=(
+                    format_transaction_id(result.commitlog_offset, result.queue_offset)
+                    if transactional
+                    else ""
+                ),
                 offset=result.queue_offset,
             )
             for proto, result in zip(protos, results, strict=True)
@@ -247,28 +252,3 @@ class Sender:
         if group:
             return writable[consistent_hash(java_string_hash(group), len(writable))]
         return writable[next(self._round_robin) % len(writable)]
-
-    def _send_half(
-        self,
-        topic: str,
-        queue_id: int,
-        messages: list[Message],
-        born_ms: int | None,
-        peer_host: str,
-    ) -> list[Any]:
-        send_half = getattr(self.broker, "send_half_message", None)
-        if send_half is None:
-            raise _bad(
-                Code.NOT_IMPLEMENTED,
-                "transactional messages are not supported by this broker yet",
-            )
-        return list(
-            send_half(
-                topic,
-                queue_id,
-                messages,
-                producer_group=topic,
-                born_timestamp=born_ms,
-                born_host=peer_host,
-            )
-        )

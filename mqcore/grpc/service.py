@@ -24,6 +24,7 @@ from mqcore.grpc.pb import definition, service, service_grpc
 from mqcore.grpc.route import Router
 from mqcore.grpc.send import Sender
 from mqcore.grpc.settings import merged_settings
+from mqcore.grpc.transaction import GrpcProducerChannel, Transactions
 from mqcore.logs import get_logger
 from mqcore.protocol.heartbeat import SubscriptionData
 
@@ -120,6 +121,12 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         self.router = Router(broker, address)
         self.sender = Sender(broker)
         self.consumer = Consumer(broker)
+        self.transactions = Transactions(broker)
+        try:
+            #: the server's event loop (the service is made on it)
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -152,9 +159,15 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
     # -- clients -----------------------------------------------------------------------------
 
     def _register(self, client_id: str, settings: Any) -> None:
-        """Check a consumer's subscriptions. gRPC consumers pop: they are not entered in the
-        broker's table of (classic, pulling) consumers, which would bar their group from
-        popping; the endpoint's own client table knows them."""
+        """Tell the broker of a producer: of each topic it publishes to, as the producer group
+        the topic names (a transaction check asks it through its telemetry stream). Check a
+        consumer's subscriptions: gRPC consumers pop, and are not entered in the broker's
+        table of (classic, pulling) consumers, which would bar their group from popping."""
+        if settings.client_type == ClientType.PRODUCER:
+            topics = [t.name for t in settings.publishing.topics]
+            channel = GrpcProducerChannel(client_id, self.push_threadsafe)
+            self.broker.heartbeat(client_id, producer_groups=topics, channel=channel)
+            return
         if settings.client_type not in (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER):
             return
         for sub in _subscriptions(settings):
@@ -169,6 +182,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             )
         settings = client.settings
         if settings.client_type == ClientType.PRODUCER:
+            await self._run(self._register, client.client_id, settings)
             return service.HeartbeatResponse(status=status(Code.OK))
         if client.is_consumer:
             check_group(request.group)
@@ -184,6 +198,13 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             raise GrpcStatusError(
                 Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
             )
+        if client.settings.client_type == ClientType.PRODUCER:
+            for topic in client.settings.publishing.topics:
+                await self._run(
+                    functools.partial(
+                        self.broker.unregister_client, client_id, producer_group=topic.name
+                    )
+                )
         return service.NotifyClientTerminationResponse(status=status(Code.OK))
 
     # -- telemetry ---------------------------------------------------------------------------
@@ -271,6 +292,16 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             if attached:
                 self.clients.detach(client_id, out)
 
+    def push_threadsafe(self, client_id: str, command: Any) -> None:
+        """:meth:`push` from any thread (the broker's check service calls it)."""
+        if self.loop is None or self.loop.is_closed():
+            raise GrpcStatusError(Code.INTERNAL_SERVER_ERROR, "the gRPC endpoint is closed")
+        if not self.clients.streams_of(client_id):
+            raise GrpcStatusError(
+                Code.NOT_FOUND, f"gRPC client {client_id} has no telemetry stream open"
+            )
+        self.loop.call_soon_threadsafe(self.push, client_id, command)
+
     def push(self, client_id: str, command: Any) -> bool:
         """Send a server command to ``client_id`` over one of its streams (call on the
         server's loop); False when it has none or its backlog is full."""
@@ -321,9 +352,14 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
         return await self._run(self.consumer.forward_to_dead_letter_queue, request)
 
+    # -- transactions ------------------------------------------------------------------------
+
+    @_answers("EndTransactionResponse")
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        return await self._run(self.transactions.end, request)
+
     # -- not served --------------------------------------------------------------------------
 
-    EndTransaction = _not_served("EndTransaction", "EndTransactionResponse")
     RecallMessage = _not_served("RecallMessage", "RecallMessageResponse")
     UpdateOffset = _not_served("UpdateOffset", "UpdateOffsetResponse")
     GetOffset = _not_served("GetOffset", "GetOffsetResponse")
