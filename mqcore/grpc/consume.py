@@ -10,6 +10,8 @@ INVALID_RECEIPT_HANDLE.
 
 from __future__ import annotations
 
+import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +48,11 @@ def _timestamp(ms: int) -> Any:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+def now_ms() -> int:
+    """The time in ms since the epoch."""
+    return int(time.time() * 1000)
+
+
 def _duration(ms: int) -> Any:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
@@ -71,6 +78,10 @@ def to_proto(m: MessageExt, topic: Any, handle: str, attempt: int, invisible_ms:
         invisible_duration=_duration(invisible_ms),
         delivery_attempt=attempt,
     )
+    body = m.body
+    # The 5.x clients refuse a message without a body digest; the proxy's is a CRC32.
+    sysp.body_digest.type = definition.DigestType.CRC32
+    sysp.body_digest.checksum = f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
     if m.tags:
         sysp.tag = m.tags
     if m.keys:
@@ -83,9 +94,7 @@ def to_proto(m: MessageExt, topic: Any, handle: str, attempt: int, invisible_ms:
     if deliver and deliver.isdigit():
         sysp.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
     user = {k: v for k, v in props.items() if k not in _HIDDEN}
-    return definition.Message(
-        topic=topic, user_properties=user, system_properties=sysp, body=m.body
-    )
+    return definition.Message(topic=topic, user_properties=user, system_properties=sysp, body=body)
 
 
 def _handle(text: str) -> pop_wire.ExtraInfo:
@@ -167,6 +176,8 @@ class Consumer:
             attempt = m.reconsume_times + 1 + count[0]
             proto = to_proto(m, request.message_queue.topic, handle, attempt, invisible_ms)
             out.append(service.ReceiveMessageResponse(message=proto))
+        # When the messages left (the clients measure their receive latency from it).
+        out.append(service.ReceiveMessageResponse(delivery_timestamp=_timestamp(now_ms())))
         return out
 
     # -- ack and invisibility ------------------------------------------------------------------
