@@ -69,7 +69,8 @@ try:
     due_s = int(time.time()) + 4
     producer.send(message("D", "delayed", delivery_timestamp=due_s))
     out["due_ms"] = due_s * 1000
-    for body, action in (("tx-commit", "commit"), ("tx-rollback", "rollback"), ("tx-unknown", None)):
+    outcomes = (("tx-commit", "commit"), ("tx-rollback", "rollback"), ("tx-unknown", None))
+    for body, action in outcomes:
         tx = producer.begin_transaction()
         producer.send(message("TX", body), tx)
         if action == "commit":
