@@ -59,10 +59,28 @@ def _serve(data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
     return proc, remoting, grpc
 
 
-def _rate(n: int, fn: Callable[[], None]) -> float:
+#: The server's pid (its CPU is read from /proc around each figure) and, per figure, the CPU
+#: seconds the server and this process spent.
+SERVER_PID = 0
+CPU: dict[str, tuple[float, float]] = {}
+
+
+def _server_cpu() -> float:
+    try:
+        fields = Path(f"/proc/{SERVER_PID}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rate(n: int, fn: Callable[[], None], name: str = "") -> float:
+    server, client = _server_cpu(), time.process_time()
     start = time.perf_counter()
     fn()
-    return n / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    if name:
+        CPU[name] = (_server_cpu() - server, time.process_time() - client)
+    return n / elapsed
 
 
 def grpc_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, float]:
@@ -90,7 +108,9 @@ def grpc_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, float
 
     out: dict[str, float] = {}
     try:
-        out["send_one"] = _rate(n, lambda: [producer.send(msg()) for _ in range(n)] and None)
+        out["send_one"] = _rate(
+            n, lambda: [producer.send(msg()) for _ in range(n)] and None, "g.send_one"
+        )
 
         def in_flight() -> None:
             pending: list[Future[Any]] = []
@@ -101,7 +121,7 @@ def grpc_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, float
                     pending = []
             wait(pending)
 
-        out["send_in_flight"] = _rate(n, in_flight)
+        out["send_in_flight"] = _rate(n, in_flight, "g.send_in_flight")
 
         def receive_ack() -> None:
             left = 2 * n
@@ -111,7 +131,7 @@ def grpc_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, float
                     consumer.ack(m)
                 left -= len(got)
 
-        out["receive_ack"] = _rate(2 * n, receive_ack)
+        out["receive_ack"] = _rate(2 * n, receive_ack, "g.receive_ack")
     finally:
         producer.shutdown()
         consumer.shutdown()
@@ -127,7 +147,9 @@ def remoting_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, f
         c.receive(1, 30)
         with Producer("bench-pg", broker=addr) as p:
             msg = Message(topic="R4", body=body)
-            out["send_one"] = _rate(n, lambda: [p.send(msg) for _ in range(n)] and None)
+            out["send_one"] = _rate(
+                n, lambda: [p.send(msg) for _ in range(n)] and None, "r.send_one"
+            )
 
             def in_flight() -> None:
                 pending: list[Future[Any]] = []
@@ -138,7 +160,7 @@ def remoting_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, f
                         pending = []
                 wait(pending)
 
-            out["send_in_flight"] = _rate(n, in_flight)
+            out["send_in_flight"] = _rate(n, in_flight, "r.send_in_flight")
 
         def receive_ack() -> None:
             left = 2 * n
@@ -148,7 +170,7 @@ def remoting_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, f
                     c.ack(m)
                 left -= len(got)
 
-        out["receive_ack"] = _rate(2 * n, receive_ack)
+        out["receive_ack"] = _rate(2 * n, receive_ack, "r.receive_ack")
 
     def pull_all() -> None:
         with PullConsumer("bench-pull", broker=addr) as pc:
@@ -162,7 +184,7 @@ def remoting_figures(addr: str, n: int, body: bytes, window: int) -> dict[str, f
                     left -= len(r.msg_found_list)
                     offset = r.next_begin_offset
 
-    out["pull"] = _rate(2 * n, pull_all)
+    out["pull"] = _rate(2 * n, pull_all, "r.pull")
     return out
 
 
@@ -176,6 +198,8 @@ def main() -> None:
     body = os.urandom(args.size)
     with tempfile.TemporaryDirectory() as tmp:
         proc, remoting, grpc_addr = _serve(Path(tmp) / "data")
+        global SERVER_PID
+        SERVER_PID = proc.pid
         try:
             g = grpc_figures(grpc_addr, args.messages, body, args.window)
             r = remoting_figures(remoting, args.messages, body, args.window)
@@ -183,7 +207,9 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
     if args.json:
-        print(json.dumps({"grpc": g, "remoting": r, "messages": args.messages, "size": args.size}))
+        cpu = {k: {"server_s": v[0], "client_s": v[1]} for k, v in CPU.items()}
+        print(json.dumps({"grpc": g, "remoting": r, "cpu": cpu, "messages": args.messages,
+                          "size": args.size}))  # fmt: skip
         return
     print(f"{args.messages} messages of {args.size} bytes, one mqcore serve (msgs/s)")
     print(f"{'':24}{'5.x gRPC':>12}{'4.x remoting':>14}{'ratio':>8}")
@@ -194,6 +220,17 @@ def main() -> None:
     ):
         print(f"{name:24}{g[key]:12.0f}{r[key]:14.0f}{g[key] / r[key]:8.2f}")
     print(f"{'pull (4.x, no ack)':24}{'':12}{r['pull']:14.0f}")
+    print("\nCPU per message, server / client (us)")
+    for key, name, count in (
+        ("send_one", "send, one at a time", args.messages),
+        ("send_in_flight", "send, in flight", args.messages),
+        ("receive_ack", "receive + ack", 2 * args.messages),
+    ):
+        cells = []
+        for side in ("g", "r"):
+            server, client = CPU.get(f"{side}.{key}", (0.0, 0.0))
+            cells.append(f"{server / count * 1e6:7.0f} / {client / count * 1e6:<7.0f}")
+        print(f"{name:24}{cells[0]:>18}{cells[1]:>18}")
 
 
 if __name__ == "__main__":
