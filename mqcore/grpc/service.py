@@ -16,6 +16,7 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from mqcore.broker import Broker
+from mqcore.errors import MQError
 from mqcore.grpc.checks import check_group, check_topic
 from mqcore.grpc.clients import ClientRegistry
 from mqcore.grpc.consume import Consumer
@@ -70,7 +71,7 @@ def _answers(response: str) -> Callable[[Callable[..., Awaitable[Any]]], Callabl
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not isinstance(exc, GrpcStatusError):
+                if not isinstance(exc, MQError):  # a refusal is the client's; this is ours
                     log.warning("grpc_call_failed", call=fn.__name__, error=str(exc))
                 return cls(status=status_of(exc))
 
@@ -334,7 +335,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             gone = True
             raise
         except Exception as exc:
-            if not isinstance(exc, GrpcStatusError):
+            if not isinstance(exc, MQError):
                 log.warning("grpc_call_failed", call="ReceiveMessage", error=str(exc))
             replies = [service.ReceiveMessageResponse(status=status_of(exc))]
         for reply in replies:
