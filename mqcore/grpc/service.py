@@ -23,7 +23,7 @@ from mqcore.grpc.consume import Consumer
 from mqcore.grpc.convert import GrpcStatusError, status, status_of
 from mqcore.grpc.pb import definition, service, service_grpc
 from mqcore.grpc.route import Router
-from mqcore.grpc.send import Sender
+from mqcore.grpc.send import Sender, topic_message_type
 from mqcore.grpc.settings import merged_settings
 from mqcore.grpc.transaction import GrpcProducerChannel, Transactions
 from mqcore.logs import get_logger
@@ -133,11 +133,19 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
 
-    def group_is_fifo(self, group: str) -> bool:
-        """Whether ``group`` consumes in order (the broker's group settings, when it has
-        them)."""
-        fifo = getattr(self.broker, "group_is_orderly", None)
-        return bool(fifo(group)) if fifo is not None else False
+    def group_is_fifo(self, group: str, settings: Any = None) -> bool:
+        """Whether ``group`` consumes in order. RocketMQ keeps this in the group's config
+        (``consumeMessageOrderly``), which mqcore has not: a group is FIFO when every topic
+        its consumers subscribe to is a FIFO topic (``message.type`` FIFO)."""
+        if settings is None:
+            for client in self.clients.clients():
+                if client.group == group and client.settings is not None:
+                    settings = client.settings
+                    break
+        if settings is None or not settings.HasField("subscription"):
+            return False
+        topics = [entry.topic.name for entry in settings.subscription.subscriptions]
+        return bool(topics) and all(topic_message_type(self.broker, t) == "FIFO" for t in topics)
 
     # -- route -------------------------------------------------------------------------------
 
@@ -229,7 +237,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             raise GrpcStatusError(Code.CLIENT_ID_REQUIRED, "the x-mq-client-id header is missing")
         self.clients.update_settings(client_id, settings)
         self._register(client_id, settings)
-        fifo = which == "subscription" and self.group_is_fifo(group)
+        fifo = which == "subscription" and self.group_is_fifo(group, settings)
         return service.TelemetryCommand(
             status=status(Code.OK), settings=merged_settings(settings, self.broker, fifo)
         )
