@@ -417,8 +417,12 @@ class Broker:
         write_queue_nums: int | None = None,
         perm: int = PERM_RW,
         order: bool = False,
+        attributes: dict[str, str] | None = None,
     ) -> TopicConfig:
-        """Create or update a topic (``queue_nums`` sets both read and write queue counts)."""
+        """Create or update a topic (``queue_nums`` sets both read and write queue counts).
+
+        ``attributes`` are RocketMQ 5's topic attributes (``{"message.type": "FIFO"}``); an
+        update without them keeps the topic's."""
         self._check_open()
         if name in TRANSACTION_TOPICS:
             raise MessageIllegalError(
@@ -426,6 +430,9 @@ class Broker:
                 "transactional halves and their outcomes; choose another name",
                 code=ResponseCode.INVALID_PARAMETER,
             )
+        if attributes is None:
+            old = self.topics.get(name)
+            attributes = dict(old.attributes) if old is not None else {}
         n = queue_nums if queue_nums is not None else self.config.default_topic_queue_nums
         cfg = TopicConfig(
             topic_name=name,
@@ -433,6 +440,7 @@ class Broker:
             write_queue_nums=write_queue_nums if write_queue_nums is not None else n,
             perm=perm,
             order=order,
+            attributes=dict(attributes),
         )
         return self.topics.put(cfg)
 

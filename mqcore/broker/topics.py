@@ -62,6 +62,9 @@ class TopicConfig:
     write_queue_nums: int = 16
     perm: int = PERM_RW
     order: bool = False
+    #: RocketMQ 5's topic attributes by name, e.g. ``{"message.type": "FIFO"}`` (what the 5.x
+    #: clients are told the topic accepts); not part of the hash
+    attributes: dict[str, str] = attrs.field(factory=dict, hash=False)
 
     @property
     def readable(self) -> bool:
@@ -75,13 +78,16 @@ class TopicConfig:
 
     def to_json(self) -> dict[str, Any]:
         """RocketMQ's JSON field names."""
-        return {
+        out: dict[str, Any] = {
             "topicName": self.topic_name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
             "perm": self.perm,
             "order": self.order,
         }
+        if self.attributes:
+            out["attributes"] = dict(self.attributes)
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TopicConfig:
@@ -92,6 +98,7 @@ class TopicConfig:
             write_queue_nums=int(data["writeQueueNums"]),
             perm=int(data.get("perm", PERM_RW)),
             order=bool(data.get("order", False)),
+            attributes={str(k): str(v) for k, v in (data.get("attributes") or {}).items()},
         )
 
 

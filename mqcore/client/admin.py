@@ -35,6 +35,7 @@ from mqcore.logs import get_logger
 from mqcore.message import MessageExt, MessageQueue, system_message
 from mqcore.protocol import admin_bodies, bodies, headers
 from mqcore.protocol.admin_bodies import TIMER_RUNTIME_KEYS
+from mqcore.protocol.attributes import MESSAGE_TYPE
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fastjson import loads
 from mqcore.protocol.route import MASTER_ID
@@ -351,10 +352,14 @@ class MQAdmin:
         perm: int = 6,
         order: bool = False,
         brokers: Sequence[str] | None = None,
+        message_type: str | None = None,
     ) -> TopicInfo:
         """Create or update ``topic`` (UPDATE_AND_CREATE_TOPIC) on the master of every broker
         group, or of the groups named in ``brokers`` (RocketMQ's ``updateTopic -c`` and
-        ``-b``), with that many queues on each; its config afterwards."""
+        ``-b``), with that many queues on each; its config afterwards.
+
+        ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION or MIXED) sets RocketMQ 5's
+        ``message.type`` topic attribute: the messages the 5.x clients may send to it."""
         if queue_nums < 1:
             raise InvalidArgumentError(f"a topic needs at least 1 queue, got {queue_nums}")
         header = headers.CreateTopicRequestHeader(
@@ -365,6 +370,7 @@ class MQAdmin:
             perm=perm,
             topic_filter_type="SINGLE_TAG",
             order=order,
+            attributes=None if message_type is None else f"+{MESSAGE_TYPE}={message_type}",
         )
         for member in self._members(brokers, write=True):
             self._call(member.addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)

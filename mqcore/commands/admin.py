@@ -214,6 +214,11 @@ def topic_list(server: str, as_json: bool) -> None:
 )
 @click.option("--order", is_flag=True, help="Mark the topic as ordered.")
 @click.option(
+    "--message-type",
+    type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"], case_sensitive=False),
+    help="The messages RocketMQ 5 clients may send to it (topic attribute message.type).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Update an existing topic even to fewer queues (consumers stop reading the rest).",
@@ -237,6 +242,7 @@ def topic_create(
     broker_names: tuple[str, ...],
     server: str,
     as_json: bool,
+    message_type: str | None = None,
 ) -> None:
     """Create topic NAME (or update its queues and permission) on every broker group.
 
@@ -258,6 +264,7 @@ def topic_create(
             perm=bits,
             order=order,
             brokers=broker_names or None,
+            message_type=None if message_type is None else message_type.upper(),
         )
     data = {
         "topic": info.topic,
@@ -267,6 +274,8 @@ def topic_create(
         "order": info.order,
         "brokers": list(info.brokers),
     }
+    if message_type is not None:
+        data["message_type"] = message_type.upper()
     if before is not None:
         data["before"] = {
             "read_queue_nums": before.read_queue_nums,
@@ -284,7 +293,8 @@ def topic_create(
         )
         click.echo(
             f"topic {info.topic}: {info.read_queue_nums} read / {info.write_queue_nums} write "
-            f"queues{was}, perm {_perm(info.perm)}{', ordered' if info.order else ''}, "
+            f"queues{was}, perm {_perm(info.perm)}{', ordered' if info.order else ''}"
+            f"{f', message type {message_type.upper()}' if message_type else ''}, "
             f"on {', '.join(info.brokers)}"
         )
 

@@ -201,6 +201,11 @@ def _ha_tls_settings(cert: Path | None, key: Path | None, ca: Path | None) -> di
     "on one port; disabled: plain TCP.",
 )
 @click.option(
+    "--grpc-listen",
+    metavar="HOST:PORT",
+    help="Serve RocketMQ 5's gRPC messaging service there too (needs mqcore[grpc]).",
+)
+@click.option(
     "--set",
     "pairs",
     multiple=True,
@@ -225,6 +230,7 @@ def serve(
     tls_key: Path | None = None,
     tls_ca: Path | None = None,
     tls_mode: str | None = None,
+    grpc_listen: str | None = None,
 ) -> None:
     """Run a broker and name server on one address (RocketMQ 4.x remoting protocol).
 
@@ -241,7 +247,14 @@ def serve(
             for name, value in _ha_tls_settings(tls_cert, tls_key, tls_ca).items():
                 settings.setdefault(name, value)
         server = Server(
-            data_dir, listen, store, settings, metrics_listen=metrics_listen, acl=acl_file, **tls
+            data_dir,
+            listen,
+            store,
+            settings,
+            metrics_listen=metrics_listen,
+            grpc_listen=grpc_listen,
+            acl=acl_file,
+            **tls,
         )
     except MQError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -264,6 +277,8 @@ def serve(
             click.echo(f"mqcore serve: TLS {server.remoting.tls_mode.value}")
         if server.metrics is not None:
             click.echo(f"mqcore serve: metrics on http://{server.metrics.address}/metrics")
+        if server.grpc is not None:
+            click.echo(f"mqcore serve: gRPC (RocketMQ 5 clients) on {server.grpc.address}")
         sys.stdout.flush()
         while not stop.wait(1.0):
             pass

@@ -317,6 +317,8 @@ class CreateTopicRequestHeader(CommandHeader):
     topic_filter_type: str = wire_field("topicFilterType", Kind.STRING, required=True)
     topic_sys_flag: int | None = wire_field("topicSysFlag", Kind.INT)
     order: bool = wire_field("order", Kind.BOOLEAN, default=False)
+    #: RocketMQ 5's topic attributes, ``+name=value`` joined by commas (``AttributeParser``)
+    attributes: str | None = wire_field("attributes", Kind.STRING)
 
 
 @attrs.frozen(kw_only=True)

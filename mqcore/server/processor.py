@@ -40,6 +40,7 @@ from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
 from mqcore.protocol import admin_bodies, bodies, headers
+from mqcore.protocol.attributes import parse_topic_attributes
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 from mqcore.protocol.route import TopicRoute
@@ -305,6 +306,7 @@ class BrokerProcessor:
             write_queue_nums=h.write_queue_nums,
             perm=h.perm,
             order=h.order,
+            attributes=parse_topic_attributes(h.attributes),
         )
         return self._registered(req, version)
 
@@ -322,6 +324,7 @@ class BrokerProcessor:
                 "writeQueueNums": t.write_queue_nums,
                 "perm": t.perm,
                 "order": t.order,
+                **({"attributes": t.attributes} if t.attributes else {}),
             }
             for t in self.broker.list_topics()
         }

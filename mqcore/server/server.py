@@ -23,6 +23,7 @@ from mqcore.server.processor import BrokerProcessor
 from mqcore.server.registration import NamesrvRegistrar
 
 if TYPE_CHECKING:
+    from mqcore.grpc.server import GrpcServer
     from mqcore.server.metrics import BrokerMetrics
 
 __all__ = ["NamesrvServer", "Server", "split_listen"]
@@ -66,6 +67,9 @@ class Server:
     :param metrics_listen: ``HOST:PORT`` of a Prometheus ``/metrics`` (and ``/healthz``,
         ``/readyz``) listener, or None for no metrics (nothing is counted then); needs the
         ``mqcore[metrics]`` extra. See :mod:`mqcore.server.metrics`.
+    :param grpc_listen: ``HOST:PORT`` of RocketMQ 5's gRPC messaging service on the same
+        broker (the 5.x clients' endpoint), or None for none; needs the ``mqcore[grpc]``
+        extra. See :mod:`mqcore.grpc`.
     """
 
     def __init__(
@@ -75,10 +79,15 @@ class Server:
         store: str = "mmap",
         settings: dict[str, Any] | None = None,
         metrics_listen: str | None = None,
+        grpc_listen: str | None = None,
         acl: str | Path | None = None,
         **server_options: Any,
     ) -> None:
         host, port = split_listen(listen)
+        if grpc_listen is not None:
+            split_listen(grpc_listen, "--grpc-listen")  # refused before anything starts
+        #: the gRPC listener (``grpc_listen``), or None
+        self.grpc: GrpcServer | None = None
         #: the ACL file in force (``acl``), or None
         self.acl: AclFile | None = AclFile(acl) if acl is not None else None
         metrics_at = (
@@ -130,6 +139,11 @@ class Server:
                     self.broker, self.remoting, self.processor, metrics_at, self._ready
                 )
                 self.remoting.processor = self.metrics.processor
+            if grpc_listen is not None:
+                # Imported only when asked for: grpcio is an optional extra.
+                from mqcore.grpc.server import GrpcServer
+
+                self.grpc = GrpcServer(self.broker, grpc_listen, advertised_host=public)
             self.remoting.start()
             if self.broker.config.namesrv_addr:
                 # Registered before start-up ends: a client that asks the name servers once
@@ -142,6 +156,7 @@ class Server:
                 self.acl.close()
             try:
                 self._close_metrics()
+                self._close_grpc()
             finally:
                 try:
                     self.remoting.close()
@@ -154,17 +169,22 @@ class Server:
         """Whether this server serves now (``/readyz``)."""
         return self._serving and not self.broker.closed
 
+    def _close_grpc(self) -> None:
+        if self.grpc is not None:
+            self.grpc.close()
+
     def _close_metrics(self) -> None:
         if self.metrics is not None:
             self.metrics.close()
 
     def close(self) -> None:
         """Close every connection, then the broker (offsets and delay progress persisted),
-        and the metrics listener."""
+        and the metrics and gRPC listeners."""
         self._serving = False
         if self.acl is not None:
             self.acl.close()
         try:
+            self._close_grpc()
             self._close_metrics()
             if self.registrar is not None:
                 self.registrar.close()

@@ -47,11 +47,15 @@ class ServeProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
 
-    def launch(self, listen: str, *settings: str) -> subprocess.Popen[str]:
-        """Start the process and return at once (``settings``: ``NAME=VALUE`` for --set)."""
+    def launch(
+        self, listen: str, *settings: str, options: tuple[str, ...] = ()
+    ) -> subprocess.Popen[str]:
+        """Start the process and return at once (``settings``: ``NAME=VALUE`` for --set;
+        ``options``: more command-line options, e.g. ``("--grpc-listen", "127.0.0.1:0")``)."""
         cmd = [
             sys.executable, "-c", "from mqcore.cli import main; main()", "serve",
             "--listen", listen, "--data-dir", str(self.data_dir), "--store", self.store,
+            *options,
         ]  # fmt: skip
         cmd += self.options
         for pair in settings:
@@ -60,14 +64,26 @@ class ServeProcess:
         self.address = listen
         return self.proc
 
-    def start(self, listen: str = "127.0.0.1:0", *settings: str) -> str:
+    def start(
+        self, listen: str = "127.0.0.1:0", *settings: str, options: tuple[str, ...] = ()
+    ) -> str:
         """Start the process and wait for its "listening on" line; the address it gives."""
-        self.launch(listen, *settings)
+        self.launch(listen, *settings, options=options)
         assert self.proc is not None and self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert "listening on" in line, f"mqcore serve did not start: {line!r}"
         self.address = line.split("listening on ")[1].split()[0]
         return self.address
+
+    def read_until(self, text: str) -> str:
+        """The first line of the process's output that holds ``text`` (the lines before it
+        are skipped)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, f"mqcore serve ended before printing {text!r}"
+            if text in line:
+                return line
 
     def kill(self) -> None:
         """SIGKILL: no chance to persist anything."""
