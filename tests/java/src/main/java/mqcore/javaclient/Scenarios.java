@@ -58,6 +58,10 @@ public final class Scenarios {
             case "lite":
                 lite(ns, rest[0], rest[1], rest[2], Integer.parseInt(rest[3]));
                 break;
+            case "bench":
+                Bench.run(ns, rest[0], rest[1], Integer.parseInt(rest[2]),
+                        Integer.parseInt(rest[3]));
+                break;
             case "admin":
                 Admin.run(ns, rest[0], rest[1]);
                 break;
@@ -72,6 +76,9 @@ public final class Scenarios {
         DefaultMQProducer p = new DefaultMQProducer(group);
         p.setNamesrvAddr(ns);
         p.setInstanceName(group + "-" + System.nanoTime());
+        // 3 s by default, for all tries of a send: a JVM's first sends (class loading, the
+        // JIT) on a loaded test machine can take longer, and latency is not what is tested.
+        p.setSendMsgTimeout(15_000);
         p.start();
         return p;
     }
