@@ -83,10 +83,14 @@ class ApacheRocketMQ:
         base: Path,
         store_dir: Path | None = None,
         broker_heap: str = "384m",
+        quick_start: bool = True,
         **broker: str | int,
     ) -> None:
         self.base = base
         self.broker_heap = broker_heap
+        #: Tests: the serial collector and the first JIT tier only (JVMs start sooner on a
+        #: small machine). A benchmark passes False: the JVM's defaults, full JIT.
+        self.quick_start = quick_start
         self.store_dir = store_dir or base / "store"
         self.extra = broker
         self.namesrv_port = 0
@@ -132,9 +136,10 @@ class ApacheRocketMQ:
     def _launch(self, name: str, main: str, config: str, heap: str) -> subprocess.Popen[bytes]:
         home = self.base / "home"
         home.mkdir(parents=True, exist_ok=True)
+        quick = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"] if self.quick_start else []
         cmd = [
-            "java", "-Xms64m", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}",
-            "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", f"-Duser.home={home}",
+            "java", "-Xms64m", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}", *quick,
+            f"-Duser.home={home}",
             "-cp", f"{self.base / 'conf'}{os.pathsep}{server_classpath()}",
             main, "-c", str(self.base / "conf" / config),
         ]  # fmt: skip
