@@ -238,3 +238,16 @@ def test_get_topic_config_answers_the_topic_s_config(scene: _Scene) -> None:
     assert config["topicName"] == "Orders"
     assert (config["readQueueNums"], config["writeQueueNums"], config["perm"]) == (4, 4, 6)
     assert ask("NoSuchTopic").code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_a_code_not_served_is_answered_and_logged(scene: _Scene) -> None:
+    """A code outside the table is answered REQUEST_CODE_NOT_SUPPORTED and logged with the
+    code, so a client feature that needs it shows in the server's log."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        answer = scene.client.invoke(scene.server.address, RemotingCommand.request(9999), 10)
+    assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert [e for e in logs if e["event"] == "request_not_supported"] == [
+        {"event": "request_not_supported", "code": 9999, "log_level": "warning"}
+    ]
