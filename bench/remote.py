@@ -19,6 +19,9 @@ single server's figures (``--no-ha`` leaves them out; they need the mmap store):
 
     python bench/remote.py --messages N [--rounds 3] [--no-redis] [--no-ha] [--metrics] [--json]
 
+``--peer rocketmq`` measures against Apache RocketMQ's broker instead, with mqcore's Python
+client and RocketMQ's Java client on both servers (``bench/rocketmq_peer.py``).
+
 ``--metrics`` runs ``mqcore serve`` with ``--metrics-listen`` (``mqcore[metrics]``): compare
 with a run without it to see what counting costs. ``--metrics-compare`` does that comparison
 in one run: each round runs mqcore without metrics and with them (alternating which goes
@@ -448,8 +451,22 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="mqcore alone: plain, with ACL, with TLS, and with both, side by side",
     )
+    ap.add_argument(
+        "--peer",
+        choices=["redis", "rocketmq"],
+        default="redis",
+        help="what mqcore serve is measured against: Redis Streams (default), or Apache "
+        "RocketMQ's broker with the Python and the Java client (bench/rocketmq_peer.py)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.peer == "rocketmq":
+        import rocketmq_peer  # bench/rocketmq_peer.py
+
+        if args.rounds < 1:
+            raise SystemExit("--rounds must be at least 1")
+        rocketmq_peer.main(args)
+        return
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
     if args.security:

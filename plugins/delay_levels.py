@@ -41,6 +41,7 @@ from mqcore.interfaces import DelayHost
 from mqcore.logs import get_logger
 from mqcore.message import MessageExt
 from mqcore.plugins.delay_held import deliver_held, real_destination
+from mqcore.protocol import fastjson
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, parse_delay_levels
 
 __all__ = [
@@ -65,7 +66,8 @@ def _wall_clock_ms() -> int:
 
 
 def _decode_offsets(data: bytes) -> dict[int, int]:
-    obj = json.loads(data)
+    # Apache RocketMQ writes this file with fastjson: levels are bare numbers ({1:0}).
+    obj = fastjson.loads(data)
     table = obj.get("offsetTable") if isinstance(obj, dict) else None
     if not isinstance(table, dict):
         raise StoreCorruptedError("no offsetTable object")

@@ -30,6 +30,7 @@ import attrs
 from mqcore.atomicfile import read_with_backup, write_json_atomic
 from mqcore.errors import InvalidArgumentError, StoreCorruptedError
 from mqcore.logs import get_logger
+from mqcore.protocol import fastjson
 
 __all__ = ["CONSUMER_OFFSET_FILE", "TOPIC_GROUP_SEPARATOR", "ConsumerOffsetManager"]
 
@@ -56,7 +57,8 @@ def _check_name(kind: str, value: str) -> None:
 
 def _decode(data: bytes) -> tuple[dict[_Key, dict[int, int]], int]:
     """Parse the file's bytes; raises on anything that is not the expected shape."""
-    obj = json.loads(data)
+    # Apache RocketMQ writes this file with fastjson: queue ids are bare numbers ({0:5}).
+    obj = fastjson.loads(data)
     if not isinstance(obj, dict) or not isinstance(obj.get("offsetTable"), dict):
         raise StoreCorruptedError("no 'offsetTable' object at the top level")
     table: dict[_Key, dict[int, int]] = {}

@@ -70,6 +70,10 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_CONSUME_QUEUE = 321
+    # RocketMQ 5.x: one topic's config (the 5.x admin reads it before a topic's stats).
+    GET_TOPIC_CONFIG = 351
+    # RocketMQ 5.x: the lite pull consumer's pull (PULL_MESSAGE's header and answer).
+    LITE_PULL_MESSAGE = 361
     # RocketMQ 5's pop consumption (see mqcore.protocol.pop).
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

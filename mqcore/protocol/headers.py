@@ -43,6 +43,7 @@ __all__ = [
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
     "GetRouteInfoRequestHeader",
+    "GetTopicConfigRequestHeader",
     "GetTopicStatsInfoRequestHeader",
     "NotifyConsumerIdsChangedRequestHeader",
     "PullMessageRequestHeader",
@@ -389,6 +390,13 @@ class GetTopicStatsInfoRequestHeader(CommandHeader):
 
 
 @attrs.frozen(kw_only=True)
+class GetTopicConfigRequestHeader(CommandHeader):
+    """GET_TOPIC_CONFIG (351) request: one topic's config."""
+
+    topic: str = wire_field("topic", Kind.STRING, required=True)
+
+
+@attrs.frozen(kw_only=True)
 class GetConsumeStatsRequestHeader(CommandHeader):
     """GET_CONSUME_STATS (208) request: a group's progress, in ``topic`` or (absent) in every
     topic it subscribes to or has offsets in."""
@@ -437,6 +445,7 @@ REQUEST_HEADERS: dict[int, type[CommandHeader]] = {
     RequestCode.SEND_MESSAGE_V2: SendMessageRequestHeaderV2,
     RequestCode.SEND_BATCH_MESSAGE: SendMessageRequestHeaderV2,
     RequestCode.PULL_MESSAGE: PullMessageRequestHeader,
+    RequestCode.LITE_PULL_MESSAGE: PullMessageRequestHeader,
     RequestCode.QUERY_MESSAGE: QueryMessageRequestHeader,
     RequestCode.QUERY_CONSUMER_OFFSET: QueryConsumerOffsetRequestHeader,
     RequestCode.UPDATE_CONSUMER_OFFSET: UpdateConsumerOffsetRequestHeader,
@@ -456,6 +465,7 @@ REQUEST_HEADERS: dict[int, type[CommandHeader]] = {
     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
     RequestCode.GET_TOPIC_STATS_INFO: GetTopicStatsInfoRequestHeader,
+    RequestCode.GET_TOPIC_CONFIG: GetTopicConfigRequestHeader,
     RequestCode.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: GetConsumerConnectionListRequestHeader,
     RequestCode.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,

@@ -7,6 +7,7 @@ and body shapes:
 
 - 201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG: the consumer groups the broker knows of (a member
   online, a committed offset, or a retry or dead-letter topic of theirs);
+- 351 GET_TOPIC_CONFIG: one topic's config (RocketMQ 5.x's admin asks before its stats);
 - 202 GET_TOPIC_STATS_INFO: each queue's min and max offset and last store time;
 - 203 GET_CONSUMER_CONNECTION_LIST: a group's live clients and subscriptions;
 - 206 GET_ALL_TOPIC_LIST_FROM_NAMESERVER: topic names (the name server's role);
@@ -89,6 +90,16 @@ def _all_groups(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply
 def _topic_names(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
     names = sorted(t.topic_name for t in self.broker.list_topics())
     return ok(req, body=dumps({"topicList": names}))
+
+
+@operation(RequestCode.GET_TOPIC_CONFIG)
+def _topic_config(self: Serving, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+    cfg = self.broker.topics.get(h.topic)
+    if cfg is None:
+        return _no_topic(req, h.topic)
+    # RocketMQ 5.x answers a TopicConfigAndQueueMapping: the config, and the static-topic
+    # mapping, which mqcore has none of (absent reads as a plain topic).
+    return ok(req, body=dumps(cfg.to_json()))
 
 
 @operation(RequestCode.GET_TOPIC_STATS_INFO)

@@ -184,6 +184,7 @@ class BrokerProcessor:
         # the disk, so sends then go to the worker pool with the other slow operations.
         inline = {
             RequestCode.PULL_MESSAGE,
+            RequestCode.LITE_PULL_MESSAGE,
             RequestCode.HEART_BEAT,
             RequestCode.GET_ROUTEINFO_BY_TOPIC,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP,
@@ -243,6 +244,9 @@ class BrokerProcessor:
                 return refused
         entry = OPERATION_TABLE.get(req.code)
         if entry is None:
+            # Logged: a client feature that needs an operation this server does not serve
+            # shows up here, by code, instead of only as the client's own error.
+            log.warning("request_not_supported", code=req.code)
             return error(
                 req,
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -377,7 +381,7 @@ class BrokerProcessor:
 
     # -- pull ------------------------------------------------------------------------------------
 
-    @operation(RequestCode.PULL_MESSAGE)
+    @operation(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE)
     def _pull(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         flags = h.sys_flag  # plain ints (see headers.PULL_FLAG_*)
         if flags & headers.PULL_FLAG_SUBSCRIPTION and h.subscription is not None:

@@ -219,6 +219,20 @@ def test_load_replaces_memory(manager: ConsumerOffsetManager) -> None:
     assert not manager.dirty
 
 
+def test_load_reads_the_file_apache_rocketmq_writes(manager: ConsumerOffsetManager) -> None:
+    """Apache RocketMQ's broker writes this file with fastjson: tabs, and queue ids as bare
+    numbers (not JSON); a broker started on its directory reads the offsets."""
+    manager.path.parent.mkdir(parents=True, exist_ok=True)
+    manager.path.write_text(
+        '{\n\t"dataVersion":{\n\t\t"counter":3,\n\t\t"stateVersion":0,\n'
+        '\t\t"timestamp":1795924815019\n\t},\n\t"groupTopicMap":{},\n'
+        '\t"offsetTable":{\n\t\t"T@g":{\n\t\t\t0:5,\n\t\t\t1:7\n\t\t}\n\t},\n'
+        '\t"pullOffsetTable":{}\n}'
+    )
+    assert manager.load() is True
+    assert manager.offset_table() == {"T@g": {0: 5, 1: 7}}
+
+
 def test_crash_between_persists_loses_only_the_unpersisted_window(
     manager: ConsumerOffsetManager,
 ) -> None:

@@ -260,6 +260,20 @@ def test_an_offset_beyond_the_queue_is_corrected(rig: Rig) -> None:
     assert rig.scheduler.offsets()[1] == 1
 
 
+def test_progress_written_by_apache_rocketmq_is_read(rig: Rig) -> None:
+    """Apache RocketMQ writes delayOffset.json with fastjson: levels are bare numbers."""
+    rig.send("T", 0, Message(topic="T", body=b"a", delay_level=1))
+    rig.close()
+    path = rig.path / "config" / DELAY_OFFSET_FILE
+    path.parent.mkdir(exist_ok=True)
+    path.write_text('{\n\t"dataVersion":{"counter":1},\n\t"offsetTable":{\n\t\t1:1\n\t}\n}')
+    rig._open()
+    assert rig.scheduler.offsets()[1] == 1
+    rig.clock.now = 2**50
+    rig.scheduler.run_due()
+    assert rig.bodies("T") == []  # level 1's one message was delivered before the restart
+
+
 def test_a_corrupt_progress_file_falls_back_or_refuses(rig: Rig) -> None:
     rig.send("T", 0, Message(topic="T", body=b"a", delay_level=1))
     rig.clock.now = 2**50

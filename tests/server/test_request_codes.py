@@ -207,3 +207,47 @@ def test_query_broker_offset_is_the_queue_s_max_offset(scene: _Scene) -> None:
     stored = scene.server.broker.get_max_offset("Orders", scene.queue_id)
     assert offsets[RequestCode.GET_MAX_OFFSET] == stored
     assert offsets[RequestCode.GET_MAX_OFFSET] >= 1
+
+
+def test_lite_pull_is_answered_as_pull(scene: _Scene) -> None:
+    """LITE_PULL_MESSAGE (361, RocketMQ 5.x's lite pull consumer) finds what PULL_MESSAGE
+    (11) finds: the same message at the same offset."""
+    answers = {}
+    for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
+        request = _request(code, scene)
+        answer = scene.client.invoke(scene.server.address, request, 10)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        answers[code] = bytes(answer.body or b"")
+    assert answers[RequestCode.LITE_PULL_MESSAGE] == answers[RequestCode.PULL_MESSAGE]
+    assert b"paid" in answers[RequestCode.PULL_MESSAGE]
+
+
+def test_get_topic_config_answers_the_topic_s_config(scene: _Scene) -> None:
+    """GET_TOPIC_CONFIG (351): the topic's config under RocketMQ's field names; an unknown
+    topic is TOPIC_NOT_EXIST."""
+    import json
+
+    def ask(topic: str) -> RemotingCommand:
+        header = headers.GetTopicConfigRequestHeader(topic=topic)
+        request = RemotingCommand.request(RequestCode.GET_TOPIC_CONFIG, header)
+        return scene.client.invoke(scene.server.address, request, 10)
+
+    answer = ask("Orders")
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    config = json.loads(bytes(answer.body or b""))
+    assert config["topicName"] == "Orders"
+    assert (config["readQueueNums"], config["writeQueueNums"], config["perm"]) == (4, 4, 6)
+    assert ask("NoSuchTopic").code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_a_code_not_served_is_answered_and_logged(scene: _Scene) -> None:
+    """A code outside the table is answered REQUEST_CODE_NOT_SUPPORTED and logged with the
+    code, so a client feature that needs it shows in the server's log."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        answer = scene.client.invoke(scene.server.address, RemotingCommand.request(9999), 10)
+    assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert [e for e in logs if e["event"] == "request_not_supported"] == [
+        {"event": "request_not_supported", "code": 9999, "log_level": "warning"}
+    ]

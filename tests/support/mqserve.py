@@ -40,10 +40,18 @@ def wait_until_accepting(
 class ServeProcess:
     """``mqcore serve`` in a child process on a free port, restartable on its data dir."""
 
-    def __init__(self, data_dir: Path, store: str = "mmap", options: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        store: str = "mmap",
+        options: tuple[str, ...] = (),
+        log: Path | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.store = store
         self.options = options  # more serve options (--acl FILE, --tls-cert FILE...)
+        #: Where the server's stderr (its log events) goes, appended; None: inherited.
+        self.log = log
         self.proc: subprocess.Popen[str] | None = None
         self.address = ""
 
@@ -60,7 +68,11 @@ class ServeProcess:
         cmd += self.options
         for pair in settings:
             cmd += ["--set", pair]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        if self.log is None:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        else:
+            with self.log.open("a") as err:  # the child keeps its own copy of the descriptor
+                self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         self.address = listen
         return self.proc
 
