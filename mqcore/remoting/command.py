@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from mqcore import speedups
 from mqcore.errors import ProtocolError
 from mqcore.protocol.fields import CommandHeader
 
@@ -82,6 +83,9 @@ class LanguageCode(enum.IntEnum):
 
 
 _LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
+_LANGUAGES = tuple(LanguageCode)  # by value: the C decoder gives the language's number
+_speedups = speedups.load("remoting")
+_c_decode_json_frame = None if _speedups is None else _speedups.decode_json_frame
 _escape: Callable[[str], str] = json.encoder.encode_basestring
 # extFields of strings only (what headers write) go through json's C encoder in one call;
 # the same bytes as escaping each name and value (non-ASCII kept as UTF-8, no spaces).
@@ -298,8 +302,31 @@ class RemotingCommand:
     def decode(cls, frame: bytes | bytearray | memoryview) -> RemotingCommand:
         """Decode one frame *without* its total-length word (what a frame decoder yields).
 
+        A JSON header of the shape clients write is read in C when the speedups are built
+        (:meth:`py_decode` is the reference, and decides every other frame).
+
         :raises ProtocolError: bad header length, unknown serialisation, malformed header.
         """
+        if _c_decode_json_frame is not None:
+            fields = _c_decode_json_frame(frame)
+            if fields is not None:
+                code, language, version, opaque, flag, remark, ext, body = fields
+                return cls(
+                    code,
+                    language=_LANGUAGES[language],
+                    version=version,
+                    opaque=opaque,
+                    flag=flag,
+                    remark=remark,
+                    ext_fields=ext,
+                    body=body,
+                    serialize_type=SerializeType.JSON,
+                )
+        return cls.py_decode(frame)
+
+    @classmethod
+    def py_decode(cls, frame: bytes | bytearray | memoryview) -> RemotingCommand:
+        """The reference of :meth:`decode`, in Python."""
         view = memoryview(frame)
         if len(view) < 4:
             raise ProtocolError(f"frame of {len(view)} bytes has no header-length word")
