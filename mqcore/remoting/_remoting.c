@@ -463,6 +463,187 @@ out:
     return result;
 }
 
+
+/* --- encoding a JSON command ---------------------------------------------------------- */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+    char small[512];
+} Out;
+
+static int out_reserve(Out *o, Py_ssize_t n)
+{
+    if (o->len + n <= o->cap)
+        return 0;
+    Py_ssize_t cap = o->cap * 2;
+    while (cap < o->len + n)
+        cap *= 2;
+    char *buf;
+    if (o->buf == o->small) {
+        buf = PyMem_Malloc(cap);
+        if (buf != NULL)
+            memcpy(buf, o->small, o->len);
+    } else {
+        buf = PyMem_Realloc(o->buf, cap);
+    }
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->buf = buf;
+    o->cap = cap;
+    return 0;
+}
+
+static int out_raw(Out *o, const char *s, Py_ssize_t n)
+{
+    if (out_reserve(o, n) < 0)
+        return -1;
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    return 0;
+}
+
+/* ``s`` as a JSON string the way json.encoder.encode_basestring writes it (non-ASCII kept,
+ * the quote, the backslash and control characters escaped). 0 done, -1 error, 1 punt (not
+ * an exact str, or a str that is not UTF-8 encodable: the reference meets it). */
+static int out_string(Out *o, PyObject *s)
+{
+    if (!PyUnicode_CheckExact(s))
+        return 1;
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(s, &n);
+    if (p == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        return 1;
+    }
+    if (out_reserve(o, 6 * n + 2) < 0)
+        return -1;
+    char *w = o->buf + o->len;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *w++ = (char)c;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\r': *w++ = 'r'; break;
+        case '\t': *w++ = 't'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\f': *w++ = 'f'; break;
+        default:
+            w += sprintf(w, "u%04x", c);
+        }
+    }
+    *w++ = '"';
+    o->len = w - o->buf;
+    return 0;
+}
+
+/* encode_json_head(code, language, version, opaque, flag, remark, ext_fields, body_len) ->
+ * bytes | None: the frame's two length words and its JSON header, the bytes
+ * RemotingCommand.encode_parts writes (its reference). None: a value the reference must
+ * encode (an extFields key or value that is not an exact str, a number past int64, a header
+ * over 16 MiB), or that it refuses with its own error. */
+static PyObject *encode_json_head(PyObject *self, PyObject *args)
+{
+    PyObject *code_o, *lang_o, *version_o, *opaque_o, *flag_o, *remark, *ext;
+    Py_ssize_t body_len;
+    if (!PyArg_ParseTuple(args, "OOOOOOOn:encode_json_head", &code_o, &lang_o, &version_o,
+                          &opaque_o, &flag_o, &remark, &ext, &body_len))
+        return NULL;
+    long long nums[4];
+    PyObject *num_objs[4] = {code_o, version_o, opaque_o, flag_o};
+    for (int i = 0; i < 4; i++) {
+        if (!PyLong_Check(num_objs[i]))
+            Py_RETURN_NONE;
+        int overflow;
+        nums[i] = PyLong_AsLongLongAndOverflow(num_objs[i], &overflow);
+        if (overflow || (nums[i] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    if (!PyLong_Check(lang_o))
+        Py_RETURN_NONE;
+    long language = PyLong_AsLong(lang_o);
+    if (language < 0 || language >= N_LANGUAGES) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (remark != Py_None && !PyUnicode_CheckExact(remark))
+        Py_RETURN_NONE;
+    if (ext != Py_None && !PyDict_CheckExact(ext))
+        Py_RETURN_NONE;
+    Out o;
+    o.buf = o.small;
+    o.len = 8; /* the length words, written last */
+    o.cap = sizeof(o.small);
+    PyObject *result = NULL;
+    int rc;
+    char fixed[200];
+    int n = snprintf(fixed, sizeof(fixed),
+                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
+                     "\"flag\":%lld",
+                     nums[0], LANGUAGES[language], nums[1], nums[2], nums[3]);
+    if (out_raw(&o, fixed, n) < 0)
+        goto done;
+    if (remark != Py_None) {
+        if (out_raw(&o, ",\"remark\":", 10) < 0)
+            goto done;
+        if ((rc = out_string(&o, remark)) != 0)
+            goto stop;
+    }
+    if (ext != Py_None) {
+        if (out_raw(&o, ",\"extFields\":{", 14) < 0)
+            goto done;
+        Py_ssize_t i = 0;
+        PyObject *key, *value;
+        int first = 1;
+        while (PyDict_Next(ext, &i, &key, &value)) {
+            if (!first && out_raw(&o, ",", 1) < 0)
+                goto done;
+            first = 0;
+            if ((rc = out_string(&o, key)) != 0)
+                goto stop;
+            if (out_raw(&o, ":", 1) < 0)
+                goto done;
+            if ((rc = out_string(&o, value)) != 0)
+                goto stop;
+        }
+        if (out_raw(&o, "}", 1) < 0)
+            goto done;
+    }
+    if (out_raw(&o, ",\"serializeTypeCurrentRPC\":\"JSON\"}", 34) < 0)
+        goto done;
+    Py_ssize_t header_len = o.len - 8;
+    if (header_len > 0xFFFFFF || 4 + header_len + body_len > INT32_MAX) {
+        rc = 1;
+        goto stop;
+    }
+    put_be32((unsigned char *)o.buf, (uint32_t)(4 + header_len + body_len));
+    put_be32((unsigned char *)o.buf + 4, (uint32_t)header_len);
+    result = PyBytes_FromStringAndSize(o.buf, o.len);
+    goto done;
+stop:
+    if (rc > 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    if (o.buf != o.small)
+        PyMem_Free(o.buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS,
      "cut(buf, pos, end, limit, frames) -> int: append buf[pos:end]'s complete frames to "
@@ -470,6 +651,10 @@ static PyMethodDef methods[] = {
     {"decode_json_frame", decode_json_frame, METH_O,
      "decode_json_frame(frame) -> (code, language, version, opaque, flag, remark, ext_fields, "
      "body) or None when the Python decoder must decide."},
+    {"encode_json_head", encode_json_head, METH_VARARGS,
+     "encode_json_head(code, language, version, opaque, flag, remark, ext_fields, body_len) "
+     "-> the length words and JSON header of a frame, or None when the Python encoder must "
+     "write it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -86,6 +86,7 @@ _LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
 _LANGUAGES = tuple(LanguageCode)  # by value: the C decoder gives the language's number
 _speedups = speedups.load("remoting")
 _c_decode_json_frame = None if _speedups is None else _speedups.decode_json_frame
+_c_encode_json_head = None if _speedups is None else _speedups.encode_json_head
 _escape: Callable[[str], str] = json.encoder.encode_basestring
 # extFields of strings only (what headers write) go through json's C encoder in one call;
 # the same bytes as escaping each name and value (non-ASCII kept as UTF-8, no spaces).
@@ -281,7 +282,32 @@ class RemotingCommand:
         return b"".join(parts)
 
     def encode_parts(self) -> tuple[bytes, bytes | bytearray | memoryview]:
-        """The frame as (length words + header, body): write both, the body is not copied."""
+        """The frame as (length words + header, body): write both, the body is not copied.
+
+        A JSON header is written in C when the speedups are built (:meth:`py_encode_parts`
+        is the reference, and writes whatever the C code leaves to it)."""
+        if (
+            _c_encode_json_head is not None
+            and self.serialize_type is SerializeType.JSON
+            and self.language.__class__ is LanguageCode
+        ):
+            body = self.body if self.body is not None else b""
+            head = _c_encode_json_head(
+                self.code,
+                self.language,
+                self.version,
+                self.opaque,
+                self.flag,
+                self.remark,
+                self.ext_fields,
+                len(body),
+            )
+            if head is not None:
+                return head, body
+        return self.py_encode_parts()
+
+    def py_encode_parts(self) -> tuple[bytes, bytes | bytearray | memoryview]:
+        """The reference of :meth:`encode_parts`, in Python."""
         header = self.encode_header()
         if len(header) > _HEADER_LEN_MASK:
             raise ProtocolError(f"command header of {len(header)} bytes exceeds 16 MiB")

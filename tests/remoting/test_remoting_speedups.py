@@ -243,3 +243,62 @@ def test_cut_answers_where_a_bad_length_word_starts() -> None:
     assert frames == [b"abcd"]
     with pytest.raises(ValueError, match="outside the buffer"):
         _c.cut(data, 0, len(data) + 1, 1024, [])  # type: ignore[union-attr]
+
+
+ANY_TEXT = st.text(max_size=30)  # surrogates included: not UTF-8 encodable
+EXT_VALUE = ANY_TEXT | st.integers(-(2**40), 2**40) | st.booleans() | st.none()
+
+
+def encoded(cmd: RemotingCommand, how: str) -> tuple[str, Any]:
+    """What encoding ``cmd`` gives (C and reference path, or the reference alone): the bytes,
+    or the error's type and words."""
+    try:
+        head, body = cmd.encode_parts() if how == "c" else cmd.py_encode_parts()
+    except (ProtocolError, UnicodeEncodeError, struct.error) as exc:
+        return "error", (type(exc), str(exc))
+    return "ok", (head, bytes(body))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    code=INT32 | st.integers(-(2**70), 2**70) | st.sampled_from(LanguageCode),
+    language=st.sampled_from(LanguageCode),
+    numbers=st.tuples(INT32, INT32, INT32) | st.tuples(*[st.integers(-(2**66), 2**66)] * 3),
+    remark=st.none() | ANY_TEXT,
+    ext=st.none()
+    | st.dictionaries(TEXT, TEXT, max_size=6)
+    | st.dictionaries(ANY_TEXT, EXT_VALUE, max_size=4),
+    body=st.none() | st.binary(max_size=32),
+)
+def test_json_heads_are_written_as_the_reference_writes_them(
+    code: int,
+    language: LanguageCode,
+    numbers: tuple[int, int, int],
+    remark: str | None,
+    ext: dict[str, Any] | None,
+    body: bytes | None,
+) -> None:
+    """encode_parts in C gives the reference's bytes, or leaves the command to it (which
+    then gives the same bytes or the same error)."""
+    version, opaque, flag = numbers
+    cmd = RemotingCommand(
+        code, language, version, opaque, flag, remark=remark, ext_fields=ext, body=body
+    )
+    expected = encoded(cmd, "py")
+    assert encoded(cmd, "c") == expected
+    head = _c.encode_json_head(  # type: ignore[union-attr]
+        code, language, version, opaque, flag, remark, ext, len(body or b"")
+    )
+    if head is not None:
+        assert expected == ("ok", (head, body or b""))
+
+
+def test_a_command_of_strings_is_written_in_c() -> None:
+    cmd = RemotingCommand.request(10, body=b"x")
+    cmd.ext_fields = {"topic": "T", "properties": "a\x01b\x02", "k\u00e9y": '"\\'}
+    cmd.remark = "line\nnext\t\x7f"
+    head = _c.encode_json_head(  # type: ignore[union-attr]
+        cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, 1
+    )
+    assert head is not None and (head, b"x") == cmd.py_encode_parts()
+    assert RemotingCommand.decode(cmd.encode()[4:]) == cmd
