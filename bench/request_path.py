@@ -10,8 +10,8 @@ Python reference the tests hold it to:
 - encoding the send answer (``encode_parts`` / ``py_encode_parts``).
 
 No socket, broker or store: these are the CPU costs of the stages alone, in µs per request
-(the best of ``--repeat`` timings of ``--number`` calls, so a loaded machine inflates them
-less)::
+(this process's CPU time, the best of ``--repeat`` timings of ``--number`` calls, so a
+loaded machine inflates them less)::
 
     python bench/request_path.py [--number 20000] [--repeat 7] [--json]
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 import timeit
 from collections.abc import Callable
 
@@ -107,7 +108,9 @@ def main() -> None:
     rows = {}
     for name, (c, py) in stages().items():
         best = [
-            min(timeit.repeat(f, number=args.number, repeat=args.repeat)) / args.number * 1e6
+            min(timeit.repeat(f, timer=time.process_time, number=args.number, repeat=args.repeat))
+            / args.number
+            * 1e6
             for f in (c, py)
         ]
         rows[name] = {"c_us": round(best[0], 2), "python_us": round(best[1], 2)}
