@@ -7,6 +7,7 @@ Python reference the tests hold it to:
 - cutting the frame out of the received bytes (``FrameDecoder``);
 - decoding the command (``RemotingCommand.decode`` / ``py_decode``);
 - reading the send header from its extFields (``from_ext_fields`` / the generated reader);
+- building the sent message and splitting its properties (``message_from_wire``);
 - encoding the send answer (``encode_parts`` / ``py_encode_parts``).
 
 No socket, broker or store: these are the CPU costs of the stages alone, in µs per request
@@ -29,6 +30,7 @@ from mqcore import speedups
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.fields import _CODECS, _build_codecs
 from mqcore.protocol.headers import SendMessageRequestHeaderV2, SendMessageResponseHeader
+from mqcore.protocol.send import message_from_wire, py_message_from_wire
 from mqcore.remoting.command import LanguageCode, RemotingCommand
 from mqcore.remoting.frame import FrameDecoder
 
@@ -65,6 +67,7 @@ def stages() -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
         ext_fields=dict(_EXT),
         body=os.urandom(1024),
     )
+    body = bytes(request.body or b"")
     wire = request.encode()
     frame = wire[4:]
     decoder, reference_decoder = FrameDecoder(), _ReferenceDecoder()
@@ -92,6 +95,10 @@ def stages() -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
         "send header read": (
             lambda: SendMessageRequestHeaderV2.from_ext_fields(ext),
             lambda: generated(ext),
+        ),
+        "message build": (
+            lambda: message_from_wire("BenchTopic", body, 0, _EXT["i"]),
+            lambda: py_message_from_wire("BenchTopic", body, 0, _EXT["i"]),
         ),
         "answer encode": (answer.encode_parts, answer.py_encode_parts),
     }

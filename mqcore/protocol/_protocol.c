@@ -297,6 +297,75 @@ fail:
 }
 
 
+
+/* --- message_from_wire: one sent message (SEND_MESSAGE / SEND_MESSAGE_V2) ----------------- */
+
+PyDoc_STRVAR(message_from_wire_doc,
+"message_from_wire(topic, body, flag, properties, new_message, defaults, fallback) -> Message\n\n"
+"The Message of a single send: mqcore.protocol.send.py_message_from_wire is the reference.\n"
+"Properties are split in C; a message whose properties hold TAGS, KEYS or DELAY, or whose\n"
+"properties are not UTF-8 encodable, is made by fallback(topic, body, flag, properties).");
+
+static PyObject *speedups_message_from_wire(PyObject *self, PyObject *args)
+{
+    PyObject *topic, *body, *flag, *properties, *new_message, *defaults, *fallback;
+    if (!PyArg_ParseTuple(args, "UO!O!OOO!O:message_from_wire", &topic, &PyBytes_Type, &body,
+                          &PyLong_Type, &flag, &properties, &new_message, &PyTuple_Type,
+                          &defaults, &fallback))
+        return NULL;
+    const char *props = "";
+    Py_ssize_t props_len = 0;
+    if (properties != Py_None) {
+        if (!PyUnicode_CheckExact(properties))
+            goto reference;
+        props = PyUnicode_AsUTF8AndSize(properties, &props_len);
+        if (props == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                return NULL;
+            PyErr_Clear();
+            goto reference;
+        }
+    }
+    int field = 0;
+    PyObject *dict = batch_properties(props, props_len, &field);
+    if (dict == NULL)
+        return NULL;
+    if (field) {
+        Py_DECREF(dict);
+        goto reference;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *msg = zero == NULL ? NULL : PyObject_CallNoArgs(new_message);
+    int bad = msg == NULL ||
+              PyObject_GenericSetAttr(msg, s_topic, topic) < 0 ||
+              PyObject_GenericSetAttr(msg, s_body, body) < 0 ||
+              PyObject_GenericSetAttr(msg, s_tags, Py_None) < 0 ||
+              PyObject_GenericSetAttr(msg, s_keys, Py_None) < 0 ||
+              PyObject_GenericSetAttr(msg, s_properties, dict) < 0 ||
+              PyObject_GenericSetAttr(msg, s_flag, flag) < 0 ||
+              PyObject_GenericSetAttr(msg, s_delay_level, zero) < 0;
+    for (Py_ssize_t i = 0; !bad && i < PyTuple_GET_SIZE(defaults); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(defaults, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError,
+                            "message_from_wire: defaults are (name, value) pairs");
+            bad = 1;
+            break;
+        }
+        bad = PyObject_GenericSetAttr(msg, PyTuple_GET_ITEM(pair, 0),
+                                      PyTuple_GET_ITEM(pair, 1)) < 0;
+    }
+    Py_XDECREF(zero);
+    Py_DECREF(dict);
+    if (bad) {
+        Py_XDECREF(msg);
+        return NULL;
+    }
+    return msg;
+reference:
+    return PyObject_CallFunctionObjArgs(fallback, topic, body, flag, properties, NULL);
+}
+
 /* --- encode_batch: a SEND_BATCH_MESSAGE body from Message objects ----------------------- */
 
 PyDoc_STRVAR(encode_batch_doc,
@@ -582,6 +651,7 @@ static PyMethodDef methods[] = {
     {"sent_prefix", speedups_sent_prefix, METH_VARARGS, sent_prefix_doc},
     {"decode_batch", speedups_decode_batch, METH_VARARGS, decode_batch_doc},
     {"encode_batch", speedups_encode_batch, METH_VARARGS, encode_batch_doc},
+    {"message_from_wire", speedups_message_from_wire, METH_VARARGS, message_from_wire_doc},
     {"read_fields", read_fields, METH_VARARGS,
      "read_fields(ext, plan) -> a header's keyword arguments, or None when the Python reader "
      "must read it (see mqcore.protocol.fields)."},
