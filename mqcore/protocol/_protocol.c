@@ -525,7 +525,7 @@ static PyObject *speedups_encode_batch(PyObject *self, PyObject *args)
 
 enum { KIND_STRING, KIND_INT, KIND_LONG, KIND_BOOLEAN };
 
-/* A decimal int of ASCII digits with an optional minus and at most 18 digits (what every
+/* A decimal int of ASCII digits with an optional minus and at most 19 digits (what every
  * client writes): 1 with *out set, else 0 (the reference reads anything else). */
 static int plain_decimal(PyObject *s, long long *out)
 {
@@ -545,15 +545,17 @@ static int plain_decimal(PyObject *s, long long *out)
         neg = 1;
         i = 1;
     }
-    if (i == n || n - i > 18)
+    if (i == n || n - i > 19) /* 19 digits fit uint64 */
         return 0;
-    long long v = 0;
+    unsigned long long v = 0;
     for (; i < n; i++) {
         if (p[i] < '0' || p[i] > '9')
             return 0;
-        v = v * 10 + (p[i] - '0');
+        v = v * 10 + (unsigned long long)(p[i] - '0');
     }
-    *out = neg ? -v : v;
+    if (neg ? v > (unsigned long long)LLONG_MAX + 1 : v > (unsigned long long)LLONG_MAX)
+        return 0; /* past a Java long: the reference words the refusal */
+    *out = neg ? (long long)(0 - v) : (long long)v;
     return 1;
 }
 

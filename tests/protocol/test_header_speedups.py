@@ -102,3 +102,33 @@ def test_a_missing_required_field_is_left_to_the_reference() -> None:
     assert _c.read_fields({}, plan_of(h.PullMessageRequestHeader)) is None  # type: ignore[union-attr]
     with pytest.raises(ProtocolError, match="required field 'consumerGroup'"):
         h.PullMessageRequestHeader.from_ext_fields({})
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [
+        "9223372036854775807",
+        "-9223372036854775808",
+        "1000000000000000000",
+        "9223372036854775808",  # past a Java long
+        "-9223372036854775809",
+        "99999999999999999999",
+    ],
+)
+def test_long_fields_at_the_ends_of_a_java_long(offset: str) -> None:
+    """19-digit values are read in C up to the ends of a Java long; past them the reference
+    refuses with its own words."""
+    ext = {
+        "consumerGroup": "g", "topic": "T", "queueId": "0", "queueOffset": offset,
+        "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+        "suspendTimeoutMillis": "0", "subVersion": "0",
+    }  # fmt: skip
+    cls = h.PullMessageRequestHeader
+    kw = _c.read_fields(ext, plan_of(cls))  # type: ignore[union-attr]
+    if -(2**63) <= int(offset) < 2**63:
+        assert kw is not None and kw["queue_offset"] == int(offset)
+        assert cls.from_ext_fields(ext) == cls._read_slowly(ext)
+    else:
+        assert kw is None
+        with pytest.raises(ProtocolError, match="'queueOffset' must be a Long"):
+            cls.from_ext_fields(ext)
