@@ -23,6 +23,7 @@ setup(
     ext_modules=[
         speedups("mqcore._codec", "mqcore/_codec.c"),
         speedups("mqcore.protocol._protocol", "mqcore/protocol/_protocol.c"),
+        speedups("mqcore.remoting._remoting", "mqcore/remoting/_remoting.c"),
         speedups("mqcore.broker._schedule", "mqcore/broker/_schedule.c"),
         speedups("mqcore.plugins._delay_timer", "plugins/_delay_timer.c"),
         speedups("mqcore.contrib.spark._arrow", "contrib/spark/_arrow.c"),

@@ -29,6 +29,7 @@ __all__ = ["EXTENSIONS", "disabled", "load"]
 EXTENSIONS = {
     "codec": "mqcore._codec",  # codec.prepare and pack, batch.units and put_results
     "protocol": "mqcore.protocol._protocol",  # the sent checks, the SEND_BATCH_MESSAGE body
+    "remoting": "mqcore.remoting._remoting",  # frame cutting, JSON command headers
     "schedule": "mqcore.broker._schedule",  # the broker's timer hold (broker.schedule)
     "timer": "mqcore.plugins._delay_timer",  # the timer wheel's enqueue loop and slots
     "spark": "mqcore.contrib.spark._arrow",  # the Spark source's columns, the sink's records

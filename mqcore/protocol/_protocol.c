@@ -297,6 +297,75 @@ fail:
 }
 
 
+
+/* --- message_from_wire: one sent message (SEND_MESSAGE / SEND_MESSAGE_V2) ----------------- */
+
+PyDoc_STRVAR(message_from_wire_doc,
+"message_from_wire(topic, body, flag, properties, new_message, defaults, fallback) -> Message\n\n"
+"The Message of a single send: mqcore.protocol.send.py_message_from_wire is the reference.\n"
+"Properties are split in C; a message whose properties hold TAGS, KEYS or DELAY, or whose\n"
+"properties are not UTF-8 encodable, is made by fallback(topic, body, flag, properties).");
+
+static PyObject *speedups_message_from_wire(PyObject *self, PyObject *args)
+{
+    PyObject *topic, *body, *flag, *properties, *new_message, *defaults, *fallback;
+    if (!PyArg_ParseTuple(args, "UO!O!OOO!O:message_from_wire", &topic, &PyBytes_Type, &body,
+                          &PyLong_Type, &flag, &properties, &new_message, &PyTuple_Type,
+                          &defaults, &fallback))
+        return NULL;
+    const char *props = "";
+    Py_ssize_t props_len = 0;
+    if (properties != Py_None) {
+        if (!PyUnicode_CheckExact(properties))
+            goto reference;
+        props = PyUnicode_AsUTF8AndSize(properties, &props_len);
+        if (props == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                return NULL;
+            PyErr_Clear();
+            goto reference;
+        }
+    }
+    int field = 0;
+    PyObject *dict = batch_properties(props, props_len, &field);
+    if (dict == NULL)
+        return NULL;
+    if (field) {
+        Py_DECREF(dict);
+        goto reference;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *msg = zero == NULL ? NULL : PyObject_CallNoArgs(new_message);
+    int bad = msg == NULL ||
+              PyObject_GenericSetAttr(msg, s_topic, topic) < 0 ||
+              PyObject_GenericSetAttr(msg, s_body, body) < 0 ||
+              PyObject_GenericSetAttr(msg, s_tags, Py_None) < 0 ||
+              PyObject_GenericSetAttr(msg, s_keys, Py_None) < 0 ||
+              PyObject_GenericSetAttr(msg, s_properties, dict) < 0 ||
+              PyObject_GenericSetAttr(msg, s_flag, flag) < 0 ||
+              PyObject_GenericSetAttr(msg, s_delay_level, zero) < 0;
+    for (Py_ssize_t i = 0; !bad && i < PyTuple_GET_SIZE(defaults); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(defaults, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError,
+                            "message_from_wire: defaults are (name, value) pairs");
+            bad = 1;
+            break;
+        }
+        bad = PyObject_GenericSetAttr(msg, PyTuple_GET_ITEM(pair, 0),
+                                      PyTuple_GET_ITEM(pair, 1)) < 0;
+    }
+    Py_XDECREF(zero);
+    Py_DECREF(dict);
+    if (bad) {
+        Py_XDECREF(msg);
+        return NULL;
+    }
+    return msg;
+reference:
+    return PyObject_CallFunctionObjArgs(fallback, topic, body, flag, properties, NULL);
+}
+
 /* --- encode_batch: a SEND_BATCH_MESSAGE body from Message objects ----------------------- */
 
 PyDoc_STRVAR(encode_batch_doc,
@@ -451,10 +520,143 @@ static PyObject *speedups_encode_batch(PyObject *self, PyObject *args)
     return out;
 }
 
+
+/* --- custom headers read from extFields (mqcore.protocol.fields) ------------------------ */
+
+enum { KIND_STRING, KIND_INT, KIND_LONG, KIND_BOOLEAN };
+
+/* A decimal int of ASCII digits with an optional minus and at most 19 digits (what every
+ * client writes): 1 with *out set, else 0 (the reference reads anything else). */
+static int plain_decimal(PyObject *s, long long *out)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#endif
+    if (!PyUnicode_IS_ASCII(s))
+        return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(s);
+    Py_ssize_t i = 0;
+    int neg = 0;
+    if (n > 0 && p[0] == '-') {
+        neg = 1;
+        i = 1;
+    }
+    if (i == n || n - i > 19) /* 19 digits fit uint64 */
+        return 0;
+    unsigned long long v = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+        v = v * 10 + (unsigned long long)(p[i] - '0');
+    }
+    if (neg ? v > (unsigned long long)LLONG_MAX + 1 : v > (unsigned long long)LLONG_MAX)
+        return 0; /* past a Java long: the reference words the refusal */
+    *out = neg ? (long long)(0 - v) : (long long)v;
+    return 1;
+}
+
+/* read_fields(ext, plan) -> dict | None: the keyword arguments of a header read from the
+ * extFields dict ``ext`` by ``plan``, a tuple of (wire name, attribute, kind, required) per
+ * field (kind: 0 String, 1 Integer, 2 Long, 3 Boolean). None when a field needs the
+ * reference (CommandHeader's generated reader): absent but required, or a value not in the
+ * plain shape (a decimal string, an exact int in range, "true"/"false", a str). */
+static PyObject *read_fields(PyObject *self, PyObject *args)
+{
+    PyObject *ext, *plan;
+    if (!PyArg_ParseTuple(args, "O!O!:read_fields", &PyDict_Type, &ext, &PyTuple_Type, &plan))
+        return NULL;
+    PyObject *kw = PyDict_New();
+    if (kw == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *spec = PyTuple_GET_ITEM(plan, i);
+        if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != 4) {
+            PyErr_SetString(PyExc_TypeError, "read_fields: a plan entry must be a 4-tuple");
+            goto fail;
+        }
+        PyObject *wire = PyTuple_GET_ITEM(spec, 0), *attr = PyTuple_GET_ITEM(spec, 1);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 2));
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 3));
+        if ((kind == -1 || required < 0) && PyErr_Occurred())
+            goto fail;
+        PyObject *raw = PyDict_GetItemWithError(ext, wire); /* borrowed */
+        if (raw == NULL && PyErr_Occurred())
+            goto fail;
+        if (raw == NULL || raw == Py_None ||
+            (kind != KIND_STRING && PyUnicode_CheckExact(raw) && PyUnicode_GET_LENGTH(raw) == 0)) {
+            if (required)
+                goto punt;
+            continue;
+        }
+        PyObject *value = NULL;
+        if (kind == KIND_STRING) {
+            if (!PyUnicode_CheckExact(raw))
+                goto punt;
+            value = raw;
+            Py_INCREF(value);
+        } else if (kind == KIND_INT || kind == KIND_LONG) {
+            long long v;
+            if (PyUnicode_CheckExact(raw)) {
+                if (!plain_decimal(raw, &v))
+                    goto punt;
+            } else if (PyLong_CheckExact(raw)) {
+                int overflow;
+                v = PyLong_AsLongLongAndOverflow(raw, &overflow);
+                if (overflow)
+                    goto punt;
+                if (v == -1 && PyErr_Occurred())
+                    goto fail;
+            } else {
+                goto punt;
+            }
+            if (kind == KIND_INT && (v < INT32_MIN || v > INT32_MAX))
+                goto punt;
+            value = PyLong_FromLongLong(v);
+        } else {
+            if (raw == Py_True || raw == Py_False) {
+                value = raw;
+                Py_INCREF(value);
+            } else if (PyUnicode_CheckExact(raw)) {
+                if (PyUnicode_CompareWithASCIIString(raw, "true") == 0)
+                    value = Py_True;
+                else if (PyUnicode_CompareWithASCIIString(raw, "false") == 0)
+                    value = Py_False;
+                else
+                    goto punt;
+                Py_INCREF(value);
+            } else {
+                goto punt;
+            }
+        }
+        if (value == NULL)
+            goto fail;
+        int rc = PyDict_SetItem(kw, attr, value);
+        Py_DECREF(value);
+        if (rc < 0)
+            goto fail;
+    }
+    return kw;
+punt:
+    Py_DECREF(kw);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(kw);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"sent_prefix", speedups_sent_prefix, METH_VARARGS, sent_prefix_doc},
     {"decode_batch", speedups_decode_batch, METH_VARARGS, decode_batch_doc},
     {"encode_batch", speedups_encode_batch, METH_VARARGS, encode_batch_doc},
+    {"message_from_wire", speedups_message_from_wire, METH_VARARGS, message_from_wire_doc},
+    {"read_fields", read_fields, METH_VARARGS,
+     "read_fields(ext, plan) -> a header's keyword arguments, or None when the Python reader "
+     "must read it (see mqcore.protocol.fields)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
+from mqcore import speedups
 from mqcore.errors import ProtocolError
 
 __all__ = ["CommandHeader", "Kind", "wire_field"]
@@ -159,6 +160,17 @@ class CommandHeader:
         :raises ProtocolError: a required field is absent, or a value has the wrong type or
             is out of the Java type's range.
         """
+        if _c_read_fields is not None and ext.__class__ is dict:
+            # In C when every value has the plain shape clients write; any other header
+            # (a field missing, a value to convert or refuse) is the generated reader's.
+            plan = _PLANS.get(cls)
+            if plan is None:
+                plan = _PLANS[cls] = tuple(
+                    (s.wire, s.attr, _KIND_NUMBERS[s.kind], s.required) for s in cls._specs()
+                )
+            kw = _c_read_fields(ext, plan)
+            if kw is not None:
+                return cls(**kw)
         read = _CODECS.get(cls)
         if read is None:
             read = _build_codecs(cls)[0]
@@ -201,6 +213,13 @@ _CODECS: dict[type, Callable[[Mapping[str, Any]], Any]] = {}
 _WRITERS: dict[type, Callable[[Any], dict[str, str]]] = {}
 
 _RANGES = {Kind.INT: (INT32_MIN, INT32_MAX), Kind.LONG: (INT64_MIN, INT64_MAX)}
+
+# The C reader (mqcore.protocol._protocol.read_fields) takes a plan per header class: (wire
+# name, attribute, kind number, required) per field.
+_speedups = speedups.load("protocol")
+_c_read_fields = None if _speedups is None else _speedups.read_fields
+_KIND_NUMBERS = {Kind.STRING: 0, Kind.INT: 1, Kind.LONG: 2, Kind.BOOLEAN: 3}
+_PLANS: dict[type, tuple[tuple[str, str, int, bool], ...]] = {}
 
 
 def _build_codecs(

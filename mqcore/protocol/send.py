@@ -51,7 +51,25 @@ def _illegal(text: str) -> MessageIllegalError:
 
 
 def message_from_wire(topic: str, body: bytes, flag: int, properties: str | None) -> Message:
-    """The :class:`Message` a client sent: tags, keys and delay level out of its properties."""
+    """The :class:`Message` a client sent: tags, keys and delay level out of its properties.
+
+    In C when the speedups are built and the message is plain (no tags, keys or delay);
+    :func:`py_message_from_wire` is the reference, and makes every other message.
+    """
+    if (
+        _c_message_from_wire is not None
+        and topic.__class__ is str
+        and body.__class__ is bytes
+        and flag.__class__ is int
+    ):
+        return _c_message_from_wire(  # type: ignore[no-any-return]
+            topic, body, flag, properties, _blank_message, _OTHER_DEFAULTS, py_message_from_wire
+        )
+    return py_message_from_wire(topic, body, flag, properties)
+
+
+def py_message_from_wire(topic: str, body: bytes, flag: int, properties: str | None) -> Message:
+    """:func:`message_from_wire` in Python (the reference for the C ``message_from_wire``)."""
     try:
         props = parse_properties(properties) if properties else {}
     except ValueError as exc:
@@ -108,6 +126,7 @@ _blank_message = functools.partial(_new_message, Message)
 _speedups = speedups.load("protocol")
 _c_decode_batch = None if _speedups is None else _speedups.decode_batch
 _c_encode_batch = None if _speedups is None else _speedups.encode_batch
+_c_message_from_wire = None if _speedups is None else _speedups.message_from_wire
 
 
 def wire_properties(msg: Message) -> str:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from mqcore import speedups
 from mqcore.errors import ProtocolError
 from mqcore.protocol.fields import CommandHeader
 
@@ -82,6 +83,10 @@ class LanguageCode(enum.IntEnum):
 
 
 _LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
+_LANGUAGES = tuple(LanguageCode)  # by value: the C decoder gives the language's number
+_speedups = speedups.load("remoting")
+_c_decode_json_frame = None if _speedups is None else _speedups.decode_json_frame
+_c_encode_json_head = None if _speedups is None else _speedups.encode_json_head
 _escape: Callable[[str], str] = json.encoder.encode_basestring
 # extFields of strings only (what headers write) go through json's C encoder in one call;
 # the same bytes as escaping each name and value (non-ASCII kept as UTF-8, no spaces).
@@ -277,7 +282,32 @@ class RemotingCommand:
         return b"".join(parts)
 
     def encode_parts(self) -> tuple[bytes, bytes | bytearray | memoryview]:
-        """The frame as (length words + header, body): write both, the body is not copied."""
+        """The frame as (length words + header, body): write both, the body is not copied.
+
+        A JSON header is written in C when the speedups are built (:meth:`py_encode_parts`
+        is the reference, and writes whatever the C code leaves to it)."""
+        if (
+            _c_encode_json_head is not None
+            and self.serialize_type is SerializeType.JSON
+            and self.language.__class__ is LanguageCode
+        ):
+            body = self.body if self.body is not None else b""
+            head = _c_encode_json_head(
+                self.code,
+                self.language,
+                self.version,
+                self.opaque,
+                self.flag,
+                self.remark,
+                self.ext_fields,
+                len(body),
+            )
+            if head is not None:
+                return head, body
+        return self.py_encode_parts()
+
+    def py_encode_parts(self) -> tuple[bytes, bytes | bytearray | memoryview]:
+        """The reference of :meth:`encode_parts`, in Python."""
         header = self.encode_header()
         if len(header) > _HEADER_LEN_MASK:
             raise ProtocolError(f"command header of {len(header)} bytes exceeds 16 MiB")
@@ -298,8 +328,31 @@ class RemotingCommand:
     def decode(cls, frame: bytes | bytearray | memoryview) -> RemotingCommand:
         """Decode one frame *without* its total-length word (what a frame decoder yields).
 
+        A JSON header of the shape clients write is read in C when the speedups are built
+        (:meth:`py_decode` is the reference, and decides every other frame).
+
         :raises ProtocolError: bad header length, unknown serialisation, malformed header.
         """
+        if _c_decode_json_frame is not None:
+            fields = _c_decode_json_frame(frame)
+            if fields is not None:
+                code, language, version, opaque, flag, remark, ext, body = fields
+                return cls(
+                    code,
+                    language=_LANGUAGES[language],
+                    version=version,
+                    opaque=opaque,
+                    flag=flag,
+                    remark=remark,
+                    ext_fields=ext,
+                    body=body,
+                    serialize_type=SerializeType.JSON,
+                )
+        return cls.py_decode(frame)
+
+    @classmethod
+    def py_decode(cls, frame: bytes | bytearray | memoryview) -> RemotingCommand:
+        """The reference of :meth:`decode`, in Python."""
         view = memoryview(frame)
         if len(view) < 4:
             raise ProtocolError(f"frame of {len(view)} bytes has no header-length word")

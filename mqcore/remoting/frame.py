@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 
+from mqcore import speedups
 from mqcore.errors import ProtocolError
 
 __all__ = ["DEFAULT_MAX_FRAME_SIZE", "FrameDecoder"]
@@ -16,6 +17,7 @@ __all__ = ["DEFAULT_MAX_FRAME_SIZE", "FrameDecoder"]
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024  # RocketMQ's com.rocketmq.remoting.frameMaxLength
 _LENGTH = struct.Struct(">i")
 _MIN_LENGTH = 4  # the header-length word
+_speedups = speedups.load("remoting")
 
 
 class FrameDecoder:
@@ -74,7 +76,21 @@ class FrameDecoder:
         self, buf: bytes | bytearray | memoryview, pos: int, end: int, frames: list[bytes]
     ) -> int:
         """Append the complete frames of ``buf[pos:end]`` to ``frames``; return where the
-        first incomplete one starts."""
+        first incomplete one starts.
+
+        In C when the speedups are built; the C loop stops at a bad length word and leaves
+        the error to :meth:`_py_cut`, the reference."""
+        if _speedups is not None:
+            pos = _speedups.cut(buf, pos, end, self.max_frame_size, frames)
+            if pos >= 0:
+                return int(pos)
+            pos = -1 - pos
+        return self._py_cut(buf, pos, end, frames)
+
+    def _py_cut(
+        self, buf: bytes | bytearray | memoryview, pos: int, end: int, frames: list[bytes]
+    ) -> int:
+        """The reference of :meth:`_cut`, in Python."""
         limit = self.max_frame_size
         while end - pos >= 4:
             (length,) = _LENGTH.unpack_from(buf, pos)

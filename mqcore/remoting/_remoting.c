@@ -1,0 +1,673 @@
+/*
+ * mqcore.remoting._remoting: the remoting request path's per-frame work, in C.
+ *
+ * cut() cuts complete frames out of a received byte stream (the reference is
+ * mqcore.remoting.frame.FrameDecoder._cut); decode_json_frame() reads a frame with a JSON
+ * header into the command's fields (the reference is RemotingCommand.decode). Both are
+ * optional and partial by design: whatever they do not take on (a bad length word, a binary
+ * header, a JSON header outside the shape every client writes) they hand back to the Python
+ * reference, which decides and words the error. The tests hold both to the reference.
+ */
+#include "speedups.h"
+
+/* --- frames --------------------------------------------------------------------------- */
+
+/* cut(buf, pos, end, limit, frames) -> int: append the complete frames of buf[pos:end] (each
+ * without its length word, as bytes) to the list ``frames``; return where the first
+ * incomplete frame starts, or -1 - (where a bad length word starts) so the reference can
+ * raise its error there. */
+static PyObject *cut(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *frames;
+    Py_ssize_t pos, end, limit;
+    if (!PyArg_ParseTuple(args, "OnnnO!:cut", &obj, &pos, &end, &limit, &PyList_Type, &frames))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (pos < 0 || end > view.len || pos > end) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "cut: range %zd:%zd is outside the buffer of %zd bytes",
+                     pos, end, view.len);
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    while (end - pos >= 4) {
+        int32_t length = (int32_t)get_be32(p + pos);
+        if (length < 4 || (Py_ssize_t)length + 4 > limit) {
+            pos = -1 - pos;
+            break;
+        }
+        if (end - pos - 4 < length)
+            break;
+        PyObject *frame = PyBytes_FromStringAndSize((const char *)p + pos + 4, length);
+        if (frame == NULL || PyList_Append(frames, frame) < 0) {
+            Py_XDECREF(frame);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(frame);
+        pos += 4 + (Py_ssize_t)length;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(pos);
+}
+
+/* --- JSON headers --------------------------------------------------------------------- */
+
+/* A reader over one header. Any shape it does not take on sets ``punt``: the caller then
+ * answers None and the Python reference decodes the frame (and words any error). */
+typedef struct {
+    const unsigned char *p, *end;
+    int punt;
+} Reader;
+
+static const char *const LANGUAGES[] = {
+    "JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY",
+    "OTHER", "HTTP", "GO", "PHP", "OMS", "RUST", "NODE_JS",
+};
+#define N_LANGUAGES ((int)(sizeof(LANGUAGES) / sizeof(LANGUAGES[0])))
+#define LANGUAGE_OTHER 7
+
+static void skip_ws(Reader *r)
+{
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
+}
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* A JSON string at r->p (its opening quote) as a new str, or NULL (with r->punt set, or an
+ * exception for a memory error). Escapes are JSON's; a \u escape of a surrogate, a raw
+ * control character or bytes that are not UTF-8 punt. */
+static PyObject *read_string(Reader *r)
+{
+    if (r->p >= r->end || *r->p != '"') {
+        r->punt = 1;
+        return NULL;
+    }
+    const unsigned char *start = ++r->p, *q = start;
+    int escaped = 0;
+    while (q < r->end && *q != '"') {
+        if (*q < 0x20) {
+            r->punt = 1;
+            return NULL;
+        }
+        if (*q == '\\') {
+            escaped = 1;
+            q++;
+            if (q >= r->end) {
+                r->punt = 1;
+                return NULL;
+            }
+        }
+        q++;
+    }
+    if (q >= r->end) {
+        r->punt = 1;
+        return NULL;
+    }
+    r->p = q + 1;
+    PyObject *s;
+    if (!escaped) {
+        s = PyUnicode_DecodeUTF8((const char *)start, q - start, NULL);
+    } else {
+        /* Unescaped text never grows: a \uXXXX (6 bytes) gives at most 3 bytes of UTF-8. */
+        unsigned char small[256];
+        Py_ssize_t cap = q - start;
+        unsigned char *buf = cap <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc(cap);
+        if (buf == NULL)
+            return PyErr_NoMemory();
+        unsigned char *o = buf;
+        const unsigned char *c = start;
+        while (c < q) {
+            if (*c != '\\') {
+                *o++ = *c++;
+                continue;
+            }
+            c++;
+            switch (*c++) {
+            case '"': *o++ = '"'; break;
+            case '\\': *o++ = '\\'; break;
+            case '/': *o++ = '/'; break;
+            case 'b': *o++ = '\b'; break;
+            case 'f': *o++ = '\f'; break;
+            case 'n': *o++ = '\n'; break;
+            case 'r': *o++ = '\r'; break;
+            case 't': *o++ = '\t'; break;
+            case 'u': {
+                if (q - c < 4) {
+                    r->punt = 1;
+                    goto fail;
+                }
+                int cp = 0;
+                for (int i = 0; i < 4; i++) {
+                    int h = hexval(c[i]);
+                    if (h < 0) {
+                        r->punt = 1;
+                        goto fail;
+                    }
+                    cp = cp * 16 + h;
+                }
+                c += 4;
+                if (cp >= 0xD800 && cp <= 0xDFFF) { /* pairs and lone halves: the reference */
+                    r->punt = 1;
+                    goto fail;
+                }
+                if (cp < 0x80) {
+                    *o++ = (unsigned char)cp;
+                } else if (cp < 0x800) {
+                    *o++ = (unsigned char)(0xC0 | (cp >> 6));
+                    *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+                } else {
+                    *o++ = (unsigned char)(0xE0 | (cp >> 12));
+                    *o++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                    *o++ = (unsigned char)(0x80 | (cp & 0x3F));
+                }
+                break;
+            }
+            default:
+                r->punt = 1;
+                goto fail;
+            }
+        }
+        s = PyUnicode_DecodeUTF8((const char *)buf, o - buf, NULL);
+        if (buf != small)
+            PyMem_Free(buf);
+        goto decoded;
+    fail:
+        if (buf != small)
+            PyMem_Free(buf);
+        return NULL;
+    }
+decoded:
+    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        r->punt = 1;
+    }
+    return s;
+}
+
+/* A JSON value at r->p that is a string, an integer of int64, true, false or null, as a new
+ * reference; anything else (objects, arrays, fractions, exponents, big integers) punts. */
+static PyObject *read_scalar(Reader *r)
+{
+    if (r->p >= r->end) {
+        r->punt = 1;
+        return NULL;
+    }
+    unsigned char c = *r->p;
+    if (c == '"')
+        return read_string(r);
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        const unsigned char *q = r->p;
+        int neg = 0;
+        if (*q == '-') {
+            neg = 1;
+            q++;
+        }
+        if (q >= r->end || *q < '0' || *q > '9') {
+            r->punt = 1;
+            return NULL;
+        }
+        if (*q == '0' && q + 1 < r->end && q[1] >= '0' && q[1] <= '9') {
+            r->punt = 1; /* a leading zero: not JSON */
+            return NULL;
+        }
+        uint64_t v = 0;
+        int digits = 0;
+        while (q < r->end && *q >= '0' && *q <= '9') {
+            if (++digits > 18) { /* past what surely fits int64: the reference */
+                r->punt = 1;
+                return NULL;
+            }
+            v = v * 10 + (uint64_t)(*q - '0');
+            q++;
+        }
+        if (q < r->end && (*q == '.' || *q == 'e' || *q == 'E')) {
+            r->punt = 1;
+            return NULL;
+        }
+        r->p = q;
+        return PyLong_FromLongLong(neg ? -(long long)v : (long long)v);
+    }
+    static const struct {
+        const char *word;
+        Py_ssize_t n;
+    } words[] = {{"true", 4}, {"false", 5}, {"null", 4}};
+    for (int i = 0; i < 3; i++) {
+        if (r->end - r->p >= words[i].n && memcmp(r->p, words[i].word, words[i].n) == 0) {
+            r->p += words[i].n;
+            PyObject *v = i == 0 ? Py_True : i == 1 ? Py_False : Py_None;
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    r->punt = 1;
+    return NULL;
+}
+
+/* Expect ``ch`` after optional whitespace. */
+static int expect(Reader *r, unsigned char ch)
+{
+    skip_ws(r);
+    if (r->p < r->end && *r->p == ch) {
+        r->p++;
+        return 1;
+    }
+    r->punt = 1;
+    return 0;
+}
+
+/* The extFields object at r->p: a new dict of str keys and scalar values. */
+static PyObject *read_ext(Reader *r)
+{
+    if (!expect(r, '{'))
+        return NULL;
+    PyObject *ext = PyDict_New();
+    if (ext == NULL)
+        return NULL;
+    skip_ws(r);
+    if (r->p < r->end && *r->p == '}') {
+        r->p++;
+        return ext;
+    }
+    for (;;) {
+        skip_ws(r);
+        PyObject *key = read_string(r);
+        if (key == NULL)
+            goto fail;
+        if (!expect(r, ':')) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        skip_ws(r);
+        PyObject *value = read_scalar(r);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto fail;
+        }
+        int rc = PyDict_SetItem(ext, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (rc < 0)
+            goto fail;
+        skip_ws(r);
+        if (r->p < r->end && *r->p == ',') {
+            r->p++;
+            continue;
+        }
+        if (expect(r, '}'))
+            return ext;
+        goto fail;
+    }
+fail:
+    Py_DECREF(ext);
+    return NULL;
+}
+
+enum { K_CODE, K_LANGUAGE, K_VERSION, K_OPAQUE, K_FLAG, K_REMARK, K_EXT, K_OTHER };
+
+static int key_of(PyObject *key)
+{
+    static const char *const names[] = {"code", "language", "version", "opaque",
+                                        "flag", "remark", "extFields"};
+    for (int i = 0; i < K_OTHER; i++)
+        if (PyUnicode_CompareWithASCIIString(key, names[i]) == 0)
+            return i;
+    return K_OTHER;
+}
+
+/* An int32 field: 1 when ``v`` is an exact int in range (stored in *out), else 0. */
+static int int32_field(PyObject *v, long *out)
+{
+    if (!PyLong_CheckExact(v))
+        return 0;
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (x < INT32_MIN || x > INT32_MAX)
+        return 0;
+    *out = (long)x;
+    return 1;
+}
+
+/* decode_json_frame(frame) -> (code, language, version, opaque, flag, remark, ext_fields,
+ * body) | None. ``frame`` is one frame without its total-length word. ``language`` is
+ * LanguageCode's value. None: the frame is not a JSON header of the shape every client
+ * writes, or is malformed: RemotingCommand.decode's Python code decides. */
+static PyObject *decode_json_frame(PyObject *self, PyObject *obj)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL, *values[K_OTHER] = {NULL};
+    const unsigned char *p = (const unsigned char *)view.buf;
+    if (view.len < 4 || p[0] != 0)
+        goto punt;
+    Py_ssize_t header_len = (Py_ssize_t)(get_be32(p) & 0xFFFFFF);
+    if (header_len > view.len - 4)
+        goto punt;
+    Reader r = {p + 4, p + 4 + header_len, 0};
+    if (!expect(&r, '{'))
+        goto punt;
+    skip_ws(&r);
+    if (r.p < r.end && *r.p == '}') {
+        r.p++;
+    } else {
+        for (;;) {
+            skip_ws(&r);
+            PyObject *key = read_string(&r);
+            if (key == NULL)
+                goto out;
+            int k = key_of(key);
+            Py_DECREF(key);
+            if (!expect(&r, ':'))
+                goto out;
+            skip_ws(&r);
+            PyObject *value;
+            if (k == K_EXT && r.p < r.end && *r.p == '{')
+                value = read_ext(&r);
+            else
+                value = read_scalar(&r);
+            if (value == NULL)
+                goto out;
+            if (k == K_OTHER) {
+                Py_DECREF(value);
+            } else {
+                Py_XSETREF(values[k], value); /* a repeated key: the last one counts */
+            }
+            skip_ws(&r);
+            if (r.p < r.end && *r.p == ',') {
+                r.p++;
+                continue;
+            }
+            if (!expect(&r, '}'))
+                goto out;
+            break;
+        }
+    }
+    skip_ws(&r);
+    if (r.p != r.end)
+        goto punt;
+    /* The checks of the reference; any that fails is the reference's to word. */
+    long code, version = 0, opaque = 0, flag = 0;
+    if (values[K_CODE] == NULL || !int32_field(values[K_CODE], &code))
+        goto punt;
+    if (values[K_VERSION] != NULL && !int32_field(values[K_VERSION], &version))
+        goto punt;
+    if (values[K_OPAQUE] != NULL && !int32_field(values[K_OPAQUE], &opaque))
+        goto punt;
+    if (values[K_FLAG] != NULL && !int32_field(values[K_FLAG], &flag))
+        goto punt;
+    PyObject *remark = values[K_REMARK] != NULL ? values[K_REMARK] : Py_None;
+    if (remark != Py_None && !PyUnicode_CheckExact(remark))
+        goto punt;
+    PyObject *ext = values[K_EXT] != NULL ? values[K_EXT] : Py_None;
+    if (ext != Py_None && !PyDict_CheckExact(ext))
+        goto punt;
+    long language = 0; /* JAVA when absent, as RocketMQ */
+    PyObject *lang = values[K_LANGUAGE];
+    if (lang != NULL) {
+        if (PyUnicode_CheckExact(lang)) {
+            language = LANGUAGE_OTHER;
+            for (int i = 0; i < N_LANGUAGES; i++)
+                if (PyUnicode_CompareWithASCIIString(lang, LANGUAGES[i]) == 0) {
+                    language = i;
+                    break;
+                }
+        } else if (PyLong_CheckExact(lang)) {
+            long long x = PyLong_AsLongLong(lang);
+            if (x == -1 && PyErr_Occurred())
+                goto out;
+            language = x >= 0 && x < N_LANGUAGES ? (long)x : LANGUAGE_OTHER;
+        } else {
+            goto punt;
+        }
+    }
+    PyObject *body;
+    if (view.len > 4 + header_len) {
+        body = PyBytes_FromStringAndSize((const char *)p + 4 + header_len,
+                                         view.len - 4 - header_len);
+        if (body == NULL)
+            goto out;
+    } else {
+        body = Py_None;
+        Py_INCREF(body);
+    }
+    result = Py_BuildValue("(lllllOON)", code, language, version, opaque, flag, remark, ext,
+                           body);
+    goto out;
+punt:
+    result = Py_None;
+    Py_INCREF(result);
+out:
+    if (result == NULL && !PyErr_Occurred()) { /* a reader punted */
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    for (int i = 0; i < K_OTHER; i++)
+        Py_XDECREF(values[i]);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+
+/* --- encoding a JSON command ---------------------------------------------------------- */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+    char small[512];
+} Out;
+
+static int out_reserve(Out *o, Py_ssize_t n)
+{
+    if (o->len + n <= o->cap)
+        return 0;
+    Py_ssize_t cap = o->cap * 2;
+    while (cap < o->len + n)
+        cap *= 2;
+    char *buf;
+    if (o->buf == o->small) {
+        buf = PyMem_Malloc(cap);
+        if (buf != NULL)
+            memcpy(buf, o->small, o->len);
+    } else {
+        buf = PyMem_Realloc(o->buf, cap);
+    }
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->buf = buf;
+    o->cap = cap;
+    return 0;
+}
+
+static int out_raw(Out *o, const char *s, Py_ssize_t n)
+{
+    if (out_reserve(o, n) < 0)
+        return -1;
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    return 0;
+}
+
+/* ``s`` as a JSON string the way json.encoder.encode_basestring writes it (non-ASCII kept,
+ * the quote, the backslash and control characters escaped). 0 done, -1 error, 1 punt (not
+ * an exact str, or a str that is not UTF-8 encodable: the reference meets it). */
+static int out_string(Out *o, PyObject *s)
+{
+    if (!PyUnicode_CheckExact(s))
+        return 1;
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(s, &n);
+    if (p == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        return 1;
+    }
+    if (out_reserve(o, 6 * n + 2) < 0)
+        return -1;
+    char *w = o->buf + o->len;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *w++ = (char)c;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\r': *w++ = 'r'; break;
+        case '\t': *w++ = 't'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\f': *w++ = 'f'; break;
+        default:
+            w += sprintf(w, "u%04x", c);
+        }
+    }
+    *w++ = '"';
+    o->len = w - o->buf;
+    return 0;
+}
+
+/* encode_json_head(code, language, version, opaque, flag, remark, ext_fields, body_len) ->
+ * bytes | None: the frame's two length words and its JSON header, the bytes
+ * RemotingCommand.encode_parts writes (its reference). None: a value the reference must
+ * encode (an extFields key or value that is not an exact str, a number past int64, a header
+ * over 16 MiB), or that it refuses with its own error. */
+static PyObject *encode_json_head(PyObject *self, PyObject *args)
+{
+    PyObject *code_o, *lang_o, *version_o, *opaque_o, *flag_o, *remark, *ext;
+    Py_ssize_t body_len;
+    if (!PyArg_ParseTuple(args, "OOOOOOOn:encode_json_head", &code_o, &lang_o, &version_o,
+                          &opaque_o, &flag_o, &remark, &ext, &body_len))
+        return NULL;
+    long long nums[4];
+    PyObject *num_objs[4] = {code_o, version_o, opaque_o, flag_o};
+    for (int i = 0; i < 4; i++) {
+        if (!PyLong_Check(num_objs[i]))
+            Py_RETURN_NONE;
+        int overflow;
+        nums[i] = PyLong_AsLongLongAndOverflow(num_objs[i], &overflow);
+        if (overflow || (nums[i] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    if (!PyLong_Check(lang_o))
+        Py_RETURN_NONE;
+    long language = PyLong_AsLong(lang_o);
+    if (language < 0 || language >= N_LANGUAGES) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (remark != Py_None && !PyUnicode_CheckExact(remark))
+        Py_RETURN_NONE;
+    if (ext != Py_None && !PyDict_CheckExact(ext))
+        Py_RETURN_NONE;
+    Out o;
+    o.buf = o.small;
+    o.len = 8; /* the length words, written last */
+    o.cap = sizeof(o.small);
+    PyObject *result = NULL;
+    int rc;
+    char fixed[200];
+    int n = snprintf(fixed, sizeof(fixed),
+                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
+                     "\"flag\":%lld",
+                     nums[0], LANGUAGES[language], nums[1], nums[2], nums[3]);
+    if (out_raw(&o, fixed, n) < 0)
+        goto done;
+    if (remark != Py_None) {
+        if (out_raw(&o, ",\"remark\":", 10) < 0)
+            goto done;
+        if ((rc = out_string(&o, remark)) != 0)
+            goto stop;
+    }
+    if (ext != Py_None) {
+        if (out_raw(&o, ",\"extFields\":{", 14) < 0)
+            goto done;
+        Py_ssize_t i = 0;
+        PyObject *key, *value;
+        int first = 1;
+        while (PyDict_Next(ext, &i, &key, &value)) {
+            if (!first && out_raw(&o, ",", 1) < 0)
+                goto done;
+            first = 0;
+            if ((rc = out_string(&o, key)) != 0)
+                goto stop;
+            if (out_raw(&o, ":", 1) < 0)
+                goto done;
+            if ((rc = out_string(&o, value)) != 0)
+                goto stop;
+        }
+        if (out_raw(&o, "}", 1) < 0)
+            goto done;
+    }
+    if (out_raw(&o, ",\"serializeTypeCurrentRPC\":\"JSON\"}", 34) < 0)
+        goto done;
+    Py_ssize_t header_len = o.len - 8;
+    if (header_len > 0xFFFFFF || 4 + header_len + body_len > INT32_MAX) {
+        rc = 1;
+        goto stop;
+    }
+    put_be32((unsigned char *)o.buf, (uint32_t)(4 + header_len + body_len));
+    put_be32((unsigned char *)o.buf + 4, (uint32_t)header_len);
+    result = PyBytes_FromStringAndSize(o.buf, o.len);
+    goto done;
+stop:
+    if (rc > 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    if (o.buf != o.small)
+        PyMem_Free(o.buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"cut", cut, METH_VARARGS,
+     "cut(buf, pos, end, limit, frames) -> int: append buf[pos:end]'s complete frames to "
+     "frames; return where the next starts, or -1 - where a bad length word starts."},
+    {"decode_json_frame", decode_json_frame, METH_O,
+     "decode_json_frame(frame) -> (code, language, version, opaque, flag, remark, ext_fields, "
+     "body) or None when the Python decoder must decide."},
+    {"encode_json_head", encode_json_head, METH_VARARGS,
+     "encode_json_head(code, language, version, opaque, flag, remark, ext_fields, body_len) "
+     "-> the length words and JSON header of a frame, or None when the Python encoder must "
+     "write it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "mqcore.remoting._remoting",
+    "C versions of the remoting request path's per-frame work (see mqcore.remoting.frame "
+    "and mqcore.remoting.command).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__remoting(void)
+{
+    return PyModule_Create(&module);
+}
