@@ -6,7 +6,8 @@ clients and the Spark source work with any such store. A store that also has the
 one of these protocols gets the faster or wider path that uses them; users test for it with
 ``isinstance(store, Capability)`` (each protocol is runtime-checkable) and fall back when it
 is missing. Both bundled stores offer :class:`PreparedWriter`, :class:`UnitReader`,
-:class:`SpanReader` and :class:`ExpiringStore`; the mmap store also the commit-log ones
+:class:`SpanReader`, :class:`ExpiringStore` and :class:`LogPositionReporter`; the mmap
+store also the commit-log ones
 (:class:`CommitLogBounds`, :class:`CommitLogSource`, :class:`CommitLogReplica`), which
 replication needs. The contract suite (``tests/contract/``) checks each capability a store
 declares this way.
@@ -16,6 +17,7 @@ declares this way.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from mqcore.interfaces import MessageFilter
@@ -27,6 +29,8 @@ __all__ = [
     "CommitLogReplica",
     "CommitLogSource",
     "ExpiringStore",
+    "LogPositionReporter",
+    "LogPositions",
     "PreparedWriter",
     "SpanReader",
     "UnitReader",
@@ -91,6 +95,36 @@ class ExpiringStore(Protocol):
         """One retention pass; returns how many units of storage (segments, batches) went.
 
         ``now`` (seconds since the epoch, default the current time) is for tests.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class LogPositions:
+    """How far a store's writes have got, as commit-log byte offsets (one past the last byte).
+
+    ``written``: appended (readers may see it); ``flushed``: known to be on disk (fsynced);
+    ``dispatched``: in the consume queues and the key index, so consumers can find it.
+    ``written - flushed`` is what a power loss could take (the flush lag), ``written -
+    dispatched`` what consumers cannot see yet (the dispatch lag). A store whose puts are
+    durable when they return reports ``flushed == written``; one that writes a record and
+    its queue entry in one transaction reports ``dispatched == written``.
+    """
+
+    written: int
+    flushed: int
+    dispatched: int
+
+
+@runtime_checkable
+class LogPositionReporter(Protocol):
+    """Reports its write, flush and dispatch positions (the served broker's metrics)."""
+
+    def log_positions(self) -> LogPositions:
+        """The positions now; cheap (no lock taken, no I/O), for reading at any time.
+
+        The three are read one after another while puts go on: each is exact, but they are
+        not one snapshot (``flushed`` and ``dispatched`` never exceed ``written``).
         """
         ...
 

@@ -410,8 +410,11 @@ def corrupted(path: Path, exc: Exception) -> StoreCorruptedError:
 class Syncer:
     """A background thread that syncs the environment every ``interval_ms`` (ASYNC_FLUSH)."""
 
-    def __init__(self, env: Environment, interval_ms: int) -> None:
+    def __init__(
+        self, env: Environment, interval_ms: int, sync: Callable[[], None] | None = None
+    ) -> None:
         self._env = env
+        self._sync = env.sync if sync is None else sync  # the store's: it notes the position
         self._interval = interval_ms / 1000.0
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -422,7 +425,7 @@ class Syncer:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                self._env.sync()
+                self._sync()
             except lmdb.Error as exc:  # never kill the thread: the next round retries
                 log.warning("lmdb_sync_failed", path=str(self._env.path), error=str(exc))
 

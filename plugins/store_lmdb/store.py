@@ -60,6 +60,7 @@ from mqcore.store import (
     UnitsResult,
     parse_delay_levels,
 )
+from mqcore.storecaps import LogPositions
 from mqcore.storekind import KIND_FILE_NAME, check_store_kind
 from mqcore.uniqkey import index_keys, uniq_ids
 
@@ -197,8 +198,11 @@ class LmdbStore:
             if self._writer_lock is not None:
                 self._writer_lock.release()
             raise
+        # Commit-log end known synced (log_positions); what an earlier process left unsynced
+        # before this open is not known, and not counted.
+        self._synced_cl = self._next_cl
         if not self.read_only and self.flush_mode is FlushMode.ASYNC_FLUSH:
-            self._syncer = Syncer(env, interval)
+            self._syncer = Syncer(env, interval, sync=self._sync)
         if not self.read_only:
             # Module attributes read here, so tests can shorten the interval or fake the clock.
             self._cleaner = retention.Cleaner(
@@ -659,7 +663,29 @@ class LmdbStore:
         with self._lock:
             self._check_open()
             if not self.read_only:
-                self._env.sync()
+                self._sync()
+
+    def _sync(self) -> None:
+        """fsync the environment; what was committed before it is then known on disk."""
+        end = self._next_cl  # read first: a put committing meanwhile may miss this sync
+        self._env.sync()
+        self._synced_cl = max(self._synced_cl, end)
+
+    def log_positions(self) -> LogPositions:
+        """Commit-log offsets committed, synced to disk and dispatched (see
+        :class:`~mqcore.storecaps.LogPositions`); read without a lock.
+
+        A put stores its records and their queue entries in one transaction, so
+        ``dispatched`` is always ``written``. In SYNC_FLUSH every commit is synced, so
+        ``flushed`` is too; in ASYNC_FLUSH ``flushed`` trails by what was committed since the
+        last background sync (up to ``flush_interval_ms``). Offsets are those of the records'
+        virtual commit log (each record's ``commitlog_offset``), counted from this open.
+        """
+        self._check_open()
+        written = self._next_cl
+        if self.read_only or self.flush_mode is FlushMode.SYNC_FLUSH:
+            return LogPositions(written, written, written)
+        return LogPositions(written, min(self._synced_cl, written), written)
 
     def refresh(self) -> None:
         """Read-only stores: start a new snapshot that includes the writer's newer commits."""
@@ -689,7 +715,7 @@ class LmdbStore:
                     self._snapshot.abort()
                     self._snapshot = None
                 if not self.read_only:
-                    self._env.sync()
+                    self._sync()
                 self._env.close()
             finally:
                 if self._writer_lock is not None:

@@ -63,6 +63,7 @@ from mqcore.store import (
     parse_delay_levels,
     position_status,
 )
+from mqcore.storecaps import LogPositions
 from mqcore.storekind import check_store_kind
 from mqcore.uniqkey import record_index_keys, uniq_ids
 
@@ -776,6 +777,36 @@ class MmapStore:
             return False
         msg = MessageExt(rec)
         return msg.queue_offset == queue_offset and msg.queue_id == key[1]
+
+    # --- progress (metrics) -------------------------------------------------------------
+
+    def log_positions(self) -> LogPositions:
+        """Commit-log offsets appended, flushed to disk and dispatched to the consume queues
+        and the index (see :class:`~mqcore.storecaps.LogPositions`); read without a lock.
+
+        ``flushed`` trails ``written`` by what the flush service has not synced yet (up to a
+        flush interval in ASYNC_FLUSH; with the transient pool, also what is not committed
+        into the files yet). A put dispatches its own records before it returns, so
+        ``dispatched`` trails only during a put, while recovery runs, and on a slave by the
+        replicated bytes whose records are not complete yet. After a reopen, ``flushed``
+        starts at the log's first byte until the first flush (nothing is known synced).
+        """
+        self._check_open()
+        parts = self._parts
+        commitlog = parts.commitlog
+        # The trailing positions first: ``written`` then covers them.
+        flushed = commitlog.flushed_offset
+        rep = self._replica
+        if rep is not None and rep.dispatched >= 0:
+            dispatched = rep.dispatched
+        else:
+            dispatched = max(parts.dispatched_end(), commitlog.min_offset)
+        written = commitlog.max_offset
+        segment = self.segment_size
+        if written % segment == 0 and dispatched // segment == written // segment - 1:
+            # A roll ended the last segment with a blank, and no record follows yet.
+            dispatched = written
+        return LogPositions(written, min(flushed, written), min(dispatched, written))
 
     # --- replication (see mqcore.broker.ha) --------------------------------------------
 

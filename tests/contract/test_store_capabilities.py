@@ -18,6 +18,7 @@ from mqcore.storecaps import (
     CommitLogReplica,
     CommitLogSource,
     ExpiringStore,
+    LogPositionReporter,
     PreparedWriter,
     SpanReader,
     UnitReader,
@@ -29,6 +30,7 @@ ALL = {
     UnitReader,
     SpanReader,
     ExpiringStore,
+    LogPositionReporter,
     CommitLogBounds,
     CommitLogSource,
     CommitLogReplica,
@@ -36,7 +38,7 @@ ALL = {
 #: What each bundled store declares (a store registered by a plugin is checked on what it has).
 BUNDLED = {
     "mmap": ALL,
-    "lmdb": {PreparedWriter, UnitReader, SpanReader, ExpiringStore},
+    "lmdb": {PreparedWriter, UnitReader, SpanReader, ExpiringStore, LogPositionReporter},
 }
 BORN_TS = 1_700_000_000_123
 _SIZE = struct.Struct(">i")
@@ -191,3 +193,67 @@ def test_a_replica_copies_the_commit_log_byte_for_byte(harness: Any, tmp_path: A
         assert len(replica.lookup("R", "key7", 100)) == 6
     finally:
         replica_harness.close_all()
+
+
+def test_log_positions_show_the_flush_lag_until_a_flush(harness: Any) -> None:
+    """LogPositionReporter, ASYNC_FLUSH with a flush far away: a put's bytes are written and
+    dispatched at once, unflushed until the store is flushed."""
+    store = harness.open(flush_mode="ASYNC_FLUSH", flush_interval_ms=3_600_000)
+    _need(store, LogPositionReporter)
+    start = store.log_positions()
+    assert start.written == start.flushed == start.dispatched
+    store.put("L", 0, _messages("L"))
+    put = store.log_positions()
+    assert put.written > start.written
+    assert put.dispatched == put.written
+    assert put.written - put.flushed == put.written - start.written  # none of it flushed
+    store.flush()
+    flushed = store.log_positions()
+    assert flushed.written == flushed.flushed == flushed.dispatched == put.written
+
+
+def test_log_positions_in_sync_flush_have_no_flush_lag(harness: Any) -> None:
+    """LogPositionReporter, SYNC_FLUSH: a put returns with its bytes on disk."""
+    store = harness.open(flush_mode="SYNC_FLUSH")
+    _need(store, LogPositionReporter)
+    before = store.log_positions()
+    store.put("L", 1, _messages("L"))
+    after = store.log_positions()
+    assert after.written > before.written
+    assert after.written == after.flushed == after.dispatched
+
+
+def test_log_positions_show_the_dispatch_lag_of_a_torn_replicated_record(
+    harness: Any, tmp_path: Any
+) -> None:
+    """LogPositionReporter on a CommitLogReplica: bytes of a record still on their way are
+    written but not dispatched; its last byte dispatches it."""
+    source = harness.open()
+    _need(source, CommitLogSource)
+    source.put("R", 0, _messages("R")[:3])
+    data = b""
+    while chunk := source.read_commitlog(len(data), 1000):
+        data += chunk
+    replica_harness = type(harness)(harness.name, harness.options, tmp_path / "replica", False)
+    try:
+        replica = replica_harness.open()
+        _need(replica, LogPositionReporter)
+        replica.append_commitlog(0, data[:-10])
+        torn = replica.log_positions()
+        assert torn.written == len(data) - 10
+        # The last record's bytes so far: written, not dispatched.
+        assert torn.written - torn.dispatched == _last_record_size(data) - 10
+        replica.append_commitlog(len(data) - 10, data[-10:])
+        whole = replica.log_positions()
+        assert whole.written == whole.dispatched == len(data)
+    finally:
+        replica_harness.close_all()
+
+
+def _last_record_size(data: bytes) -> int:
+    """Size of the last of the records laid end to end in ``data``."""
+    at = size = 0
+    while at < len(data):
+        size = _SIZE.unpack_from(data, at)[0]
+        at += size
+    return size

@@ -263,3 +263,31 @@ def test_half_messages_pending_by_topic(server: Server) -> None:
     after = _scrape(server)
     assert _delta(before, after, "rocketmq_half_messages", topic="M") == 2
     assert _value(after, "rocketmq_half_messages", topic="RMQ_SYS_TRANS_HALF_TOPIC") == 0
+
+
+def test_flush_and_dispatch_lag_of_the_store(tmp_path: Path, store_name: str) -> None:
+    """rocketmq_storage_flush_behind_bytes: an ASYNC_FLUSH store whose flush is an hour away
+    shows a put's bytes until it is flushed; rocketmq_storage_dispatch_behind_bytes stays 0
+    (a put dispatches its records before it returns)."""
+    lazy = {"store_options": {"flush_mode": "ASYNC_FLUSH", "flush_interval_ms": 3_600_000}}
+    with Server(
+        tmp_path, "127.0.0.1:0", store_name, settings=lazy, metrics_listen="127.0.0.1:0"
+    ) as server:
+        server.broker.create_topic("F", queue_nums=1)
+        flush, dispatch = (
+            "rocketmq_storage_flush_behind_bytes",
+            "rocketmq_storage_dispatch_behind_bytes",
+        )
+        server.broker.store.flush()
+        before = _scrape(server)
+        assert (flush, frozenset({("store", store_name)})) in before
+        assert _value(before, flush, store=store_name) == 0
+        results = server.broker.send_message("F", 0, [Message(topic="F", body=b"f" * 500)] * 4)
+        put = _scrape(server)
+        assert _delta(before, put, flush, store=store_name) == sum(r.size for r in results)
+        assert (dispatch, frozenset({("store", store_name)})) in put
+        assert _value(put, dispatch, store=store_name) == 0
+        server.broker.store.flush()
+        flushed = _scrape(server)
+        assert _value(flushed, flush, store=store_name) == 0
+        assert _value(flushed, dispatch, store=store_name) == 0
