@@ -3,7 +3,8 @@
  *
  * record_columns() builds the Arrow columns of stored records in one pass over a batch
  * (the reference is mqcore.contrib.spark.columns.py_record_columns); arrow_prepare() turns
- * a batch's Arrow columns into prepared records (mqcore.contrib.spark.writing). Optional:
+ * a batch's Arrow columns into prepared records (mqcore.contrib.spark.writing), and
+ * arrow_batches() into SEND_BATCH_MESSAGE bodies (mqcore.contrib.spark.netbatch). Optional:
  * without it the Python code serves, and the tests hold both to the same results.
  */
 #include "speedups.h"
@@ -915,9 +916,329 @@ done:
     return result;
 }
 
+/* --- SEND_BATCH_MESSAGE bodies straight from Arrow columns (mqcore.contrib.spark.netbatch) */
+
+/* The columns a row of the sink reads: body, tags, keys, the properties map, the replay
+ * offsets. */
+typedef struct {
+    strcol_t body, tags, keys, pkeys, pvalues;
+    Py_buffer map_valid, map_offsets, replay_valid, replay_data;
+    int has_map, has_map_valid, has_replay, has_replay_valid;
+    const int32_t *moff;
+    const int64_t *replay;
+} rowcols_t;
+
+static void rowcols_release(rowcols_t *c)
+{
+    strcol_release(&c->body);
+    strcol_release(&c->tags);
+    strcol_release(&c->keys);
+    strcol_release(&c->pkeys);
+    strcol_release(&c->pvalues);
+    if (c->has_map_valid)
+        PyBuffer_Release(&c->map_valid);
+    if (c->has_map)
+        PyBuffer_Release(&c->map_offsets);
+    if (c->has_replay_valid)
+        PyBuffer_Release(&c->replay_valid);
+    if (c->has_replay)
+        PyBuffer_Release(&c->replay_data);
+    c->has_map = c->has_map_valid = c->has_replay = c->has_replay_valid = 0;
+}
+
+/* Fill ``c`` with ``n`` rows' columns, as arrow_prepare takes them. */
+static int rowcols_get(rowcols_t *c, Py_ssize_t n, PyObject *body, PyObject *tags,
+                       PyObject *keys, PyObject *props, PyObject *replay)
+{
+    memset(c, 0, sizeof(*c));
+    if (strcol_get(body, n, "body", &c->body) < 0 || strcol_get(tags, n, "tags", &c->tags) < 0 ||
+        strcol_get(keys, n, "keys", &c->keys) < 0)
+        return -1;
+    if (!c->body.present) {
+        PyErr_SetString(PyExc_ValueError, "the body column is required");
+        return -1;
+    }
+    if (props != Py_None) {
+        if (!PyTuple_Check(props) || PyTuple_GET_SIZE(props) != 4) {
+            PyErr_SetString(PyExc_TypeError, "properties: (validity, offsets, keys, values)");
+            return -1;
+        }
+        if (PyTuple_GET_ITEM(props, 0) != Py_None) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(props, 0), &c->map_valid, PyBUF_SIMPLE) < 0)
+                return -1;
+            c->has_map_valid = 1;
+            if (c->map_valid.len < (n + 7) / 8) {
+                PyErr_SetString(PyExc_ValueError, "properties: validity bitmap too short");
+                return -1;
+            }
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(props, 1), &c->map_offsets, PyBUF_SIMPLE) < 0)
+            return -1;
+        c->has_map = 1;
+        if (c->map_offsets.len < 4 * (n + 1)) {
+            PyErr_SetString(PyExc_ValueError, "properties: too few offsets");
+            return -1;
+        }
+        c->moff = (const int32_t *)c->map_offsets.buf;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (c->moff[i] < 0 || c->moff[i] > c->moff[i + 1]) {
+                PyErr_Format(PyExc_ValueError, "properties: bad offsets at row %zd", i);
+                return -1;
+            }
+        Py_ssize_t entries = n ? c->moff[n] : 0;
+        if (strcol_get(PyTuple_GET_ITEM(props, 2), entries, "property names", &c->pkeys) < 0 ||
+            strcol_get(PyTuple_GET_ITEM(props, 3), entries, "property values", &c->pvalues) < 0)
+            return -1;
+        if (!c->pkeys.present || !c->pvalues.present) {
+            PyErr_SetString(PyExc_ValueError, "properties: names and values are required");
+            return -1;
+        }
+    }
+    if (replay != Py_None) {
+        if (!PyTuple_Check(replay) || PyTuple_GET_SIZE(replay) != 2) {
+            PyErr_SetString(PyExc_TypeError, "replay: (validity, int64 values)");
+            return -1;
+        }
+        if (PyTuple_GET_ITEM(replay, 0) != Py_None) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(replay, 0), &c->replay_valid, PyBUF_SIMPLE) < 0)
+                return -1;
+            c->has_replay_valid = 1;
+            if (c->replay_valid.len < (n + 7) / 8) {
+                PyErr_SetString(PyExc_ValueError, "replay: validity bitmap too short");
+                return -1;
+            }
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(replay, 1), &c->replay_data, PyBUF_SIMPLE) < 0)
+            return -1;
+        c->has_replay = 1;
+        if (c->replay_data.len < 8 * n) {
+            PyErr_SetString(PyExc_ValueError, "replay: too few values");
+            return -1;
+        }
+        c->replay = (const int64_t *)c->replay_data.buf;
+    }
+    return 0;
+}
+
+/* What one row's batch element holds, measured before it is written. */
+typedef struct {
+    const unsigned char *b, *t, *k;
+    Py_ssize_t blen, tlen, klen, first, last, plen, replay_len;
+    int has_tag, has_key, uniq_named;
+    char replay_text[24];
+} element_t;
+
+static const char REPLAY_NAME[] = "REPLAY_ID";
+static const char UNIQ_NAME[] = "UNIQ_KEY";
+#define UNIQ_ROW_DIGITS 12 /* the row number's hex digits after the write's prefix */
+#define BATCH_HEAD 20      /* totalSize, magic, bodyCRC, flag, bodyLength */
+
+/* Measure row ``i``: 0, or 1 when a row needs Message's checks (as in arrow_prepare). */
+static int element_measure(const rowcols_t *c, Py_ssize_t i, Py_ssize_t uniq_len, element_t *e)
+{
+    memset(e, 0, sizeof(*e));
+    if (!strcol_value(&c->body, i, &e->b, &e->blen)) {
+        e->b = (const unsigned char *)"";
+        e->blen = 0; /* a null body is sent empty */
+    }
+    e->has_tag = strcol_value(&c->tags, i, &e->t, &e->tlen);
+    e->has_key = strcol_value(&c->keys, i, &e->k, &e->klen);
+    if ((e->has_tag && has_separator(e->t, e->tlen)) ||
+        (e->has_key && has_separator(e->k, e->klen)))
+        return 1;
+    int replay_named = 0;
+    if (c->has_map && !(c->has_map_valid && !bit_set(&c->map_valid, i))) {
+        e->first = c->moff[i];
+        e->last = c->moff[i + 1];
+    }
+    for (Py_ssize_t x = e->first; x < e->last; x++) {
+        const unsigned char *name, *value;
+        Py_ssize_t name_len, value_len;
+        if (!strcol_value(&c->pkeys, x, &name, &name_len) ||
+            !strcol_value(&c->pvalues, x, &value, &value_len) || name_len == 0 ||
+            has_separator(name, name_len) || has_separator(value, value_len))
+            return 1;
+        for (Py_ssize_t o = e->first; o < x; o++) { /* a name twice: dict semantics */
+            const unsigned char *other;
+            Py_ssize_t other_len;
+            strcol_value(&c->pkeys, o, &other, &other_len);
+            if (other_len == name_len && memcmp(other, name, (size_t)name_len) == 0)
+                return 1;
+        }
+        if (name_len == sizeof(REPLAY_NAME) - 1 && memcmp(name, REPLAY_NAME, (size_t)name_len) == 0)
+            replay_named = 1;
+        if (name_len == sizeof(UNIQ_NAME) - 1 && memcmp(name, UNIQ_NAME, (size_t)name_len) == 0)
+            e->uniq_named = 1;
+        e->plen += name_len + value_len + 2;
+    }
+    if (c->replay && !replay_named && !(c->has_replay_valid && !bit_set(&c->replay_valid, i))) {
+        e->replay_len = PyOS_snprintf(e->replay_text, sizeof(e->replay_text), "%lld",
+                                      (long long)c->replay[i]);
+        e->plen += (Py_ssize_t)sizeof(REPLAY_NAME) - 1 + e->replay_len + 2;
+    }
+    if (!e->uniq_named)
+        e->plen += (Py_ssize_t)sizeof(UNIQ_NAME) - 1 + uniq_len + UNIQ_ROW_DIGITS + 2;
+    if (e->has_tag && e->tlen)
+        e->plen += 4 + e->tlen + 2;
+    if (e->has_key && e->klen)
+        e->plen += 4 + e->klen + 2;
+    return e->plen > MAX_PROPERTIES_SIZE;
+}
+
+static unsigned char *put_word(unsigned char *w, uint32_t v)
+{
+    put_be32(w, v);
+    return w + 4;
+}
+
+static unsigned char *put_pair(unsigned char *w, const void *name, Py_ssize_t name_len,
+                               const void *value, Py_ssize_t value_len)
+{
+    memcpy(w, name, (size_t)name_len);
+    w += name_len;
+    *w++ = 1;
+    memcpy(w, value, (size_t)value_len);
+    w += value_len;
+    *w++ = 2;
+    return w;
+}
+
+/* Write row ``i``'s element (measured into ``e``) at ``w``; the end. */
+static unsigned char *element_write(const rowcols_t *c, const element_t *e, unsigned char *w,
+                                    const char *uniq, Py_ssize_t uniq_len, long long row)
+{
+    Py_ssize_t size = BATCH_HEAD + e->blen + 2 + e->plen;
+    w = put_word(w, (uint32_t)size);
+    w = put_word(w, 0); /* magic */
+    w = put_word(w, 0); /* body CRC: the broker computes it */
+    w = put_word(w, 0); /* flag */
+    w = put_word(w, (uint32_t)e->blen);
+    memcpy(w, e->b, (size_t)e->blen);
+    w += e->blen;
+    *w++ = (unsigned char)(e->plen >> 8);
+    *w++ = (unsigned char)e->plen;
+    for (Py_ssize_t x = e->first; x < e->last; x++) {
+        const unsigned char *name, *value;
+        Py_ssize_t name_len, value_len;
+        strcol_value(&c->pkeys, x, &name, &name_len);
+        strcol_value(&c->pvalues, x, &value, &value_len);
+        w = put_pair(w, name, name_len, value, value_len);
+    }
+    if (e->replay_len)
+        w = put_pair(w, REPLAY_NAME, sizeof(REPLAY_NAME) - 1, e->replay_text, e->replay_len);
+    if (!e->uniq_named) {
+        static const char hex[] = "0123456789ABCDEF";
+        memcpy(w, UNIQ_NAME, sizeof(UNIQ_NAME) - 1);
+        w += sizeof(UNIQ_NAME) - 1;
+        *w++ = 1;
+        memcpy(w, uniq, (size_t)uniq_len);
+        w += uniq_len;
+        unsigned long long r = (unsigned long long)row;
+        for (int d = UNIQ_ROW_DIGITS - 1; d >= 0; d--) {
+            w[d] = (unsigned char)hex[r & 15];
+            r >>= 4;
+        }
+        w += UNIQ_ROW_DIGITS;
+        *w++ = 2;
+    }
+    if (e->has_tag && e->tlen)
+        w = put_pair(w, "TAGS", 4, e->t, e->tlen);
+    if (e->has_key && e->klen)
+        w = put_pair(w, "KEYS", 4, e->k, e->klen);
+    return w;
+}
+
+PyDoc_STRVAR(arrow_batches_doc,
+"arrow_batches(n, body, tags, keys, properties, replay, rows, uniq_prefix, first_row,\n"
+"              max_count, max_bytes) -> list[(bytes, int)] | None\n\n"
+"SEND_BATCH_MESSAGE bodies for the rows ``rows`` (int64 indices) of ``n`` rows of Arrow\n"
+"columns, cut at ``max_count`` messages or ``max_bytes``; None when a row needs the checks\n"
+"of Message (see mqcore.contrib.spark.netbatch.py_arrow_batches, the reference).");
+
+static PyObject *speedups_arrow_batches(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n, max_count, max_bytes, uniq_len;
+    long long first_row;
+    PyObject *body, *tags, *keys, *props, *replay, *rows_obj;
+    const char *uniq;
+    if (!PyArg_ParseTuple(args, "nOOOOOOy#Lnn:arrow_batches", &n, &body, &tags, &keys, &props,
+                          &replay, &rows_obj, &uniq, &uniq_len, &first_row, &max_count,
+                          &max_bytes))
+        return NULL;
+    if (n < 0 || max_count < 1 || max_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "arrow_batches: n >= 0, max_count and max_bytes >= 1");
+        return NULL;
+    }
+    rowcols_t c;
+    Py_buffer rows_buf;
+    int has_rows = 0;
+    element_t *elements = NULL;
+    PyObject *out = NULL, *result = NULL;
+    if (rowcols_get(&c, n, body, tags, keys, props, replay) < 0)
+        goto done;
+    if (PyObject_GetBuffer(rows_obj, &rows_buf, PyBUF_SIMPLE) < 0)
+        goto done;
+    has_rows = 1;
+    Py_ssize_t count = rows_buf.len / 8;
+    const int64_t *rows = (const int64_t *)rows_buf.buf;
+    for (Py_ssize_t j = 0; j < count; j++)
+        if (rows[j] < 0 || rows[j] >= n) {
+            PyErr_Format(PyExc_ValueError, "arrow_batches: row %lld of %zd rows",
+                         (long long)rows[j], n);
+            goto done;
+        }
+    elements = PyMem_Malloc(sizeof(element_t) * (size_t)(count ? count : 1));
+    if (elements == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < count; j++)
+        if (element_measure(&c, (Py_ssize_t)rows[j], uniq_len, &elements[j]))
+            goto slow;
+    out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t j = 0; j < count;) {
+        /* One body: at least one element, then while both limits hold. */
+        Py_ssize_t stop = j, bytes = 0;
+        while (stop < count && stop - j < max_count) {
+            Py_ssize_t size = BATCH_HEAD + elements[stop].blen + 2 + elements[stop].plen;
+            if (stop > j && bytes + size > max_bytes)
+                break;
+            bytes += size;
+            stop++;
+        }
+        PyObject *data = PyBytes_FromStringAndSize(NULL, bytes);
+        if (data == NULL)
+            goto done;
+        unsigned char *w = BYTES(data);
+        for (Py_ssize_t x = j; x < stop; x++)
+            w = element_write(&c, &elements[x], w, uniq, uniq_len, first_row + rows[x]);
+        PyObject *item = Py_BuildValue("(Nn)", data, stop - j);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto done;
+        }
+        Py_DECREF(item);
+        j = stop;
+    }
+    result = Py_NewRef(out);
+    goto done;
+slow:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(out);
+    PyMem_Free(elements);
+    if (has_rows)
+        PyBuffer_Release(&rows_buf);
+    rowcols_release(&c);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"record_columns", speedups_record_columns, METH_VARARGS, record_columns_doc},
     {"arrow_prepare", speedups_arrow_prepare, METH_VARARGS, arrow_prepare_doc},
+    {"arrow_batches", speedups_arrow_batches, METH_VARARGS, arrow_batches_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,6 +19,7 @@ from mqcore.errors import InvalidArgumentError
 
 __all__ = [
     "BATCH_OPTIONS",
+    "NET_WRITE_OPTIONS",
     "STREAM_OPTIONS",
     "WRITE_OPTIONS",
     "Bounds",
@@ -65,8 +66,12 @@ STREAM_OPTIONS = frozenset(
 )
 # Read options that only mean something over the network (refused beside ``path``).
 _NETWORK_ONLY = (NETWORK_READ_OPTIONS - {"namesrv"}) | {"ending_offsets", "commit_group"}
-#: Option names of ``df.write.format("mqcore")``.
-WRITE_OPTIONS = frozenset(_COMMON | {"queue_nums", "batch_size", "lock_timeout"})
+#: Option names of ``df.write.format("mqcore")`` that only a write to a server takes.
+NET_WRITE_OPTIONS = frozenset({"namesrv", "sends_in_flight", "send_timeout_ms"})
+#: Option names of ``df.write.format("mqcore")`` and ``df.writeStream.format("mqcore")``.
+WRITE_OPTIONS = frozenset(
+    _COMMON | {"queue_nums", "batch_size", "lock_timeout"} | NET_WRITE_OPTIONS
+)
 
 
 @attrs.frozen

@@ -32,7 +32,7 @@ from mqcore.storecaps import PreparedWriter
 from mqcore.validation import check_copied_properties
 
 from .layout import Location, resolve_write
-from .options import WRITE_OPTIONS
+from .options import NET_WRITE_OPTIONS, WRITE_OPTIONS
 from .writing import arrow_prepare, queue_rows, uniq_ids
 
 __all__ = ["REPLAY_ID", "WriteResult", "Writer", "held_error"]
@@ -79,6 +79,12 @@ class Writer(DataSourceArrowWriter):  # type: ignore[misc]  # pyspark's classes 
         if overwrite:
             raise InvalidArgumentError(
                 "the mqcore sink only appends (topics are logs): use mode('append')"
+            )
+        network = sorted(set(opts) & NET_WRITE_OPTIONS)
+        if network:
+            raise InvalidArgumentError(
+                f"option(s) {', '.join(map(repr, network))} are for writing to a server "
+                f"(option 'namesrv'); this write goes to the data directory 'path'"
             )
         if "body" not in schema.fieldNames():
             raise InvalidArgumentError(

@@ -281,8 +281,30 @@ class MqcoreDataSource(DataSource):  # type: ignore[misc]  # pyspark's classes a
         return StreamReader(self.options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        """A writer appending rows to a topic (see :mod:`.sink`)."""
+        """A writer appending rows to a topic: of a data directory (``path``, see
+        :mod:`.sink`) or of a running server (``namesrv``, see :mod:`.netwrite`)."""
+        if _names_server(self.options):
+            from .netwrite import NetWriter
+
+            return NetWriter(self.options, schema, overwrite)
         from .sink import Writer
 
         check_location(self.options)
         return Writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        """A streaming writer appending each micro-batch's rows to a topic of a running
+        server (``namesrv``, see :mod:`.netwrite`)."""
+        if not _names_server(self.options):
+            raise InvalidArgumentError(
+                "df.writeStream.format('mqcore') writes to a running server: give option "
+                "'namesrv' (host:port[;host:port]); a data directory is written with df.write"
+            )
+        from .netwrite import NetStreamWriter
+
+        return NetStreamWriter(self.options, schema, overwrite)
+
+
+def _names_server(options: Any) -> bool:
+    """Whether the options name a server to write to (``namesrv``)."""
+    return any(str(k).lower() == "namesrv" and v for k, v in options.items())

@@ -628,6 +628,59 @@ class RemoteTransport:
         except RemotingConnectError:
             self._routes.pop(mq.topic, None)  # the broker may be gone: fetch the route again
             raise
+        return self.send_results(sent)
+
+    def send_batch_async(
+        self,
+        mq: MessageQueue,
+        body: bytes,
+        *,
+        producer_group: str,
+        born_timestamp: int,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[RemotingCommand]:
+        """Send an encoded SEND_BATCH_MESSAGE ``body`` (see
+        :func:`~mqcore.protocol.send.encode_batch`) to ``mq``'s master without waiting for
+        the answer, which :meth:`send_results` reads; several may be in flight. Raises
+        :class:`RemotingConnectError` at once when the master cannot be reached, and
+        :class:`MQClientError` when the group has no master now."""
+        addr = self._master_addr(mq.broker_name, mq.topic)
+        if addr is None:
+            raise MQClientError(
+                f"broker group {mq.broker_name} has no master now: {mq} is not writable",
+                code=ResponseCode.SERVICE_NOT_AVAILABLE,
+            )
+        if self._closed:
+            raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
+        header = headers.SendMessageRequestHeaderV2(
+            producer_group=producer_group,
+            topic=mq.topic,
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=4,
+            queue_id=mq.queue_id,
+            sys_flag=0,
+            born_timestamp=born_timestamp,
+            flag=0,
+            properties="",
+            reconsume_times=0,
+            batch=True,
+        )
+        cmd = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header, body)
+        try:
+            return self.client.invoke_async(addr, cmd, self.timeout if timeout is None else timeout)
+        except RemotingConnectError:
+            self._routes.pop(mq.topic, None)  # the broker may be gone: fetch the route again
+            raise
+
+    def forget_route(self, topic: str) -> None:
+        """Drop the cached route of ``topic``: the next use asks the name server again."""
+        self._routes.pop(topic, None)
+
+    @staticmethod
+    def send_results(sent: RemotingCommand) -> list[PutResult]:
+        """What a send's answer says was stored, one result per message; a refusal raised
+        (:class:`SlaveNotAcknowledgedError`, with the results, when stored by a SYNC_MASTER
+        that no slave confirmed)."""
         resp = _check(
             sent,
             ResponseCode.SUCCESS,
