@@ -79,6 +79,9 @@ class _NetSetup:
 
     def _setup(self, options: Any, schema: StructType, what: str) -> None:
         opts = {str(k).lower(): v for k, v in options.items()}
+        if what == "streaming sink":
+            # Spark's own option of every streaming query, handed to its sink too.
+            opts.pop("checkpointlocation", None)
         unknown = sorted(set(opts) - WRITE_OPTIONS)
         if unknown:
             raise InvalidArgumentError(

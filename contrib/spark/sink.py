@@ -57,8 +57,8 @@ def held_error(location: Location, exc: StoreLockedError) -> StoreLockedError:
     """The sink's error for a held target directory: who holds it, and what to do."""
     error = StoreLockedError(
         f"{exc} -- the mqcore sink writes only to a store directory no broker or other writer "
-        f"holds; writing into a running broker needs its network server (not available yet): "
-        f"stop the broker, or write to another directory and replay from there"
+        f"holds; to write into a running broker, give option namesrv (its address) instead "
+        f"of path"
     )
     error.directory = location.store_dir  # type: ignore[attr-defined]
     error.pid = getattr(exc, "pid", None)  # type: ignore[attr-defined]

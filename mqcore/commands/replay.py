@@ -11,6 +11,11 @@ empty directory becomes a broker data directory. In a broker data directory the 
 is also created in ``config/topics.json``, so that a broker opened there serves it. The target
 must not be held by a running broker or another writer.
 
+``--from-namesrv`` and ``--to-namesrv`` (``host:port[;host:port]``) read from and write to a
+running server instead (``mqcore serve``, broker groups behind ``mqcore namesrv``, or an Apache
+RocketMQ 4.x cluster), through the data source's ``namesrv`` option; each side takes a
+directory or a server, so a topic can be copied between two servers.
+
 Delivery is at least once: each written message carries the ``REPLAY_ID`` property (the source
 message's commit-log offset), by which consumers can drop duplicates.
 """
@@ -118,6 +123,28 @@ def _topic_total(location: Any, topic: str) -> int:
         )
 
 
+def _server_total(namesrv: str, topic: str) -> tuple[int, int]:
+    """Messages in ``topic`` on the servers of ``namesrv`` and its queues ((0, 0) when the
+    topic does not exist yet)."""
+    from mqcore.client.admin import MQAdmin
+    from mqcore.errors import TopicNotExistError
+
+    with MQAdmin(namesrv) as admin:
+        try:
+            table = admin.topic_stats(topic).offset_table
+        except TopicNotExistError:
+            return 0, 0
+    total = sum(o.max_offset - o.min_offset for o in table.values())
+    return total, len(table)
+
+
+def _one_of(local: str | None, server: str | None, what: str) -> None:
+    if bool(local) == bool(server):
+        raise click.ClickException(
+            f"give --{what} (a data directory) or --{what}-namesrv (a running server), one of them"
+        )
+
+
 def _spark_session(master: str) -> Any:
     # Spark starts Python workers with PYSPARK_PYTHON: make them this interpreter, which
     # has mqcore installed (the default, python3 on the PATH, may not).
@@ -167,10 +194,12 @@ def _watch(spark: Any, stop: threading.Event, total: int, console: Console) -> N
 
 def run_replay(
     *,
-    source: str,
+    source: str | None = None,
     topic: str,
-    target: str,
+    target: str | None = None,
     to_topic: str,
+    from_namesrv: str | None = None,
+    to_namesrv: str | None = None,
     where: str | None = None,
     since: str | None = None,
     until: str | None = None,
@@ -185,8 +214,31 @@ def run_replay(
     """Run the replay job; returns the summary (records read, written, filtered, seconds).
 
     ``spark`` is a SparkSession to run on (left running); by default a local session is
-    started for the job and stopped after it.
+    started for the job and stopped after it. ``from_namesrv`` replaces ``source`` and
+    ``to_namesrv`` replaces ``target`` to read from or write to a running server.
     """
+    _one_of(source, from_namesrv, "from")
+    _one_of(target, to_namesrv, "to")
+    if from_namesrv or to_namesrv:
+        return _run_network(
+            source=source,
+            topic=topic,
+            target=target,
+            to_topic=to_topic,
+            from_namesrv=from_namesrv,
+            to_namesrv=to_namesrv,
+            where=where,
+            since=since,
+            until=until,
+            transform=transform,
+            store=store,
+            queues=queues,
+            master=master,
+            max_records_per_partition=max_records_per_partition,
+            console=console,
+            spark=spark,
+        )
+    assert source is not None and target is not None
     try:
         from mqcore.contrib.spark import register
         from mqcore.contrib.spark.layout import resolve_read, resolve_write
@@ -258,6 +310,117 @@ def run_replay(
         raise
 
 
+def _run_network(
+    *,
+    source: str | None,
+    topic: str,
+    target: str | None,
+    to_topic: str,
+    from_namesrv: str | None,
+    to_namesrv: str | None,
+    where: str | None,
+    since: str | None,
+    until: str | None,
+    transform: str | None,
+    store: str | None,
+    queues: int | None,
+    master: str,
+    max_records_per_partition: int | None,
+    console: Console | None,
+    spark: Any,
+) -> dict[str, Any]:
+    """A replay with a server on either side (or both): the source plans the read."""
+    try:
+        from mqcore.contrib.spark import register
+    except ImportError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console = console or Console(stderr=True)
+    started = time.monotonic()
+    if where:
+        _check_where(where)
+    fn = load_transform(transform) if transform else None
+    options: dict[str, str] = {"topic": topic}
+    if from_namesrv:
+        options["namesrv"] = from_namesrv
+        to_read, source_queues = _server_total(from_namesrv, topic)
+        if not source_queues:
+            raise click.ClickException(
+                f"topic {topic!r} not found at --from-namesrv {from_namesrv}"
+            )
+    else:
+        assert source is not None
+        options["path"] = os.path.abspath(source)
+        to_read, source_queues = _directory_total(options["path"], topic)
+    if where:
+        options.update(filter_type="SQL92", filter=where)
+    if since:
+        options["start_timestamp"] = since
+    if until:
+        options["end_timestamp"] = until
+    if max_records_per_partition:
+        options["max_records_per_partition"] = str(max_records_per_partition)
+    if from_namesrv and to_namesrv and from_namesrv == to_namesrv and topic == to_topic:
+        raise click.ClickException("--to-topic is the topic --from-namesrv reads; copy elsewhere")
+    if spark is None and master.startswith("local"):
+        problem = java_missing()
+        if problem:
+            raise click.ClickException(problem)
+    if to_namesrv:
+        before = _server_total(to_namesrv, to_topic)[0]
+        return _run_job(
+            spark=spark,
+            master=master,
+            options=options,
+            fn=fn,
+            target="",
+            to_topic=to_topic,
+            store=None,
+            queues=queues or source_queues or None,
+            partitions=-1,
+            console=console,
+            register=register,
+            before=before,
+            to_read=to_read,
+            started=started,
+            to_namesrv=to_namesrv,
+        )
+    from mqcore.contrib.spark.layout import resolve_write
+
+    assert target is not None
+    target = os.path.abspath(target)
+    dst = resolve_write(target, store)
+    return _run_job(
+        spark=spark,
+        master=master,
+        options=options,
+        fn=fn,
+        target=target,
+        to_topic=to_topic,
+        store=store,
+        queues=queues or source_queues or None,
+        partitions=-1,
+        console=console,
+        register=register,
+        before=_topic_total(dst, to_topic),
+        to_read=to_read,
+        started=started,
+    )
+
+
+def _directory_total(path: str, topic: str) -> tuple[int, int]:
+    """Messages in ``topic`` of the data directory ``path``, and its queues."""
+    from mqcore.contrib.spark.layout import resolve_read
+    from mqcore.kernel import Kernel
+
+    src = resolve_read(path)
+    with Kernel().open_store(src.store, src.store_dir, read_only=True) as store:
+        qids = store.queue_ids(topic)
+        total = sum(store.max_offset(topic, q) - store.min_offset(topic, q) for q in qids)
+    if not qids:
+        raise click.ClickException(f"topic {topic!r} not found in {path}")
+    return total, len(qids)
+
+
 def _first_missing(path: Path) -> Path | None:
     """The outermost directory of ``path`` that does not exist yet (None when it exists)."""
     missing = None
@@ -316,6 +479,7 @@ def _run_job(
     before: int,
     to_read: int,
     started: float,
+    to_namesrv: str | None = None,
 ) -> dict[str, Any]:
     from mqcore.contrib.spark.layout import resolve_write
 
@@ -330,9 +494,14 @@ def _run_job(
         df = reader.load()
         if fn is not None:
             df = fn(df)
+        if partitions < 0:  # planned by the source over the network
+            partitions = df.rdd.getNumPartitions()
         writer = df.write.format("mqcore").mode("append")
-        writer = writer.option("path", target).option("topic", to_topic)
-        if store:
+        if to_namesrv:
+            writer = writer.option("namesrv", to_namesrv).option("topic", to_topic)
+        else:
+            writer = writer.option("path", target).option("topic", to_topic)
+        if store and not to_namesrv:
             writer = writer.option("store", store)
         if queues:
             writer = writer.option("queue_nums", str(queues))
@@ -359,7 +528,10 @@ def _run_job(
     finally:
         if own_session:
             spark.stop()
-    written = _topic_total(resolve_write(target, store), to_topic) - before
+    if to_namesrv:
+        written = _server_total(to_namesrv, to_topic)[0] - before
+    else:
+        written = _topic_total(resolve_write(target, store), to_topic) - before
     return {
         "read": to_read,
         "written": written,
@@ -370,9 +542,15 @@ def _run_job(
 
 
 @click.command()
-@click.option("--from", "source", required=True, help="Store or broker data directory to read.")
+@click.option("--from", "source", default=None, help="Store or broker data directory to read.")
+@click.option(
+    "--from-namesrv", default=None, help="Read from a server instead: host:port[;host:port]."
+)
 @click.option("--topic", required=True, help="Topic to read.")
-@click.option("--to", "target", required=True, help="Store or broker data directory to write.")
+@click.option("--to", "target", default=None, help="Store or broker data directory to write.")
+@click.option(
+    "--to-namesrv", default=None, help="Write to a server instead: host:port[;host:port]."
+)
 @click.option("--to-topic", required=True, help="Topic to write (created when missing).")
 @click.option("--where", default=None, help="SQL92 filter on properties (and TAGS).")
 @click.option("--since", default=None, help="First store time: ms since the epoch or ISO-8601.")

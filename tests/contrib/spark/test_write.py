@@ -86,7 +86,7 @@ def test_second_writer_gets_the_documented_error(
             Kernel().open_store(store_name, path)
         df = spark.createDataFrame([(b"x",)], "body binary")
         writer = df.write.format("mqcore").mode("append").option("path", str(path))
-        with pytest.raises(Exception, match=rf"locked by process {os.getpid()}.*network server"):
+        with pytest.raises(Exception, match=rf"locked by process {os.getpid()}.*option namesrv"):
             writer.option("topic", "H").save()
         holder.put("H", 0, [Message(topic="H", body=b"after")])
     with Kernel().open_store(store_name, path, read_only=True) as store:
