@@ -3,6 +3,14 @@
     python bench/spark_write.py                       # mmap, 1,000,000 rows of 100 bytes
     python bench/spark_write.py --store lmdb --partitions 1,2 --json
     python bench/spark_write.py --replay              # also time `mqcore replay` of the rows
+    python bench/spark_write.py --target local,network --partitions 1,2
+
+``--target local,network`` writes the same cached DataFrame both ways in interleaved rounds:
+into a fresh store directory (``path``) and to a running ``mqcore serve`` started by the
+bench (``namesrv``; each round appends to the server's topic, and the bench checks that the
+server holds every row). For each it reports rows/s by the wall clock of the whole job and
+CPU seconds per million rows of the Spark JVM, of its Python workers and of the server
+(from ``/proc``), and the network write's rate as a share of the local one.
 
 The DataFrame (a ``body`` column of ``--size`` random-looking bytes, as ``mqcore bench``
 writes, or with ``--columns full`` also tags, keys and a property) is built, split into N
@@ -125,6 +133,158 @@ def stored(path: str, store: str, tasks: int) -> tuple[int, float]:
     return len(stamps), (stamps[-1] - stamps[0] - sum(gaps[: tasks - 1])) / 1000
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int, children: bool = True) -> float:
+    """CPU seconds of process ``pid`` (with its waited-for children), 0 when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if children:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / _TICK
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process under ``pid``."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class Meters:
+    """CPU seconds of the Spark JVM, its Python workers and the server, between two reads."""
+
+    def __init__(self, spark: Any, server_pid: int | None) -> None:
+        self.jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+        self.server = server_pid
+
+    def read(self) -> dict[str, float]:
+        """Cumulative CPU seconds now."""
+        workers = descendants(self.jvm)
+        return {
+            "jvm": cpu_seconds(self.jvm, children=False),
+            # Workers are forked by a daemon (its children's time counts once they exit).
+            "python": sum(cpu_seconds(p) for p in workers),
+            "server": cpu_seconds(self.server) if self.server else 0.0,
+        }
+
+
+def start_server(tmp: str) -> tuple[subprocess.Popen[str], str]:
+    """``mqcore serve`` on a free port with its data in ``tmp``; the process and address."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-c", "from mqcore.cli import main; main()", "serve"),
+            *("--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "server")),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on" in line, line
+    return proc, line.split("listening on ")[1].split()[0]
+
+
+def write_network(df: Any, namesrv: str) -> float:
+    """Seconds to append ``df`` to topic W of the server at ``namesrv``."""
+    started = time.perf_counter()
+    (
+        df.write.format("mqcore")
+        .mode("append")
+        .option("namesrv", namesrv)
+        .option("topic", "W")
+        .option("queue_nums", "4")
+        .save()
+    )
+    return time.perf_counter() - started
+
+
+def server_count(namesrv: str) -> int:
+    """Messages topic W holds on the server."""
+    from mqcore.client.admin import MQAdmin
+    from mqcore.errors import TopicNotExistError
+
+    with MQAdmin(namesrv) as admin:
+        try:
+            table = admin.topic_stats("W").offset_table
+        except TopicNotExistError:
+            return 0
+    return sum(o.max_offset - o.min_offset for o in table.values())
+
+
+def side_by_side(args: Any, spark: Any, frames: dict[int, Any], tmp: str) -> dict[str, Any]:
+    """Local and network writes of the same frames in interleaved rounds."""
+    proc, namesrv = start_server(tmp)
+    try:
+        meters = Meters(spark, proc.pid)
+        path = os.path.join(tmp, "target")
+        targets = [t for t in ("local", "network") if t in args.target.split(",")]
+
+        def once(target: str, n: int) -> tuple[float, dict[str, float]]:
+            before_cpu = meters.read()
+            if target == "local":
+                seconds = write(frames[n], path, args.store)
+                count, _ = stored(path, args.store, n)
+                assert count == args.rows, (count, args.rows)
+            else:
+                before = server_count(namesrv)
+                seconds = write_network(frames[n], namesrv)
+                assert server_count(namesrv) - before == args.rows
+            after_cpu = meters.read()
+            return seconds, {k: after_cpu[k] - before_cpu[k] for k in after_cpu}
+
+        for _ in range(args.warmup):
+            for n in frames:
+                for target in targets:
+                    once(target, n)
+        runs: dict[str, dict[int, list[tuple[float, dict[str, float]]]]] = {
+            t: {n: [] for n in frames} for t in targets
+        }
+        for _ in range(args.runs):
+            for n in frames:
+                for target in targets:
+                    runs[target][n].append(once(target, n))
+        out: dict[str, Any] = {}
+        for target in targets:
+            for n in frames:
+                best_s, cpu = min(runs[target][n], key=lambda r: r[0])
+                per_million = 1e6 / args.rows
+                out.setdefault(target, {})[str(n)] = {
+                    "rows_per_s": round(args.rows / best_s),
+                    "all_runs_s": [round(r[0], 2) for r in runs[target][n]],
+                    "cpu_s_per_million": {k: round(v * per_million, 2) for k, v in cpu.items()},
+                }
+        if "local" in out and "network" in out:
+            out["network_vs_local"] = {
+                n: round(out["network"][n]["rows_per_s"] / out["local"][n]["rows_per_s"], 2)
+                for n in out["local"]
+            }
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 def mqcore_bench(store: str, messages: int, size: int, batch: int) -> float:
     """``produce_msgs_per_s`` of ``mqcore bench`` (a subprocess, as a user runs it)."""
     out = subprocess.run(
@@ -170,6 +330,11 @@ def main() -> None:
     parser.add_argument("--bench-batch", type=int, default=32, help="mqcore bench --batch")
     parser.add_argument("--replay", action="store_true", help="also time mqcore replay")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="local,network: write both ways side by side (interleaved rounds)",
+    )
     args = parser.parse_args()
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
@@ -186,6 +351,34 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
+    if args.target:
+        try:
+            spark = session(max(2, max(counts)))
+            try:
+                frames = {
+                    n: frame(spark, args.rows, args.size, n, args.columns == "full") for n in counts
+                }
+                result["side_by_side"] = side_by_side(args, spark, frames, tmp)
+            finally:
+                spark.stop()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        result["load_avg_1m"] = {"before": load_before, "after": round(os.getloadavg()[0], 2)}
+        if args.json:
+            print(json.dumps(result))
+            return
+        sides = result["side_by_side"]
+        for target in ("local", "network"):
+            for n, rate in sides.get(target, {}).items():
+                print(
+                    f"{target:>7} write, {n} partition(s): {rate['rows_per_s']:>10,} rows/s; "
+                    f"CPU s per million rows {rate['cpu_s_per_million']}; "
+                    f"runs {rate['all_runs_s']} s"
+                )
+        if "network_vs_local" in sides:
+            print(f"network / local: {sides['network_vs_local']}")
+        print(f"load average (1 min): {result['load_avg_1m']}")
+        return
     try:
         result["mqcore_bench_produce_msgs_per_s"] = round(
             mqcore_bench(args.store, args.rows, args.size, args.bench_batch)
