@@ -67,6 +67,7 @@ def session(threads: int) -> Any:
         SparkSession.builder.master(f"local[{threads}]")
         .config("spark.ui.enabled", "false")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
