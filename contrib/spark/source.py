@@ -283,18 +283,19 @@ class MqcoreDataSource(DataSource):  # type: ignore[misc]  # pyspark's classes a
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         """A writer appending rows to a topic: of a data directory (``path``, see
         :mod:`.sink`) or of a running server (``namesrv``, see :mod:`.netwrite`)."""
+        check_location(self.options)
         if _names_server(self.options):
             from .netwrite import NetWriter
 
             return NetWriter(self.options, schema, overwrite)
         from .sink import Writer
 
-        check_location(self.options)
         return Writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         """A streaming writer appending each micro-batch's rows to a topic of a running
         server (``namesrv``, see :mod:`.netwrite`)."""
+        check_location(self.options)
         if not _names_server(self.options):
             raise InvalidArgumentError(
                 "df.writeStream.format('mqcore') writes to a running server: give option "
