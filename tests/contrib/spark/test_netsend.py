@@ -27,32 +27,20 @@ from mqcore.server import NamesrvServer
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-class _Group(ServeProcess):
-    """A broker group's master registered with a name server."""
-
-    def __init__(self, data_dir: Path, name: str, namesrv: str) -> None:
-        super().__init__(data_dir)
-        self.name, self.namesrv = name, namesrv
-
-    def launch(self, listen: str, *settings: str) -> Any:
-        return super().launch(
-            listen,
-            f"namesrv_addr={self.namesrv}",
-            f"broker_name={self.name}",
-            "register_name_server_period_ms=300",
-            *settings,
-        )
-
-
 @pytest.fixture
-def groups(tmp_path: Path) -> Iterator[tuple[str, dict[str, _Group]]]:
+def groups(tmp_path: Path) -> Iterator[tuple[str, dict[str, ServeProcess]]]:
     """A name server and two broker groups (a master each) serving topic T, 2 queues each."""
     with NamesrvServer("127.0.0.1:0") as ns:
-        started: dict[str, _Group] = {}
+        started: dict[str, ServeProcess] = {}
         try:
             for name in ("broker-a", "broker-b"):
-                group = _Group(tmp_path / name, name, ns.address)
-                group.start()
+                group = ServeProcess(tmp_path / name)
+                group.start(
+                    "127.0.0.1:0",
+                    f"namesrv_addr={ns.address}",
+                    f"broker_name={name}",
+                    "register_name_server_period_ms=300",
+                )
                 started[name] = group
                 with MQAdmin(group.address) as admin:
                     admin.create_topic("T", 2)
@@ -70,7 +58,7 @@ def groups(tmp_path: Path) -> Iterator[tuple[str, dict[str, _Group]]]:
                     group.stop()
 
 
-def _count(group: _Group, topic: str) -> int:
+def _count(group: ServeProcess, topic: str) -> int:
     with Kernel().open_store("mmap", group.data_dir / "store", read_only=True) as store:
         return sum(store.max_offset(topic, q) for q in store.queue_ids(topic))
 
