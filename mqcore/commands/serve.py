@@ -243,6 +243,13 @@ def serve(
         if namesrv is not None:
             settings["namesrv_addr"] = namesrv
         tls = _tls_options(tls_cert, tls_key, tls_ca, tls_mode)
+        if (
+            tls_cert is not None
+            and tls_key is not None
+            and str(tls.get("tls_mode")).lower() != "disabled"
+        ):
+            # One gRPC port cannot sniff TLS from plaintext: with certificates, TLS only.
+            tls["grpc_tls"] = (tls_cert, tls_key, tls_ca)
         if str(tls.get("tls_mode", "")).lower() == "enforcing":
             for name, value in _ha_tls_settings(tls_cert, tls_key, tls_ca).items():
                 settings.setdefault(name, value)

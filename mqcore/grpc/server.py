@@ -12,16 +12,18 @@ import asyncio
 import gc
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from mqcore.broker import Broker
 from mqcore.errors import MQError
+from mqcore.grpc.access import GrpcAccess
 from mqcore.grpc.pb import grpc, service_grpc
 from mqcore.grpc.service import MessagingService
 from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 
-__all__ = ["GrpcServer"]
+__all__ = ["GrpcServer", "GrpcTls"]
 
 log = get_logger(__name__)
 
@@ -29,6 +31,33 @@ log = get_logger(__name__)
 GRACE_S = 1.0
 #: Room beyond the largest body a request may need (properties, framing, a batch's others).
 REQUEST_OVERHEAD = 1024 * 1024
+
+
+class GrpcTls:
+    """TLS on the gRPC port: the server's certificate chain and key (PEM files) and, with
+    ``ca``, mutual TLS (a client must show a certificate that CA signed).
+
+    One gRPC port cannot tell TLS from plain connections as the remoting port does, so a
+    listener with TLS takes TLS only.
+    """
+
+    def __init__(self, cert: str | Path, key: str | Path, ca: str | Path | None = None) -> None:
+        self.cert = Path(cert)
+        self.key = Path(key)
+        self.ca = None if ca is None else Path(ca)
+
+    def credentials(self) -> Any:
+        """The ``grpc.ServerCredentials``.
+
+        :raises MQError: a file cannot be read (named, never its content)."""
+        try:
+            chain = [(self.key.read_bytes(), self.cert.read_bytes())]
+            ca = None if self.ca is None else self.ca.read_bytes()
+        except OSError as exc:
+            raise MQError(f"gRPC TLS: cannot read {exc.filename}: {exc.strerror}") from None
+        return grpc.ssl_server_credentials(
+            chain, root_certificates=ca, require_client_auth=ca is not None
+        )
 
 
 class GrpcServer:
@@ -39,6 +68,8 @@ class GrpcServer:
         (the listening host, or this machine's address when listening on every interface).
     :param workers: threads for broker calls.
     :param receivers: threads for held receives (long polls).
+    :param tls: TLS on the port (TLS only), or None for plaintext.
+    :param access: the ACL check of every call, or None for none.
     """
 
     def __init__(
@@ -49,7 +80,11 @@ class GrpcServer:
         advertised_host: str | None = None,
         workers: int = 8,
         receivers: int = 32,
+        tls: GrpcTls | None = None,
+        access: GrpcAccess | None = None,
     ) -> None:
+        self.tls = tls
+        self._access = access
         host, port = split_host_port(listen, "--grpc-listen", any_port=True)
         self.broker = broker
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="mqcore-grpc-call")
@@ -70,7 +105,9 @@ class GrpcServer:
         self.address = f"{public}:{bound}"
         self.port = bound
         self.service.router.address = self.address
-        log.info("grpc_listening", address=self.address)
+        log.info(
+            "grpc_listening", address=self.address, tls=tls is not None, acl=access is not None
+        )
 
     async def _start(self, host: str, port: int) -> int:
         limit = self.broker.config.max_message_size + REQUEST_OVERHEAD
@@ -84,10 +121,14 @@ class GrpcServer:
         self.service = MessagingService(
             self.broker, f"{host}:{port}", self._executor, self._receivers
         )
+        self.service.access = self._access
         service_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = server.add_insecure_port(target)
+            if self.tls is None:
+                bound = server.add_insecure_port(target)
+            else:
+                bound = server.add_secure_port(target, self.tls.credentials())
         except RuntimeError as exc:
             raise MQError(f"--grpc-listen {host}:{port} cannot be listened on: {exc}") from None
         if not bound:

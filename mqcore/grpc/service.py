@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from mqcore.broker import Broker
 from mqcore.errors import MQError
+from mqcore.grpc.access import GrpcAccess, call_needs
 from mqcore.grpc.checks import check_group, check_topic
 from mqcore.grpc.clients import ClientRegistry
 from mqcore.grpc.consume import Consumer
@@ -67,6 +68,7 @@ def _answers(response: str) -> Callable[[Callable[..., Awaitable[Any]]], Callabl
         @functools.wraps(fn)
         async def handler(self: MessagingService, request: Any, context: Any) -> Any:
             try:
+                self.check_access(fn.__name__, request, context)
                 return await fn(self, request, context)
             except asyncio.CancelledError:
                 raise
@@ -123,11 +125,24 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         self.sender = Sender(broker)
         self.consumer = Consumer(broker)
         self.transactions = Transactions(broker)
+        #: the ACL check of every call (``mqcore serve --acl``), or None: every call served
+        self.access: GrpcAccess | None = None
         try:
             #: the server's event loop (the service is made on it)
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self.loop = None
+
+    def check_access(self, call: str, request: Any, context: Any) -> None:
+        """Refuse ``call`` (GrpcStatusError UNAUTHORIZED or FORBIDDEN) unless the ACL in
+        force lets its caller make it; nothing when there is no ACL."""
+        if self.access is not None:
+            self.access.check(
+                call,
+                context.invocation_metadata(),
+                peer_host(context),
+                call_needs(call, request) if request is not None else [],
+            )
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -218,9 +233,11 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
 
     # -- telemetry ---------------------------------------------------------------------------
 
-    def _settings(self, client_id: str, command: Any) -> Any:
+    def _settings(self, client_id: str, command: Any, context: Any = None) -> Any:
         """The reply to a client's Settings: the merged settings, or a refusal."""
         settings = command.settings
+        if context is not None:
+            self.check_access("Settings", settings, context)
         which = settings.WhichOneof("pub_sub")
         if which == "publishing":
             for topic in settings.publishing.topics:
@@ -242,11 +259,11 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             status=status(Code.OK), settings=merged_settings(settings, self.broker, fifo)
         )
 
-    def _telemetry(self, client_id: str, command: Any) -> Any:
+    def _telemetry(self, client_id: str, command: Any, context: Any = None) -> Any:
         """The reply to one command of a client's stream."""
         which = command.WhichOneof("command")
         if which == "settings":
-            return self._settings(client_id, command)
+            return self._settings(client_id, command, context)
         if which in ("thread_stack_trace", "verify_message_result"):
             # Answers to commands this endpoint sends; it sends none, so none is awaited.
             nonce = getattr(command, which).nonce
@@ -269,7 +286,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             try:
                 async for command in request_iterator:
                     try:
-                        reply = await self._run(self._telemetry, client_id, command)
+                        reply = await self._run(self._telemetry, client_id, command, context)
                     except Exception as exc:
                         reply = service.TelemetryCommand(status=status_of(exc))
                     await out.put(reply)
@@ -280,6 +297,11 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             finally:
                 out.put_nowait(None) if not out.full() else None
 
+        try:
+            self.check_access("Telemetry", None, context)
+        except GrpcStatusError as exc:
+            yield service.TelemetryCommand(status=status_of(exc))
+            return
         if client_id:
             try:
                 self.clients.attach(client_id, out)
@@ -330,6 +352,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             return gone
 
         try:
+            self.check_access("ReceiveMessage", request, context)
             group = check_group(request.group)
             fifo = self.group_is_fifo(group)
             loop = asyncio.get_running_loop()

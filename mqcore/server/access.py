@@ -30,9 +30,9 @@ from mqcore.remoting.command import RemotingCommand
 from mqcore.remoting.signing import ACCESS_KEY, SIGNATURE, request_signature
 from mqcore.server.acl import ANY, DENY, PUB, SUB, Account, AclConfig
 from mqcore.server.operations import PERMISSION_TABLE
-from mqcore.server.permissions import ADMIN
+from mqcore.server.permissions import ADMIN, Needs
 
-__all__ = ["AccessDenied", "AccessValidator", "check_perm"]
+__all__ = ["AccessDenied", "AccessValidator", "authorize", "check_perm", "host_of"]
 
 log = get_logger(__name__)
 
@@ -57,7 +57,8 @@ def _shown(key: str) -> str:
     return key if len(key) <= _SHOWN_KEY else key[:_SHOWN_KEY] + "..."
 
 
-def _host(remote_address: str) -> str:
+def host_of(remote_address: str) -> str:
+    """The host of ``host:port`` (``[v6]:port`` too), as whitelists match it."""
     host = remote_address.rpartition(":")[0] if ":" in remote_address else remote_address
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
@@ -112,7 +113,7 @@ class AccessValidator:
 
     def _validate(self, req: RemotingCommand, remote_address: str) -> None:
         config = self._config()
-        host = _host(remote_address)
+        host = host_of(remote_address)
         for pattern in config.global_white:
             if pattern.matches(host):
                 return
@@ -139,23 +140,33 @@ class AccessValidator:
                 )
             return
         assert callable(rule)
-        for resource, needed in rule(fields, req.body):
-            owned = account.perms.get(resource)
-            if owned is None:
-                if account.admin and not account.perms:
-                    continue  # RocketMQ: an admin without entries may do anything
-                is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
-                owned = account.default_group_perm if is_group else account.default_topic_perm
-                if not check_perm(needed, owned):
-                    raise AccessDenied(
-                        f"[ACL] No default permission for {_resource(resource)}: "
-                        f"accessKey={_shown(key)} needs {_name(needed)}"
-                    )
-            elif not check_perm(needed, owned):
+        authorize(account, rule(fields, req.body))
+
+
+def authorize(account: Account, needs: Needs) -> None:
+    """Check that ``account`` owns every (resource, permission) of ``needs`` (topics by name,
+    groups by their retry topic), from its entries or its defaults.
+
+    :raises AccessDenied: one is missing; the remark names it and the access key.
+    """
+    key = account.access_key
+    for resource, needed in needs:
+        owned = account.perms.get(resource)
+        if owned is None:
+            if account.admin and not account.perms:
+                continue  # RocketMQ: an admin without entries may do anything
+            is_group = resource.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            owned = account.default_group_perm if is_group else account.default_topic_perm
+            if not check_perm(needed, owned):
                 raise AccessDenied(
-                    f"[ACL] No permission for {_resource(resource)}: "
+                    f"[ACL] No default permission for {_resource(resource)}: "
                     f"accessKey={_shown(key)} needs {_name(needed)}"
                 )
+        elif not check_perm(needed, owned):
+            raise AccessDenied(
+                f"[ACL] No permission for {_resource(resource)}: "
+                f"accessKey={_shown(key)} needs {_name(needed)}"
+            )
 
 
 def _name(perm: int) -> str:

@@ -69,7 +69,10 @@ class Server:
         ``mqcore[metrics]`` extra. See :mod:`mqcore.server.metrics`.
     :param grpc_listen: ``HOST:PORT`` of RocketMQ 5's gRPC messaging service on the same
         broker (the 5.x clients' endpoint), or None for none; needs the ``mqcore[grpc]``
-        extra. See :mod:`mqcore.grpc`.
+        extra. See :mod:`mqcore.grpc`. With ``acl`` its calls are checked against the same
+        file (:mod:`mqcore.grpc.access`).
+    :param grpc_tls: ``(cert, key, ca)`` PEM files: the gRPC port takes TLS only (mutual
+        with a CA), or None for plaintext.
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class Server:
         metrics_listen: str | None = None,
         grpc_listen: str | None = None,
         acl: str | Path | None = None,
+        grpc_tls: tuple[str | Path, str | Path, str | Path | None] | None = None,
         **server_options: Any,
     ) -> None:
         host, port = split_listen(listen)
@@ -141,9 +145,19 @@ class Server:
                 self.remoting.processor = self.metrics.processor
             if grpc_listen is not None:
                 # Imported only when asked for: grpcio is an optional extra.
-                from mqcore.grpc.server import GrpcServer
+                from mqcore.grpc.access import GrpcAccess
+                from mqcore.grpc.server import GrpcServer, GrpcTls
 
-                self.grpc = GrpcServer(self.broker, grpc_listen, advertised_host=public)
+                grpc_access = None
+                if acl_file is not None:
+                    grpc_access = GrpcAccess(lambda: acl_file.config)
+                self.grpc = GrpcServer(
+                    self.broker,
+                    grpc_listen,
+                    advertised_host=public,
+                    tls=GrpcTls(*grpc_tls) if grpc_tls is not None else None,
+                    access=grpc_access,
+                )
             self.remoting.start()
             if self.broker.config.namesrv_addr:
                 # Registered before start-up ends: a client that asks the name servers once
