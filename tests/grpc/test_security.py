@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 from certs import Certs, make_certs
-from grpcserve import run_script
+from grpcserve import GrpcServe, run_script
 
 from mqcore.grpc.access import sign
 from mqcore.grpc.pb import definition, service, service_grpc
@@ -252,3 +252,34 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path: Path, certs
         )
         with grpc.secure_channel(srv.grpc.address, full) as channel:
             assert _route(channel).status.code == Code.OK  # type: ignore[attr-defined]
+
+
+def test_serve_command_secures_the_grpc_port(tmp_path: Path, certs: Certs) -> None:
+    """``mqcore serve --acl --tls-... --tls-mode permissive --grpc-listen``: the gRPC port
+    takes TLS only (no sniffing on one gRPC port) and checks the ACL."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    options = (
+        "--acl", str(acl), "--tls-cert", str(certs.server_cert),
+        "--tls-key", str(certs.server_key), "--tls-mode", "permissive",
+    )  # fmt: skip
+    srv = GrpcServe(tmp_path / "data", options=options)
+    srv.start_grpc()
+    try:
+        with (
+            grpc.insecure_channel(srv.grpc_address) as channel,
+            pytest.raises(grpc.RpcError) as plain,
+        ):
+            _route(channel)
+        assert plain.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        creds = grpc.ssl_channel_credentials(root_certificates=certs.ca.read_bytes())
+        with grpc.secure_channel(srv.grpc_address, creds) as channel:
+            stub = service_grpc.MessagingServiceStub(channel)
+            request = service.QueryRouteRequest(topic=definition.Resource(name="Open"))
+            unsigned = stub.QueryRoute(request, timeout=10)
+            assert unsigned.status.code == Code.UNAUTHORIZED, unsigned
+            signed = stub.QueryRoute(request, metadata=_metadata(*USER), timeout=10)
+            # Past the ACL: the topic is not there yet.
+            assert signed.status.code == Code.TOPIC_NOT_FOUND, signed
+    finally:
+        srv.stop()
