@@ -181,6 +181,24 @@ def test_global_white_list_needs_no_signature(tmp_path: Path) -> None:
         assert _stored(srv, "Closed") == 1
 
 
+def test_account_white_address_needs_no_signature_but_its_permissions(tmp_path: Path) -> None:
+    """From the account's white address a wrong signature passes; its DENY topic does not."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL.replace("    defaultTopicPerm", "    whiteRemoteAddress: 127.0.0.1\n"
+                               "    defaultTopicPerm"))  # fmt: skip
+    with Server(tmp_path / "data", "127.0.0.1:0", grpc_listen="127.0.0.1:0", acl=acl) as srv:
+        for topic in TOPICS:
+            srv.broker.create_topic(topic, queue_nums=4)
+        assert srv.grpc is not None
+        with grpc.insecure_channel(srv.grpc.address) as channel:
+            stub = service_grpc.MessagingServiceStub(channel)
+            served = _send(stub, "Open", _metadata(USER[0], "wrong"))
+            refused = _send(stub, "Closed", _metadata(USER[0], "wrong"))
+        assert served.status.code == Code.OK, served  # type: ignore[attr-defined]
+        assert refused.status.code == Code.FORBIDDEN, refused  # type: ignore[attr-defined]
+        assert _stored(srv, "Open") == 1 and _stored(srv, "Closed") == 0
+
+
 # -- TLS -------------------------------------------------------------------------------------
 
 
