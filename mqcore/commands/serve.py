@@ -203,7 +203,8 @@ def _ha_tls_settings(cert: Path | None, key: Path | None, ca: Path | None) -> di
 @click.option(
     "--grpc-listen",
     metavar="HOST:PORT",
-    help="Serve RocketMQ 5's gRPC messaging service there too (needs mqcore[grpc]).",
+    help="Serve RocketMQ 5's gRPC messaging service there too (needs mqcore[grpc]); it "
+    "checks --acl too, and takes TLS only when --tls-cert is given (mode not disabled).",
 )
 @click.option(
     "--set",
