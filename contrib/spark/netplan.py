@@ -81,8 +81,8 @@ def routes(transport: RemoteTransport, opts: ReadOptions) -> dict[str, TopicRout
             out[topic] = transport.refresh_route(topic)
         except TopicNotExistError:
             raise InvalidArgumentError(
-                f"topic {topic!r} not found: the name server(s) {transport.namesrv_addrs[0]}"
-                f"{''.join(';' + a for a in transport.namesrv_addrs[1:])} have no route for it"
+                f"topic {topic!r} not found: the name server(s) "
+                f"{';'.join(transport.namesrv_addrs)} have no route for it"
             ) from None
         except MQClientError as exc:
             raise InvalidArgumentError(
@@ -107,9 +107,9 @@ def _queues(opts: ReadOptions, route: TopicRoute) -> Iterator[MessageQueue]:
 
 def _group_addr(route: TopicRoute, broker: str) -> str | None:
     data = route.broker(broker)
-    if data is None or not data.broker_addrs:
+    members = dict(data.broker_addrs) if data is not None else {}
+    if not members:
         return None
-    members = dict(data.broker_addrs)
     return members.get(MASTER_ID) or members[min(members)]
 
 

@@ -132,13 +132,13 @@ class DashboardState:
         first that answers is asked."""
 
         def work(admin: MQAdmin) -> list[dict[str, Any]]:
-            addrs = admin.transport.namesrv_addrs
-            for addr in addrs[:-1]:
+            last: Exception = MQClientError("no name server address is configured")
+            for addr in admin.transport.namesrv_addrs:
                 try:
                     return cluster_status(addr, admin.transport.client)
-                except (RemotingError, MQClientError):
-                    continue  # that name server is down: the next one
-            return cluster_status(addrs[-1], admin.transport.client)
+                except (RemotingError, MQClientError) as exc:
+                    last = exc  # that name server is down: the next one
+            raise last
 
         return self.call(work, account)
 
