@@ -38,7 +38,7 @@ from mqcore.errors import (
 )
 from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
-from mqcore.message import ConsumeFromWhere, MessageModel, MessageQueue
+from mqcore.message import PROPERTY_UNIQ_KEY, ConsumeFromWhere, MessageModel, MessageQueue
 from mqcore.protocol import admin_bodies, bodies, headers
 from mqcore.protocol.attributes import parse_topic_attributes
 from mqcore.protocol.codes import RequestCode, ResponseCode
@@ -372,10 +372,14 @@ class BrokerProcessor:
             # header with SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT as the code.
             results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
         first = results[0]
+        batched = req.code == RequestCode.SEND_BATCH_MESSAGE or h.batch
         header = headers.SendMessageResponseHeader(
             msg_id=",".join(r.msg_id for r in results),
             queue_id=queue_id,
             queue_offset=first.queue_offset,
+            # As a RocketMQ broker answers every single send: the message's unique id. The
+            # Java TransactionMQProducer returns it as the transaction id of its result.
+            transaction_id=None if batched else messages[0].properties.get(PROPERTY_UNIQ_KEY),
         )
         return RemotingCommand.response(code, remark, header, None, to=req)
 

@@ -301,3 +301,58 @@ def test_consumer_resumes_after_sigkill_and_restart(setup: Setup, tmp_path: Path
         assert sorted(x["body"] for x in second) == sorted(f"m-{i}" for i in range(10, 20))
     finally:
         srv.stop()
+
+
+def test_transaction_producer_commit_rollback_and_check(setup: Setup, tmp_path: Path) -> None:
+    """TransactionMQProducer: a commit and a rollback decided at once, and two UNKNOW outcomes
+    the broker's check resolves by calling the producer's checkLocalTransaction (one commits,
+    one rolls back). The consumer, running throughout, sees the two committed messages only,
+    and the checked one only after its check."""
+    srv = ServeProcess(tmp_path / "data", store=setup.server.store, log=tmp_path / "serve.log")
+    # Checks soon after the send: halves older than 1 s, a pass every 500 ms.
+    addr = srv.start("127.0.0.1:0", "transaction_timeout=1000", "transaction_check_interval=500")
+    try:
+        with MQAdmin(addr) as admin:
+            admin.create_topic("JavaTx", 4)
+        setup.runs += 1
+        work = setup.work / f"{setup.runs}-transaction"
+        lines = run_scenario(setup.version, work, "transaction", addr, "JavaTx", "CID_java_tx")
+        assert_all_served(srv)
+        sent = {x["body"]: x for x in events(lines, "sent")}
+        assert {b: (x["status"], x["state"]) for b, x in sent.items()} == {
+            "commit": ("SEND_OK", "COMMIT_MESSAGE"),
+            "rollback": ("SEND_OK", "ROLLBACK_MESSAGE"),
+            "check-commit": ("SEND_OK", "UNKNOW"),
+            "check-rollback": ("SEND_OK", "UNKNOW"),
+        }
+        assert {b: x["transactionId"] for b, x in sent.items()} == {
+            b: x["msgId"] for b, x in sent.items()
+        }
+        executed = {x["body"]: x for x in events(lines, "executed")}
+        assert {b: x["arg"] for b, x in executed.items()} == {b: f"arg-{b}" for b in sent}
+        checked = events(lines, "checked")
+        # Each undecided half checked (at least once: a check may repeat before the answer is
+        # stored), carrying its real topic, keys and the transaction id of the send.
+        assert {x["body"] for x in checked} == {"check-commit", "check-rollback"}
+        for x in checked:
+            assert (x["topic"], x["keys"]) == ("JavaTx", f"key-{x['body']}")
+            assert x["transactionId"] == sent[x["body"]]["transactionId"]
+        got = _received(lines)
+        assert sorted(x["body"] for x in got) == ["check-commit", "commit"]
+        assert {x["tags"] for x in got} == {"TagTx"}
+        by_body = {x["body"]: x for x in got}
+        assert by_body["commit"]["msgId"] == sent["commit"]["msgId"]
+        assert by_body["check-commit"]["msgId"] == sent["check-commit"]["msgId"]
+        # Undecided, no consumer saw it: its delivery comes after its first check.
+        first_check = next(i for i, x in enumerate(lines) if x.get("event") == "checked"
+                           and x["body"] == "check-commit")  # fmt: skip
+        delivered = next(i for i, x in enumerate(lines) if x.get("event") == "received"
+                         and x["body"] == "check-commit")  # fmt: skip
+        assert first_check < delivered
+        with MQAdmin(addr) as admin:
+            for body in ("rollback", "check-rollback"):
+                assert admin.query_by_key("JavaTx", f"key-{body}") == []
+            stats = admin.topic_stats("JavaTx")
+            assert sum(o.max_offset for o in stats.offset_table.values()) == 2
+    finally:
+        srv.stop()

@@ -5,6 +5,7 @@ dead-letter queue, pull, reset a group's offsets. Run by the tox env ``java``.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -286,3 +287,115 @@ def test_admin_cli_topic_stats_and_lag(server: str) -> None:
     )
     assert lag, "no lag rows"
     assert "0" in json.dumps(lag)
+
+
+# The Spark network read (option namesrv) against both servers: the same messages, the same
+# rows. The tox env java installs the extra spark for it, so these run beside the brokers this
+# module already started instead of starting an Apache RocketMQ in the env spark.
+
+SPARK_TOPIC = "TwoSpark"
+#: 48 a queue: more than the 32 messages an Apache RocketMQ broker answers per pull.
+SPARK_SMALL = 192
+SPARK_BIG = 4  # bodies past the producer's 4 KiB threshold: sent compressed
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A local SparkSession with the mqcore source (pyspark is in the env: never skipped)."""
+    import os
+    import sys
+
+    require_java()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from mqcore.contrib.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("mqcore-two-servers")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "512m")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+def _spark_body(i: int) -> bytes:
+    if i >= SPARK_SMALL:  # compressible, 10 KiB, different for each
+        return (f"big-{i}-".encode() + bytes(range(256))) * 40
+    return f"m-{i}".encode() * (1 + i % 5)
+
+
+def _spark_fill(server: str) -> tuple[list[tuple[Any, ...]], int]:
+    """Send the messages (message i to queue i % 4, so both servers place each alike); the
+    rows a read must give, and a time between the first half's stores and the second's."""
+    expected = []
+    split_at = 0
+    with Producer("PID_two_spark", namesrv_addr=server) as producer:
+
+        def by_number(mqs: list[MessageQueue], msg: Message, arg: int) -> MessageQueue:
+            return sorted(mqs, key=lambda q: q.queue_id)[arg % 4]
+
+        total = SPARK_SMALL + SPARK_BIG
+        for i in range(total):
+            if i == total // 2:
+                # Every store of the first half is at least 1 ms before split_at, every
+                # store of the second at or after it.
+                time.sleep(0.01)
+                split_at = int(time.time() * 1000)
+                time.sleep(0.01)
+            props = {"a": str(i), "pct": str(i % 10)}
+            msg = Message(topic=SPARK_TOPIC, body=_spark_body(i), tags=f"Tag{'ABC'[i % 3]}",
+                          keys=f"k-{i}", properties=props)  # fmt: skip
+            r = producer.send(msg, selector=by_number, arg=i)
+            assert r.send_status is SendStatus.SEND_OK
+            expected.append(
+                (i % 4, r.queue_offset, msg.tags, msg.keys, props["a"], props["pct"],
+                 hashlib.sha256(msg.body).hexdigest())
+            )  # fmt: skip
+    return expected, split_at
+
+
+def _spark_rows(spark: Any, server: str, **options: str) -> list[tuple[Any, ...]]:
+    reader = spark.read.format("mqcore").option("namesrv", server).option("topic", SPARK_TOPIC)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    rows = reader.load().collect()
+    return sorted(
+        (r["queue_id"], r["queue_offset"], r["tags"], r["keys"], r["properties"]["a"],
+         r["properties"]["pct"], hashlib.sha256(bytes(r["body"])).hexdigest())
+        for r in rows
+    )  # fmt: skip
+
+
+def test_spark_network_read(server: str, spark: Any) -> None:
+    """All rows (four queues of 49 past the 32-a-pull cap, compressed 10 KiB bodies among
+    them), a TAG and a SQL92 filter, a queue subset and a timestamp range: on each server the
+    rows are exactly what was sent."""
+    _topic(server, SPARK_TOPIC)
+    expected, split_at = _spark_fill(server)
+    expected.sort()
+    assert {e[1] for e in expected} == set(range((SPARK_SMALL + SPARK_BIG) // 4))
+    assert _spark_rows(spark, server) == expected
+    # Small pulls: many rounds per queue; the broker's own cap makes the rest.
+    assert _spark_rows(spark, server, pull_batch_size="7", min_partitions="8") == expected
+    assert _spark_rows(spark, server, filter_type="TAG", filter="TagA || TagC") == [
+        e for e in expected if e[2] in ("TagA", "TagC")
+    ]
+    assert _spark_rows(spark, server, filter_type="SQL92", filter="pct < 3 AND a > 100") == [
+        e for e in expected if int(e[5]) < 3 and int(e[4]) > 100
+    ]
+    assert _spark_rows(spark, server, queue_ids="1,3") == [e for e in expected if e[0] in (1, 3)]
+    half = (SPARK_SMALL + SPARK_BIG) // 2
+    second = sorted(e for e in expected if int(e[4]) >= half)
+    first = sorted(e for e in expected if int(e[4]) < half)
+    assert _spark_rows(spark, server, start_timestamp=str(split_at)) == second
+    assert _spark_rows(spark, server, end_timestamp=str(split_at)) == first

@@ -251,3 +251,29 @@ def test_a_code_not_served_is_answered_and_logged(scene: _Scene) -> None:
     assert [e for e in logs if e["event"] == "request_not_supported"] == [
         {"event": "request_not_supported", "code": 9999, "log_level": "warning"}
     ]
+
+
+def test_a_single_send_answers_its_unique_id_as_transaction_id(scene: _Scene) -> None:
+    """As a RocketMQ broker does, a send's answer carries the message's UNIQ_KEY as
+    ``transactionId`` (RocketMQ's Java TransactionMQProducer returns it as the transaction
+    id); a batch has no one id and answers none."""
+    from mqcore.message import format_properties
+
+    def send(code: int, body: bytes, properties: str, batch: bool = False) -> Any:
+        header = headers.SendMessageRequestHeader(
+            producer_group="pg", topic="Orders", default_topic="TBW102",
+            default_topic_queue_nums=4, queue_id=0, sys_flag=0,
+            born_timestamp=int(time.time() * 1000), flag=0, properties=properties,
+            reconsume_times=0, batch=batch,
+        )  # fmt: skip
+        request = RemotingCommand.request(code, header, body)
+        answer = scene.client.invoke(scene.server.address, request, 10)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        return answer.read_header(headers.SendMessageResponseHeader)
+
+    uniq = "7F0000010001000000000000000000AB"
+    answered = send(RequestCode.SEND_MESSAGE, b"tx", format_properties({"UNIQ_KEY": uniq}))
+    assert answered.transaction_id == uniq
+    assert send(RequestCode.SEND_MESSAGE, b"plain", "").transaction_id is None
+    batch = encode_batch([Message(topic="Orders", body=b"b1"), Message(topic="Orders", body=b"b2")])
+    assert send(RequestCode.SEND_MESSAGE, batch, "", batch=True).transaction_id is None

@@ -62,6 +62,9 @@ public final class Scenarios {
                 Bench.run(ns, rest[0], rest[1], Integer.parseInt(rest[2]),
                         Integer.parseInt(rest[3]));
                 break;
+            case "transaction":
+                Transactions.run(ns, rest[0], rest[1]);
+                break;
             case "admin":
                 Admin.run(ns, rest[0], rest[1]);
                 break;
