@@ -17,9 +17,8 @@ from typing import Any
 
 from mqcore.broker import Broker
 from mqcore.errors import MQError
-from mqcore.grpc.access import GrpcAccess
 from mqcore.grpc.pb import grpc, service_grpc
-from mqcore.grpc.service import MessagingService
+from mqcore.grpc.service import CallAccess, MessagingService
 from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 
@@ -81,7 +80,7 @@ class GrpcServer:
         workers: int = 8,
         receivers: int = 32,
         tls: GrpcTls | None = None,
-        access: GrpcAccess | None = None,
+        access: CallAccess | None = None,
     ) -> None:
         self.tls = tls
         self._access = access

@@ -13,11 +13,10 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Executor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from mqcore.broker import Broker
 from mqcore.errors import MQError
-from mqcore.grpc.access import GrpcAccess, call_needs
 from mqcore.grpc.checks import check_group, check_topic
 from mqcore.grpc.clients import ClientRegistry
 from mqcore.grpc.consume import Consumer
@@ -106,6 +105,13 @@ def _subscriptions(settings: Any) -> list[SubscriptionData]:
     return out
 
 
+class CallAccess(Protocol):
+    """The ACL check of a call (the server's, :mod:`mqcore.server.grpc_access`): refuses with
+    GrpcStatusError UNAUTHORIZED or FORBIDDEN."""
+
+    def check(self, call: str, request: Any, metadata: Any, peer: str) -> None: ...
+
+
 class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[misc]
     """The servicer of one broker, served at ``address``.
 
@@ -126,7 +132,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         self.consumer = Consumer(broker)
         self.transactions = Transactions(broker)
         #: the ACL check of every call (``mqcore serve --acl``), or None: every call served
-        self.access: GrpcAccess | None = None
+        self.access: CallAccess | None = None
         try:
             #: the server's event loop (the service is made on it)
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -137,12 +143,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         """Refuse ``call`` (GrpcStatusError UNAUTHORIZED or FORBIDDEN) unless the ACL in
         force lets its caller make it; nothing when there is no ACL."""
         if self.access is not None:
-            self.access.check(
-                call,
-                context.invocation_metadata(),
-                peer_host(context),
-                call_needs(call, request) if request is not None else [],
-            )
+            self.access.check(call, request, context.invocation_metadata(), peer_host(context))
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()

@@ -70,7 +70,7 @@ class Server:
     :param grpc_listen: ``HOST:PORT`` of RocketMQ 5's gRPC messaging service on the same
         broker (the 5.x clients' endpoint), or None for none; needs the ``mqcore[grpc]``
         extra. See :mod:`mqcore.grpc`. With ``acl`` its calls are checked against the same
-        file (:mod:`mqcore.grpc.access`).
+        file (:mod:`mqcore.server.grpc_access`).
     :param grpc_tls: ``(cert, key, ca)`` PEM files: the gRPC port takes TLS only (mutual
         with a CA), or None for plaintext.
     """
@@ -145,8 +145,8 @@ class Server:
                 self.remoting.processor = self.metrics.processor
             if grpc_listen is not None:
                 # Imported only when asked for: grpcio is an optional extra.
-                from mqcore.grpc.access import GrpcAccess
                 from mqcore.grpc.server import GrpcServer, GrpcTls
+                from mqcore.server.grpc_access import GrpcAccess
 
                 grpc_access = None
                 if acl_file is not None:

@@ -17,9 +17,9 @@ import pytest
 from certs import Certs, make_certs
 from grpcserve import GrpcServe, run_script
 
-from mqcore.grpc.access import sign
 from mqcore.grpc.pb import definition, service, service_grpc
 from mqcore.server import Server
+from mqcore.server.grpc_access import sign
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -112,13 +112,15 @@ class GrpcAccess:
     def __init__(self, config: Callable[[], AclConfig]) -> None:
         self._config = config
 
-    def check(self, call: str, metadata: Any, peer: str, needs: Needs) -> None:
+    def check(self, call: str, request: Any, metadata: Any, peer: str) -> None:
         """Let the call through, or refuse it.
 
+        :param request: the call's request message (None: only the signature is checked).
         :param metadata: the call's (key, value) metadata.
         :param peer: the caller's ``host:port``.
         :raises GrpcStatusError: UNAUTHORIZED (no or bad credentials) or FORBIDDEN (a
             permission missing)."""
+        needs = call_needs(call, request) if request is not None else []
         try:
             self._check(metadata, peer, needs)
         except GrpcStatusError as exc:
