@@ -32,7 +32,7 @@ from mqcore.message import PROPERTY_UNIQ_KEY, Message, system_message
 from mqcore.protocol.send import py_encode_batch, wire_properties
 from mqcore.validation import check_copied_properties
 
-from .writing import _names_ok, _Other, _plain, _strings
+from .writing import _columns, _names_ok, _Other, _plain, _strings
 
 __all__ = [
     "SPEEDUPS",
@@ -64,39 +64,6 @@ def uniq_prefix(write_id: int, partition: int) -> str:
 def uniq_key(prefix: str, row: int) -> str:
     """The ``UNIQ_KEY`` of row ``row`` (its number in the task) under ``prefix``."""
     return f"{prefix}{row % _ROW_LIMIT:012X}"
-
-
-def _columns(batch: pa.RecordBatch) -> tuple[Any, ...] | None:
-    """The buffers ``arrow_batches`` reads, or None when a column takes the message path."""
-    names = batch.schema.names
-
-    def column(name: str) -> Any:
-        return batch.column(name) if name in names else None
-
-    try:
-        body = _strings(column("body"))
-        tags = _strings(column("tags"))
-        keys = _strings(column("keys"))
-        props = None
-        arr = column("properties")
-        if arr is not None:
-            if arr.type != _PROPERTIES or not _plain(arr) or not _plain(arr.values):
-                raise _Other
-            names_arr, values_arr = arr.values.field(0), arr.values.field(1)
-            if not _names_ok(names_arr):
-                return None
-            props = (arr.buffers()[0], arr.buffers()[1], _strings(names_arr), _strings(values_arr))
-        replay = None
-        arr = column("commitlog_offset")
-        if arr is not None:
-            if not pa.types.is_integer(arr.type):
-                raise _Other
-            if arr.type != pa.int64() or not _plain(arr):
-                arr = pa.concat_arrays([arr.cast(pa.int64())])
-            replay = (arr.buffers()[0], arr.buffers()[1])
-    except _Other:
-        return None
-    return body, tags, keys, props, replay
 
 
 def arrow_batches(

@@ -81,12 +81,9 @@ def _names_ok(keys: pa.Array) -> bool:
     return True
 
 
-def arrow_prepare(batch: pa.RecordBatch, topic: str, born_timestamp: int) -> list[Any] | None:
-    """:func:`mqcore.codec.prepare`'s tuples for the rows of ``batch`` under ``topic``, or
-    None when the batch must take the message path (see the module docstring)."""
-    if not SPEEDUPS or batch.num_rows == 0:
-        return None
-    assert _speedups is not None
+def _columns(batch: pa.RecordBatch) -> tuple[Any, ...] | None:
+    """The column buffers the C builders read (body, tags, keys, properties, replay
+    offsets), or None when a column takes the message path."""
     names = batch.schema.names
 
     def column(name: str) -> Any:
@@ -115,6 +112,19 @@ def arrow_prepare(batch: pa.RecordBatch, topic: str, born_timestamp: int) -> lis
             replay = (arr.buffers()[0], arr.buffers()[1])
     except _Other:
         return None
+    return body, tags, keys, props, replay
+
+
+def arrow_prepare(batch: pa.RecordBatch, topic: str, born_timestamp: int) -> list[Any] | None:
+    """:func:`mqcore.codec.prepare`'s tuples for the rows of ``batch`` under ``topic``, or
+    None when the batch must take the message path (see the module docstring)."""
+    if not SPEEDUPS or batch.num_rows == 0:
+        return None
+    assert _speedups is not None
+    columns = _columns(batch)
+    if columns is None:
+        return None
+    body, tags, keys, props, replay = columns
     return _speedups.arrow_prepare(  # type: ignore[no-any-return]
         batch.num_rows,
         body,
