@@ -7,6 +7,13 @@ which the consumer calls every 5 s and at shutdown. A consumer that crashes lose
 progress made since its last commit; the next owner of the queue re-reads those messages
 (at-least-once).
 
+A commit carries only offsets this member changed since it last committed them or read them
+from the broker. RocketMQ's client commits every cached offset each time; but a member that
+has just taken a queue caches the offset it read, and if the previous owner's last commit
+lands after that read, committing the read offset again moves the group back (the broker
+logs ``consumer_offset_moved_back``) and the queue is consumed again from there. A member
+that took a queue and consumed nothing from it has nothing of its own to say about it.
+
 Options: ``broker``, any object with ``query_consumer_offset(consumer_group, topic, queue_id)
 -> int`` (-1 when none) and ``update_consumer_offset(consumer_group, topic, queue_id,
 commit_offset)`` (the embedded :class:`~mqcore.Broker` has both); ``group``, the consumer group.
@@ -101,6 +108,7 @@ class BrokerOffsetStore(CachedOffsets):
         if offset < 0:
             return -1
         self._cache.update(mq, offset)
+        self._cache.mark_stored(mq, offset)
         return offset
 
     def _commit(self, mq: MessageQueue, offset: int) -> bool:
@@ -116,10 +124,12 @@ class BrokerOffsetStore(CachedOffsets):
                 error=f"{type(exc).__name__}: {exc}",
             )
             return False
+        self._cache.mark_stored(mq, offset)
         return True
 
     def persist_all(self, mqs: Iterable[MessageQueue]) -> None:
-        """Commit the cached offsets of ``mqs`` to the broker.
+        """Commit the cached offsets of ``mqs`` that changed since they were last committed
+        or read from the broker.
 
         As in RocketMQ, cached queues not in ``mqs`` (no longer owned after a rebalance) are
         dropped from the cache; an empty ``mqs`` does nothing. A failed commit is logged
@@ -129,11 +139,20 @@ class BrokerOffsetStore(CachedOffsets):
         if not mqs:
             return
         owned, unused = self._cache.split(mqs)
-        for mq, offset in sorted(owned.items()):
-            self._commit(mq, offset)
+        for mq in sorted(owned):
+            offset = self._cache.changed(mq)
+            if offset is not None:
+                self._commit(mq, offset)
         for mq in unused:
             self._cache.remove(mq)
             log.info("offset_unused_mq_removed", group=self.group, mq=str(mq))
+
+    def persist(self, mq: MessageQueue) -> None:
+        """Commit the cached offset of ``mq`` if it changed since it was last committed or
+        read from the broker."""
+        offset = self._cache.changed(mq)
+        if offset is not None:
+            self._commit(mq, offset)
 
     def _write_one(self, mq: MessageQueue, offset: int) -> None:
         self._commit(mq, offset)

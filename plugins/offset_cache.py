@@ -27,9 +27,14 @@ class OffsetCache:
     """Thread-safe next-offset-to-consume per :class:`~mqcore.MessageQueue`.
 
     Consumer threads update it while the persist timer reads it, hence the lock.
+
+    It also remembers, per queue, the offset the store is known to hold (read from it or
+    written to it: :meth:`mark_stored`), so that a store can write only what changed since
+    (:meth:`changed`).
     """
 
     _offsets: dict[MessageQueue, int] = attrs.field(init=False, factory=dict)
+    _stored: dict[MessageQueue, int] = attrs.field(init=False, factory=dict)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
     def update(self, mq: MessageQueue, offset: int, increase_only: bool = False) -> None:
@@ -53,7 +58,22 @@ class OffsetCache:
     def remove(self, mq: MessageQueue) -> bool:
         """Forget ``mq``; whether it was cached."""
         with self._lock:
+            self._stored.pop(mq, None)
             return self._offsets.pop(mq, None) is not None
+
+    def mark_stored(self, mq: MessageQueue, offset: int) -> None:
+        """Note that the store holds ``offset`` for ``mq`` (just read from it or written)."""
+        with self._lock:
+            self._stored[mq] = offset
+
+    def changed(self, mq: MessageQueue) -> int | None:
+        """The cached offset of ``mq`` when it differs from the one the store is known to
+        hold (or the store's is unknown); None when it is not cached or unchanged."""
+        with self._lock:
+            offset = self._offsets.get(mq)
+            if offset is None or self._stored.get(mq) == offset:
+                return None
+            return offset
 
     def snapshot(self, topic: str | None = None) -> dict[MessageQueue, int]:
         """A copy of the cached offsets, of ``topic`` only when given (and not empty)."""

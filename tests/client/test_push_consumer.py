@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from mqtest import fast_clock
 from mqtest import wait_until as _wait_until
+from structlog.testing import capture_logs
 
 from mqcore import (
     Broker,
@@ -24,6 +25,8 @@ from mqcore import (
     PushConsumer,
 )
 from mqcore.errors import MQClientError, NotRegisteredError
+from mqcore.message import MessageQueue
+from mqcore.plugins.offset_broker import BrokerOffsetStore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,6 +110,104 @@ def test_two_members_share_queues_and_rebalance_on_leave(broker: Broker) -> None
         c1.shutdown()
         c2.shutdown()
     assert sorted(int(m.body) for m in a + b) == sorted(list(range(200)) + list(range(100)))
+
+
+def test_queue_changing_member_never_moves_the_offset_back(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new member reads a queue's offset before the old member's release commit lands,
+    and commits before it consumes anything: the old member's offset stays (no
+    consumer_offset_moved_back), and only what the old member consumed before that commit
+    is delivered again."""
+    cond = threading.Condition()
+    read_by_new: dict[MessageQueue, int] = {}
+    released: set[MessageQueue] = set()
+    new_committed = threading.Event()
+    c1: PushConsumer | None = None
+    c2: PushConsumer | None = None
+    real_read, real_persist = BrokerOffsetStore.read_offset, BrokerOffsetStore.persist
+    real_persist_all = BrokerOffsetStore.persist_all
+
+    def read_offset(self: BrokerOffsetStore, mq: MessageQueue, from_store: bool = False) -> int:
+        offset = real_read(self, mq, from_store)
+        if c2 is not None and self is c2.offset_store and from_store:
+            with cond:
+                read_by_new[mq] = offset
+                cond.notify_all()
+        return offset
+
+    def persist(self: BrokerOffsetStore, mq: MessageQueue) -> None:
+        # The old member's release commit waits for the new member's read of the queue.
+        if c1 is not None and self is c1.offset_store:
+            with cond:
+                assert cond.wait_for(lambda: mq in read_by_new, timeout=20)
+        real_persist(self, mq)
+        with cond:
+            released.add(mq)
+            cond.notify_all()
+
+    def persist_all(self: BrokerOffsetStore, mqs: Any) -> None:
+        # The new member's first commit comes after the old member's release commits.
+        mqs = list(mqs)
+        if c2 is not None and self is c2.offset_store:
+            with cond:
+                assert cond.wait_for(lambda: set(read_by_new) <= released, timeout=20)
+        real_persist_all(self, mqs)
+        if c2 is not None and self is c2.offset_store:
+            new_committed.set()
+
+    monkeypatch.setattr(BrokerOffsetStore, "read_offset", read_offset)
+    monkeypatch.setattr(BrokerOffsetStore, "persist", persist)
+    monkeypatch.setattr(BrokerOffsetStore, "persist_all", persist_all)
+
+    a, b = [], []  # type: ignore[var-annotated]
+    gate = threading.Event()
+    c1 = _consumer(broker, "c1", a, persist_consumer_offset_interval=3600)
+    c2 = PushConsumer(
+        "cg",
+        broker=broker,
+        instance_name="c2",
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        persist_consumer_offset_interval=3600,
+    )
+    c2.subscribe("T", "*")
+    lock = threading.Lock()
+
+    def held(msgs, ctx):  # type: ignore[no-untyped-def]
+        gate.wait(20)  # nothing consumed before the new member's first commit
+        with lock:
+            b.extend(msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c2.register_message_listener(held)
+    try:
+        with capture_logs() as logs:
+            c1.start()
+            assert wait_until(lambda: len(c1.assigned_queues("T")) == 8)
+            _produce(broker, 200)
+            assert wait_until(lambda: len(a) >= 200)
+            c2.start()
+            assert wait_until(lambda: len(c2.assigned_queues("T")) == 4)
+            with cond:
+                assert cond.wait_for(lambda: len(read_by_new) == 4 <= len(released), timeout=20)
+            moved = {mq.queue_id for mq in c2.assigned_queues("T")}
+            assert new_committed.wait(20)  # c2's first round commits after its rebalance
+            committed = {q: broker.query_consumer_offset("cg", "T", q) for q in moved}
+            gate.set()
+            # c1 consumed each of the moved queues to its end before releasing it.
+            again = [m for m in a if m.queue_id in moved]
+            assert wait_until(lambda: len(b) >= len(again))
+    finally:
+        gate.set()
+        c1.shutdown()
+        c2.shutdown()
+    assert [e for e in logs if e["event"] == "consumer_offset_moved_back"] == []
+    maxes = {q: broker.get_max_offset("T", q) for q in range(8)}
+    assert committed == {q: maxes[q] for q in moved}  # the old member's, kept
+    assert {q: broker.query_consumer_offset("cg", "T", q) for q in range(8)} == maxes
+    assert sorted(int(m.body) for m in a) == list(range(200))
+    # Delivered again: exactly what the old member consumed of the moved queues, once.
+    assert sorted(int(m.body) for m in b) == sorted(int(m.body) for m in again)
 
 
 def test_unknown_strategy_fails_at_start_listing_names(broker: Broker) -> None:

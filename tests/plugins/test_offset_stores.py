@@ -255,6 +255,27 @@ def test_broker_persist_commits_and_drops_unowned(kernel: mqcore.Kernel, fake: F
     assert fake.offsets.get(("g", "T", 1)) is None
 
 
+def test_broker_commits_only_what_changed_since_read_or_commit(
+    kernel: mqcore.Kernel, fake: FakeBroker
+) -> None:
+    """A member that took a queue and consumed nothing from it does not commit the offset it
+    read: the previous owner's last commit, landing after that read, stays."""
+    fake.offsets[("g", "T", 0)] = 10
+    old = kernel.offset_store("broker", broker=fake, group="g")
+    new = kernel.offset_store("broker", broker=fake, group="g")
+    old.update_offset(MQ0, 15)  # consumed up to 15, not committed yet
+    assert new.read_offset(MQ0, True) == 10  # the next owner takes the queue
+    old.persist(MQ0)  # the previous owner's release commit
+    new.persist_all([MQ0])
+    new.persist(MQ0)
+    assert fake.commits == [("g", "T", 0, 15)]
+    new.update_offset(MQ0, 17, True)  # now it has progress of its own
+    new.persist_all([MQ0])
+    new.persist_all([MQ0])  # committed once: unchanged since
+    new.persist(MQ0)
+    assert fake.commits == [("g", "T", 0, 15), ("g", "T", 0, 17)]
+
+
 def test_broker_failures_are_logged_not_raised(kernel: mqcore.Kernel, fake: FakeBroker) -> None:
     store = kernel.offset_store("broker", broker=fake, group="g")
     store.update_offset(MQ0, 10)
