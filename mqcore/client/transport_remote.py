@@ -478,6 +478,7 @@ class RemoteTransport:
                     self._route(sub.topic, introduce=False)
                 except BrokerError:
                     pass  # not created yet: the heartbeat still goes out
+        self._clean_offline_brokers()
         body = bodies.HeartbeatData(
             client_id=client_id,
             producer_data_set=[bodies.ProducerData(group_name=g) for g in producer_groups],
@@ -520,6 +521,36 @@ class RemoteTransport:
                 _check(resp)
         if failed and len(failed) == len(self.namesrv_addrs):
             raise failed[0]
+
+    def _clean_offline_brokers(self) -> None:
+        """Forget the brokers no route this client holds names any more, and close their
+        connections (RocketMQ's MQClientInstance.cleanOfflineBroker, run before each
+        heartbeat): a group that shut down would otherwise be heartbeated, and fail, every
+        round for as long as the client runs."""
+        with self._lock:
+            named = {
+                addr
+                for _, route in self._routes.values()
+                for b in route.broker_datas
+                for _, addr in b.broker_addrs
+            }
+            known = set(self._brokers.values())
+            for name, members in list(self._members.items()):
+                known.update(members.values())
+                kept = {i: a for i, a in members.items() if a in named}
+                if kept:
+                    self._members[name] = kept
+                else:
+                    del self._members[name]
+            for name, addr in list(self._brokers.items()):
+                if addr not in named:
+                    del self._brokers[name]
+            for mq in [mq for mq in self._pull_from if mq.broker_name not in self._members]:
+                del self._pull_from[mq]
+        # A name server's address may also be a broker's (mqcore serve answers as both).
+        for addr in sorted(known - named - set(self.namesrv_addrs)):
+            log.info("offline_broker_removed", addr=addr)
+            self.client.close_connection(addr)
 
     def _forget_partial_retry_routes(
         self, consumer_data: list[ConsumerData], masters: list[str]

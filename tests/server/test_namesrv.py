@@ -929,3 +929,47 @@ def test_registration_survives_a_round_that_raises(tmp_path: Path) -> None:
                 time.sleep(0.05)
             assert failures == [1]
             assert registrar._thread.is_alive()
+
+
+def test_a_broker_no_route_names_any_more_is_pruned_and_its_connection_closed(
+    tmp_path, monkeypatch
+):
+    """RocketMQ's cleanOfflineBroker: once no route the client holds names a broker group
+    (it shut down and unregistered), the client forgets its address, closes its connection
+    and heartbeats it no more: no heartbeat_failed every round for a broker long gone."""
+    from structlog.testing import capture_logs
+
+    monkeypatch.setattr(transport_remote, "ROUTE_TTL_S", 0.0)  # each heartbeat asks anew
+    with (
+        Broker(tmp_path / "a") as live_a,
+        Broker(tmp_path / "b") as live_b,
+        NamesrvServer("127.0.0.1:0") as ns,
+        _served(live_a) as (server_a, address_a),
+        _served(live_b) as (_, address_b),
+    ):
+        for live in (live_a, live_b):
+            live.create_topic("T", 1)
+        ns.tables.register(_header("broker-a", address_a), _TOPICS)
+        ns.tables.register(_header("broker-b", address_b), _TOPICS)
+        transport = RemoteTransport(ns.address)
+        try:
+            data = ConsumerData(group_name="cg", subscriptions=[SubscriptionData(topic="T")])
+            transport.heartbeat("c@1", consumer_data=[data])
+            assert live_a.get_consumer_list_by_group("cg") == ["c@1"]
+            assert address_a in transport.client._conns
+            ns.tables.unregister(address_a)  # broker-a shuts down: the route loses it
+            transport.heartbeat("c@1", consumer_data=[data])
+            assert "broker-a" not in transport._brokers
+            assert "broker-a" not in transport._members
+            _wait(lambda: address_a not in transport.client._conns, timeout=10)
+            transport.heartbeat("c@1", consumer_data=[data])
+            assert address_a not in transport.client._conns  # not heartbeated again
+            server_a.close()
+            with capture_logs() as logs:
+                transport.heartbeat("c@1", consumer_data=[data])
+                transport.heartbeat("c@1", consumer_data=[data])
+            assert [e for e in logs if e["event"] == "heartbeat_failed"] == []
+            assert live_b.get_consumer_list_by_group("cg") == ["c@1"]
+            assert address_b in transport.client._conns  # the live group's is kept
+        finally:
+            transport.close()
