@@ -663,263 +663,8 @@ static int has_separator(const unsigned char *s, Py_ssize_t n)
     return memchr(s, 1, (size_t)n) != NULL || memchr(s, 2, (size_t)n) != NULL;
 }
 
-PyDoc_STRVAR(arrow_prepare_doc,
-"arrow_prepare(n, body, tags, keys, properties, replay, topic_head, born_timestamp, crc32,\n"
-"              reserved) -> list | None\n\n"
-"codec.prepare's tuples for ``n`` rows of Arrow columns, or None when a row needs the\n"
-"checks of Message (see mqcore.contrib.spark.writing.py_arrow_prepare, the reference).");
-
-static PyObject *speedups_arrow_prepare(PyObject *self, PyObject *args)
-{
-    Py_ssize_t n;
-    PyObject *body_obj, *tags_obj, *keys_obj, *props_obj, *replay_obj, *born, *crc32, *reserved;
-    const char *head;
-    Py_ssize_t head_len;
-    if (!PyArg_ParseTuple(args, "nOOOOOy#OOO!:arrow_prepare", &n, &body_obj, &tags_obj,
-                          &keys_obj, &props_obj, &replay_obj, &head, &head_len, &born, &crc32,
-                          &PyTuple_Type, &reserved))
-        return NULL;
-    strcol_t body, tags, keys, pkeys, pvalues;
-    Py_buffer map_valid, map_offsets, replay_valid, replay_data;
-    int has_map = 0, has_map_valid = 0, has_replay = 0, has_replay_valid = 0;
-    PyObject *out = NULL, *zero = NULL, *result = NULL;
-    memset(&body, 0, sizeof(body));
-    memset(&tags, 0, sizeof(tags));
-    memset(&keys, 0, sizeof(keys));
-    memset(&pkeys, 0, sizeof(pkeys));
-    memset(&pvalues, 0, sizeof(pvalues));
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "arrow_prepare: n must be >= 0");
-        return NULL;
-    }
-    if (strcol_get(body_obj, n, "body", &body) < 0 || strcol_get(tags_obj, n, "tags", &tags) < 0 ||
-        strcol_get(keys_obj, n, "keys", &keys) < 0)
-        goto done;
-    if (!body.present) {
-        PyErr_SetString(PyExc_ValueError, "arrow_prepare: the body column is required");
-        goto done;
-    }
-    const int32_t *moff = NULL;
-    if (props_obj != Py_None) {
-        /* (map validity, map offsets, (key column), (value column)) */
-        if (!PyTuple_Check(props_obj) || PyTuple_GET_SIZE(props_obj) != 4) {
-            PyErr_SetString(PyExc_TypeError, "properties: (validity, offsets, keys, values)");
-            goto done;
-        }
-        if (PyTuple_GET_ITEM(props_obj, 0) != Py_None) {
-            if (PyObject_GetBuffer(PyTuple_GET_ITEM(props_obj, 0), &map_valid, PyBUF_SIMPLE) < 0)
-                goto done;
-            has_map_valid = 1;
-            if (map_valid.len < (n + 7) / 8) {
-                PyErr_SetString(PyExc_ValueError, "properties: validity bitmap too short");
-                goto done;
-            }
-        }
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(props_obj, 1), &map_offsets, PyBUF_SIMPLE) < 0)
-            goto done;
-        has_map = 1;
-        if (map_offsets.len < 4 * (n + 1)) {
-            PyErr_SetString(PyExc_ValueError, "properties: too few offsets");
-            goto done;
-        }
-        moff = (const int32_t *)map_offsets.buf;
-        Py_ssize_t entries = n ? moff[n] : 0;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (moff[i] < 0 || moff[i] > moff[i + 1]) {
-                PyErr_Format(PyExc_ValueError, "properties: bad offsets at row %zd", i);
-                goto done;
-            }
-        if ((n && moff[0] < 0) ||
-            strcol_get(PyTuple_GET_ITEM(props_obj, 2), entries, "property names", &pkeys) < 0 ||
-            strcol_get(PyTuple_GET_ITEM(props_obj, 3), entries, "property values", &pvalues) < 0)
-            goto done;
-        if (!pkeys.present || !pvalues.present) {
-            PyErr_SetString(PyExc_ValueError, "properties: names and values are required");
-            goto done;
-        }
-    }
-    const int64_t *replay = NULL;
-    if (replay_obj != Py_None) {
-        if (!PyTuple_Check(replay_obj) || PyTuple_GET_SIZE(replay_obj) != 2) {
-            PyErr_SetString(PyExc_TypeError, "replay: (validity, int64 values)");
-            goto done;
-        }
-        if (PyTuple_GET_ITEM(replay_obj, 0) != Py_None) {
-            if (PyObject_GetBuffer(PyTuple_GET_ITEM(replay_obj, 0), &replay_valid, PyBUF_SIMPLE) < 0)
-                goto done;
-            has_replay_valid = 1;
-            if (replay_valid.len < (n + 7) / 8) {
-                PyErr_SetString(PyExc_ValueError, "replay: validity bitmap too short");
-                goto done;
-            }
-        }
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(replay_obj, 1), &replay_data, PyBUF_SIMPLE) < 0)
-            goto done;
-        has_replay = 1;
-        if (replay_data.len < 8 * n) {
-            PyErr_SetString(PyExc_ValueError, "replay: too few values");
-            goto done;
-        }
-        replay = (const int64_t *)replay_data.buf;
-    }
-    Py_ssize_t nreserved = PyTuple_GET_SIZE(reserved);
-    for (Py_ssize_t r = 0; r < nreserved; r++)
-        if (!PyBytes_Check(PyTuple_GET_ITEM(reserved, r))) {
-            PyErr_SetString(PyExc_TypeError, "arrow_prepare: reserved names are bytes");
-            goto done;
-        }
-    zero = PyLong_FromLong(0);
-    out = PyList_New(n);
-    if (zero == NULL || out == NULL)
-        goto done;
-    static const char replay_name[] = "REPLAY_ID";
-    const Py_ssize_t replay_name_len = sizeof(replay_name) - 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const unsigned char *b = NULL, *t = NULL, *k = NULL;
-        Py_ssize_t blen = 0, tlen = 0, klen = 0;
-        if (!strcol_value(&body, i, &b, &blen)) {
-            b = (const unsigned char *)"";
-            blen = 0; /* a null body is stored empty */
-        }
-        int has_tag = strcol_value(&tags, i, &t, &tlen);
-        int has_key = strcol_value(&keys, i, &k, &klen);
-        if ((has_tag && has_separator(t, tlen)) || (has_key && has_separator(k, klen)))
-            goto slow;
-        /* The property string: user properties, REPLAY_ID, TAGS, KEYS (message_trailer's
-         * order). */
-        Py_ssize_t first = 0, last = 0, plen = 0;
-        int replay_named = 0;
-        if (has_map && !(has_map_valid && !bit_set(&map_valid, i))) {
-            first = moff[i];
-            last = moff[i + 1];
-        }
-        for (Py_ssize_t e = first; e < last; e++) {
-            const unsigned char *name, *value;
-            Py_ssize_t name_len, value_len;
-            if (!strcol_value(&pkeys, e, &name, &name_len) ||
-                !strcol_value(&pvalues, e, &value, &value_len) || name_len == 0 ||
-                has_separator(name, name_len) || has_separator(value, value_len))
-                goto slow; /* Message's checks say what is wrong */
-            for (Py_ssize_t r = 0; r < nreserved; r++) {
-                PyObject *rn = PyTuple_GET_ITEM(reserved, r);
-                if (PyBytes_GET_SIZE(rn) == name_len &&
-                    memcmp(PyBytes_AS_STRING(rn), name, (size_t)name_len) == 0)
-                    goto slow;
-            }
-            for (Py_ssize_t o = first; o < e; o++) { /* a name twice: dict semantics */
-                const unsigned char *other;
-                Py_ssize_t other_len;
-                strcol_value(&pkeys, o, &other, &other_len);
-                if (other_len == name_len && memcmp(other, name, (size_t)name_len) == 0)
-                    goto slow;
-            }
-            if (name_len == replay_name_len && memcmp(name, replay_name, (size_t)name_len) == 0)
-                replay_named = 1;
-            plen += name_len + value_len + 2;
-        }
-        char replay_text[24];
-        Py_ssize_t replay_len = 0;
-        if (replay && !replay_named && !(has_replay_valid && !bit_set(&replay_valid, i))) {
-            replay_len = PyOS_snprintf(replay_text, sizeof(replay_text), "%lld",
-                                       (long long)replay[i]);
-            plen += replay_name_len + replay_len + 2;
-        }
-        if (has_tag && tlen)
-            plen += 4 + tlen + 2;
-        if (has_key && klen)
-            plen += 4 + klen + 2;
-        if (plen > MAX_PROPERTIES_SIZE)
-            goto slow;
-        PyObject *trailer = PyBytes_FromStringAndSize(NULL, head_len + 2 + plen);
-        if (trailer == NULL)
-            goto done;
-        unsigned char *w = BYTES(trailer);
-        memcpy(w, head, (size_t)head_len);
-        w += head_len;
-        *w++ = (unsigned char)(plen >> 8);
-        *w++ = (unsigned char)plen;
-#define PUT_PAIR(np, nl, vp, vl)                                                             \
-    do {                                                                                     \
-        memcpy(w, (np), (size_t)(nl));                                                       \
-        w += (nl);                                                                           \
-        *w++ = 1;                                                                            \
-        memcpy(w, (vp), (size_t)(vl));                                                       \
-        w += (vl);                                                                           \
-        *w++ = 2;                                                                            \
-    } while (0)
-        for (Py_ssize_t e = first; e < last; e++) {
-            const unsigned char *name, *value;
-            Py_ssize_t name_len, value_len;
-            strcol_value(&pkeys, e, &name, &name_len);
-            strcol_value(&pvalues, e, &value, &value_len);
-            PUT_PAIR(name, name_len, value, value_len);
-        }
-        if (replay_len)
-            PUT_PAIR(replay_name, replay_name_len, replay_text, replay_len);
-        if (has_tag && tlen)
-            PUT_PAIR("TAGS", 4, t, tlen);
-        if (has_key && klen)
-            PUT_PAIR("KEYS", 4, k, klen);
-#undef PUT_PAIR
-        PyObject *body_bytes = PyBytes_FromStringAndSize((const char *)b, blen);
-        PyObject *crc = body_bytes ? PyObject_CallOneArg(crc32, body_bytes) : NULL;
-        unsigned long crc_value = crc ? PyLong_AsUnsignedLongMask(crc) : 0;
-        Py_XDECREF(crc);
-        PyObject *keys_str = NULL;
-        if (crc != NULL && !(crc_value == (unsigned long)-1 && PyErr_Occurred())) {
-            keys_str = has_key ? PyUnicode_DecodeUTF8((const char *)k, klen, "strict")
-                               : Py_NewRef(Py_None);
-        }
-        PyObject *item = keys_str ? PyTuple_New(P_FIELDS) : NULL;
-        PyObject *size = item ? PyLong_FromSsize_t(HEADER_SIZE + blen + head_len + 2 + plen)
-                              : NULL;
-        PyObject *crc_obj = size ? PyLong_FromUnsignedLong(crc_value & 0x7FFFFFFFUL) : NULL;
-        PyObject *code = crc_obj ? PyLong_FromLong(has_tag && tlen ? java_hash(t, tlen) : 0)
-                                 : NULL;
-        if (code == NULL) {
-            Py_XDECREF(body_bytes);
-            Py_DECREF(trailer);
-            Py_XDECREF(keys_str);
-            Py_XDECREF(item);
-            Py_XDECREF(size);
-            Py_XDECREF(crc_obj);
-            goto done;
-        }
-        fill_prepared(item, size, body_bytes, trailer, crc_obj, Py_NewRef(zero), Py_NewRef(zero),
-                      Py_NewRef(born), Py_NewRef(zero), Py_NewRef(zero), code, keys_str);
-        /* Bytes, ints, a str and None: the tuple cannot be part of a cycle, so the garbage
-         * collector need not track it (CPython untracks such tuples itself, later). Tracked,
-         * a batch of them makes the collector walk them again and again. */
-        PyObject_GC_UnTrack(item);
-        PyList_SET_ITEM(out, i, item);
-    }
-    result = Py_NewRef(out);
-    goto done;
-slow:
-    result = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(out);
-    Py_XDECREF(zero);
-    strcol_release(&body);
-    strcol_release(&tags);
-    strcol_release(&keys);
-    strcol_release(&pkeys);
-    strcol_release(&pvalues);
-    if (has_map_valid)
-        PyBuffer_Release(&map_valid);
-    if (has_map)
-        PyBuffer_Release(&map_offsets);
-    if (has_replay_valid)
-        PyBuffer_Release(&replay_valid);
-    if (has_replay)
-        PyBuffer_Release(&replay_data);
-    return result;
-}
-
-/* --- SEND_BATCH_MESSAGE bodies straight from Arrow columns (mqcore.contrib.spark.netbatch) */
-
 /* The columns a row of the sink reads: body, tags, keys, the properties map, the replay
- * offsets. */
+ * offsets. arrow_prepare and arrow_batches both read them through rowcols_get. */
 typedef struct {
     strcol_t body, tags, keys, pkeys, pvalues;
     Py_buffer map_valid, map_offsets, replay_valid, replay_data;
@@ -945,8 +690,9 @@ static void rowcols_release(rowcols_t *c)
         PyBuffer_Release(&c->replay_data);
     c->has_map = c->has_map_valid = c->has_replay = c->has_replay_valid = 0;
 }
-
-/* Fill ``c`` with ``n`` rows' columns, as arrow_prepare takes them. */
+/* Fill ``c`` with the columns of ``n`` rows: (validity, offsets, data) for body, tags and
+ * keys, (validity, offsets, names, values) for the properties map, (validity, int64 values)
+ * for the replay offsets; None for an absent column (the body is required). */
 static int rowcols_get(rowcols_t *c, Py_ssize_t n, PyObject *body, PyObject *tags,
                        PyObject *keys, PyObject *props, PyObject *replay)
 {
@@ -1020,11 +766,12 @@ static int rowcols_get(rowcols_t *c, Py_ssize_t n, PyObject *body, PyObject *tag
     return 0;
 }
 
-/* What one row's batch element holds, measured before it is written. */
+/* What one row holds, measured before it is written: its body, tag and key, its entries
+ * of the properties map, and the length of its property string. */
 typedef struct {
     const unsigned char *b, *t, *k;
     Py_ssize_t blen, tlen, klen, first, last, plen, replay_len;
-    int has_tag, has_key, uniq_named;
+    int has_tag, has_key, add_uniq;
     char replay_text[24];
 } element_t;
 
@@ -1033,20 +780,26 @@ static const char UNIQ_NAME[] = "UNIQ_KEY";
 #define UNIQ_ROW_DIGITS 12 /* the row number's hex digits after the write's prefix */
 #define BATCH_HEAD 20      /* totalSize, magic, bodyCRC, flag, bodyLength */
 
-/* Measure row ``i``: 0, or 1 when a row needs Message's checks (as in arrow_prepare). */
-static int element_measure(const rowcols_t *c, Py_ssize_t i, Py_ssize_t uniq_len, element_t *e)
+/* Measure row ``i``: 0, or 1 when the row needs Message's checks (which say what is wrong):
+ * a separator in a tag, key or property, an empty or null property name, a name twice, a
+ * name in ``reserved`` (a tuple of bytes, or NULL), or a property string over the limit.
+ * ``uniq_len`` >= 0: a UNIQ_KEY of the prefix and UNIQ_ROW_DIGITS follows the user's
+ * properties unless they name one; < 0: none. */
+static int element_measure(const rowcols_t *c, Py_ssize_t i, Py_ssize_t uniq_len,
+                           PyObject *reserved, element_t *e)
 {
     memset(e, 0, sizeof(*e));
     if (!strcol_value(&c->body, i, &e->b, &e->blen)) {
         e->b = (const unsigned char *)"";
-        e->blen = 0; /* a null body is sent empty */
+        e->blen = 0; /* a null body is stored empty */
     }
     e->has_tag = strcol_value(&c->tags, i, &e->t, &e->tlen);
     e->has_key = strcol_value(&c->keys, i, &e->k, &e->klen);
     if ((e->has_tag && has_separator(e->t, e->tlen)) ||
         (e->has_key && has_separator(e->k, e->klen)))
         return 1;
-    int replay_named = 0;
+    int replay_named = 0, uniq_named = 0;
+    Py_ssize_t nreserved = reserved ? PyTuple_GET_SIZE(reserved) : 0;
     if (c->has_map && !(c->has_map_valid && !bit_set(&c->map_valid, i))) {
         e->first = c->moff[i];
         e->last = c->moff[i + 1];
@@ -1058,6 +811,12 @@ static int element_measure(const rowcols_t *c, Py_ssize_t i, Py_ssize_t uniq_len
             !strcol_value(&c->pvalues, x, &value, &value_len) || name_len == 0 ||
             has_separator(name, name_len) || has_separator(value, value_len))
             return 1;
+        for (Py_ssize_t r = 0; r < nreserved; r++) {
+            PyObject *rn = PyTuple_GET_ITEM(reserved, r);
+            if (PyBytes_GET_SIZE(rn) == name_len &&
+                memcmp(PyBytes_AS_STRING(rn), name, (size_t)name_len) == 0)
+                return 1;
+        }
         for (Py_ssize_t o = e->first; o < x; o++) { /* a name twice: dict semantics */
             const unsigned char *other;
             Py_ssize_t other_len;
@@ -1068,7 +827,7 @@ static int element_measure(const rowcols_t *c, Py_ssize_t i, Py_ssize_t uniq_len
         if (name_len == sizeof(REPLAY_NAME) - 1 && memcmp(name, REPLAY_NAME, (size_t)name_len) == 0)
             replay_named = 1;
         if (name_len == sizeof(UNIQ_NAME) - 1 && memcmp(name, UNIQ_NAME, (size_t)name_len) == 0)
-            e->uniq_named = 1;
+            uniq_named = 1;
         e->plen += name_len + value_len + 2;
     }
     if (c->replay && !replay_named && !(c->has_replay_valid && !bit_set(&c->replay_valid, i))) {
@@ -1076,19 +835,14 @@ static int element_measure(const rowcols_t *c, Py_ssize_t i, Py_ssize_t uniq_len
                                       (long long)c->replay[i]);
         e->plen += (Py_ssize_t)sizeof(REPLAY_NAME) - 1 + e->replay_len + 2;
     }
-    if (!e->uniq_named)
+    e->add_uniq = uniq_len >= 0 && !uniq_named;
+    if (e->add_uniq)
         e->plen += (Py_ssize_t)sizeof(UNIQ_NAME) - 1 + uniq_len + UNIQ_ROW_DIGITS + 2;
     if (e->has_tag && e->tlen)
         e->plen += 4 + e->tlen + 2;
     if (e->has_key && e->klen)
         e->plen += 4 + e->klen + 2;
     return e->plen > MAX_PROPERTIES_SIZE;
-}
-
-static unsigned char *put_word(unsigned char *w, uint32_t v)
-{
-    put_be32(w, v);
-    return w + 4;
 }
 
 static unsigned char *put_pair(unsigned char *w, const void *name, Py_ssize_t name_len,
@@ -1103,20 +857,12 @@ static unsigned char *put_pair(unsigned char *w, const void *name, Py_ssize_t na
     return w;
 }
 
-/* Write row ``i``'s element (measured into ``e``) at ``w``; the end. */
-static unsigned char *element_write(const rowcols_t *c, const element_t *e, unsigned char *w,
-                                    const char *uniq, Py_ssize_t uniq_len, long long row)
+/* Write row ``i``'s property string (measured into ``e``: e->plen bytes) at ``w``, in
+ * message_trailer's order: the user's properties, REPLAY_ID, UNIQ_KEY (``uniq`` and the hex
+ * of ``row``, when e->add_uniq), TAGS, KEYS; the end. */
+static unsigned char *properties_write(const rowcols_t *c, const element_t *e, unsigned char *w,
+                                       const char *uniq, Py_ssize_t uniq_len, long long row)
 {
-    Py_ssize_t size = BATCH_HEAD + e->blen + 2 + e->plen;
-    w = put_word(w, (uint32_t)size);
-    w = put_word(w, 0); /* magic */
-    w = put_word(w, 0); /* body CRC: the broker computes it */
-    w = put_word(w, 0); /* flag */
-    w = put_word(w, (uint32_t)e->blen);
-    memcpy(w, e->b, (size_t)e->blen);
-    w += e->blen;
-    *w++ = (unsigned char)(e->plen >> 8);
-    *w++ = (unsigned char)e->plen;
     for (Py_ssize_t x = e->first; x < e->last; x++) {
         const unsigned char *name, *value;
         Py_ssize_t name_len, value_len;
@@ -1126,7 +872,7 @@ static unsigned char *element_write(const rowcols_t *c, const element_t *e, unsi
     }
     if (e->replay_len)
         w = put_pair(w, REPLAY_NAME, sizeof(REPLAY_NAME) - 1, e->replay_text, e->replay_len);
-    if (!e->uniq_named) {
+    if (e->add_uniq) {
         static const char hex[] = "0123456789ABCDEF";
         memcpy(w, UNIQ_NAME, sizeof(UNIQ_NAME) - 1);
         w += sizeof(UNIQ_NAME) - 1;
@@ -1146,6 +892,122 @@ static unsigned char *element_write(const rowcols_t *c, const element_t *e, unsi
     if (e->has_key && e->klen)
         w = put_pair(w, "KEYS", 4, e->k, e->klen);
     return w;
+}
+
+PyDoc_STRVAR(arrow_prepare_doc,
+"arrow_prepare(n, body, tags, keys, properties, replay, topic_head, born_timestamp, crc32,\n"
+"              reserved) -> list | None\n\n"
+"codec.prepare's tuples for ``n`` rows of Arrow columns, or None when a row needs the\n"
+"checks of Message (see mqcore.contrib.spark.writing.py_arrow_prepare, the reference).");
+
+static PyObject *speedups_arrow_prepare(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n;
+    PyObject *body_obj, *tags_obj, *keys_obj, *props_obj, *replay_obj, *born, *crc32, *reserved;
+    const char *head;
+    Py_ssize_t head_len;
+    if (!PyArg_ParseTuple(args, "nOOOOOy#OOO!:arrow_prepare", &n, &body_obj, &tags_obj,
+                          &keys_obj, &props_obj, &replay_obj, &head, &head_len, &born, &crc32,
+                          &PyTuple_Type, &reserved))
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "arrow_prepare: n must be >= 0");
+        return NULL;
+    }
+    rowcols_t c;
+    PyObject *out = NULL, *zero = NULL, *result = NULL;
+    if (rowcols_get(&c, n, body_obj, tags_obj, keys_obj, props_obj, replay_obj) < 0)
+        goto done;
+    Py_ssize_t nreserved = PyTuple_GET_SIZE(reserved);
+    for (Py_ssize_t r = 0; r < nreserved; r++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(reserved, r))) {
+            PyErr_SetString(PyExc_TypeError, "arrow_prepare: reserved names are bytes");
+            goto done;
+        }
+    zero = PyLong_FromLong(0);
+    out = PyList_New(n);
+    if (zero == NULL || out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        element_t e;
+        if (element_measure(&c, i, -1, reserved, &e))
+            goto slow;
+        PyObject *trailer = PyBytes_FromStringAndSize(NULL, head_len + 2 + e.plen);
+        if (trailer == NULL)
+            goto done;
+        unsigned char *w = BYTES(trailer);
+        memcpy(w, head, (size_t)head_len);
+        w += head_len;
+        *w++ = (unsigned char)(e.plen >> 8);
+        *w++ = (unsigned char)e.plen;
+        properties_write(&c, &e, w, NULL, 0, 0);
+        PyObject *body_bytes = PyBytes_FromStringAndSize((const char *)e.b, e.blen);
+        PyObject *crc = body_bytes ? PyObject_CallOneArg(crc32, body_bytes) : NULL;
+        unsigned long crc_value = crc ? PyLong_AsUnsignedLongMask(crc) : 0;
+        Py_XDECREF(crc);
+        PyObject *keys_str = NULL;
+        if (crc != NULL && !(crc_value == (unsigned long)-1 && PyErr_Occurred())) {
+            keys_str = e.has_key ? PyUnicode_DecodeUTF8((const char *)e.k, e.klen, "strict")
+                                 : Py_NewRef(Py_None);
+        }
+        PyObject *item = keys_str ? PyTuple_New(P_FIELDS) : NULL;
+        PyObject *size = item ? PyLong_FromSsize_t(HEADER_SIZE + e.blen + head_len + 2 + e.plen)
+                              : NULL;
+        PyObject *crc_obj = size ? PyLong_FromUnsignedLong(crc_value & 0x7FFFFFFFUL) : NULL;
+        PyObject *code = crc_obj ? PyLong_FromLong(e.has_tag && e.tlen ? java_hash(e.t, e.tlen)
+                                                                       : 0)
+                                 : NULL;
+        if (code == NULL) {
+            Py_XDECREF(body_bytes);
+            Py_DECREF(trailer);
+            Py_XDECREF(keys_str);
+            Py_XDECREF(item);
+            Py_XDECREF(size);
+            Py_XDECREF(crc_obj);
+            goto done;
+        }
+        fill_prepared(item, size, body_bytes, trailer, crc_obj, Py_NewRef(zero), Py_NewRef(zero),
+                      Py_NewRef(born), Py_NewRef(zero), Py_NewRef(zero), code, keys_str);
+        /* Bytes, ints, a str and None: the tuple cannot be part of a cycle, so the garbage
+         * collector need not track it (CPython untracks such tuples itself, later). Tracked,
+         * a batch of them makes the collector walk them again and again. */
+        PyObject_GC_UnTrack(item);
+        PyList_SET_ITEM(out, i, item);
+    }
+    result = Py_NewRef(out);
+    goto done;
+slow:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(zero);
+    rowcols_release(&c);
+    return result;
+}
+
+/* --- SEND_BATCH_MESSAGE bodies straight from Arrow columns (mqcore.contrib.spark.netbatch) */
+
+static unsigned char *put_word(unsigned char *w, uint32_t v)
+{
+    put_be32(w, v);
+    return w + 4;
+}
+
+/* Write row ``row``'s batch element (measured into ``e``) at ``w``; the end. */
+static unsigned char *element_write(const rowcols_t *c, const element_t *e, unsigned char *w,
+                                    const char *uniq, Py_ssize_t uniq_len, long long row)
+{
+    Py_ssize_t size = BATCH_HEAD + e->blen + 2 + e->plen;
+    w = put_word(w, (uint32_t)size);
+    w = put_word(w, 0); /* magic */
+    w = put_word(w, 0); /* body CRC: the broker computes it */
+    w = put_word(w, 0); /* flag */
+    w = put_word(w, (uint32_t)e->blen);
+    memcpy(w, e->b, (size_t)e->blen);
+    w += e->blen;
+    *w++ = (unsigned char)(e->plen >> 8);
+    *w++ = (unsigned char)e->plen;
+    return properties_write(c, e, w, uniq, uniq_len, row);
 }
 
 PyDoc_STRVAR(arrow_batches_doc,
@@ -1193,7 +1055,7 @@ static PyObject *speedups_arrow_batches(PyObject *self, PyObject *args)
         goto done;
     }
     for (Py_ssize_t j = 0; j < count; j++)
-        if (element_measure(&c, (Py_ssize_t)rows[j], uniq_len, &elements[j]))
+        if (element_measure(&c, (Py_ssize_t)rows[j], uniq_len, NULL, &elements[j]))
             goto slow;
     out = PyList_New(0);
     if (out == NULL)
