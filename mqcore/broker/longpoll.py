@@ -30,6 +30,13 @@ class PullWaiters:
         with self._lock:
             return self._seq.get(key, 0)
 
+    def waiting(self, key: Hashable) -> int:
+        """How many pulls are held on ``key`` now: threads in :meth:`wait_for` and callbacks
+        registered with :meth:`park`."""
+        with self._lock:
+            entry = self._conds.get(key)
+            return (entry[1][0] if entry is not None else 0) + len(self._callbacks.get(key, ()))
+
     def park(self, key: Hashable, seq: int, callback: Callable[[], None]) -> bool:
         """Call ``callback()`` (once, from the notifying thread) at the next notice for ``key``.
 
