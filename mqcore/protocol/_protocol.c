@@ -649,11 +649,241 @@ fail:
     return NULL;
 }
 
+/* --- a sent batch straight to prepared records (mqcore.batch.prepare_sent_batch) ---------- */
+
+PyDoc_STRVAR(prepare_sent_batch_doc,
+"prepare_sent_batch(topic_head, data, limit, born_timestamp, reconsume_times, sys_flag,\n"
+"                   header_size, crc32, special) -> (prepared, uniqs) or None\n\n"
+"The prepared records of a SEND_BATCH_MESSAGE body whose messages are all plain, and their\n"
+"UNIQ_KEYs; None for any other body (mqcore.batch.py_prepare_sent_batch is the reference).");
+
+#define SENT_MAX_PROPERTIES 64
+
+typedef struct {
+    const char *name;
+    Py_ssize_t name_len;
+    const char *item; /* name\x01value */
+    Py_ssize_t item_len;
+} sent_pair;
+
+/* The pairs of one message's properties, or -1 when they are not plain (see the doc). */
+static Py_ssize_t sent_pairs(const char *p, Py_ssize_t n, PyObject *special, sent_pair *pairs)
+{
+    Py_ssize_t count = 0, start = 0;
+    if (n == 0)
+        return 0;
+    if (p[n - 1] != '\x02')
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] >= 0x80)
+            return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] != '\x02')
+            continue;
+        const char *item = p + start;
+        Py_ssize_t len = i - start;
+        start = i + 1;
+        const char *sep = memchr(item, '\x01', (size_t)len);
+        if (sep == NULL || sep == item || count == SENT_MAX_PROPERTIES ||
+            memchr(sep + 1, '\x01', (size_t)(item + len - sep - 1)) != NULL)
+            return -1;
+        Py_ssize_t name_len = sep - item;
+        for (Py_ssize_t j = 0; j < count; j++)
+            if (pairs[j].name_len == name_len && memcmp(pairs[j].name, item, (size_t)name_len) == 0)
+                return -1;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(special); j++) {
+            PyObject *s = PyTuple_GET_ITEM(special, j);
+            if (PyBytes_GET_SIZE(s) == name_len &&
+                memcmp(PyBytes_AS_STRING(s), item, (size_t)name_len) == 0)
+                return -1;
+        }
+        pairs[count].name = item;
+        pairs[count].name_len = name_len;
+        pairs[count].item = item;
+        pairs[count].item_len = len;
+        count++;
+    }
+    return count;
+}
+
+static PyObject *speedups_prepare_sent_batch(PyObject *self, PyObject *args)
+{
+    const char *head;
+    Py_ssize_t head_len;
+    PyObject *data, *born, *reconsume, *sys_flag, *crc32, *special;
+    long long limit, header_size;
+    if (!PyArg_ParseTuple(args, "y#OLOOOLOO!", &head, &head_len, &data, &limit, &born,
+                          &reconsume, &sys_flag, &header_size, &crc32, &PyTuple_Type, &special))
+        return NULL;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(special); j++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(special, j))) {
+            PyErr_SetString(PyExc_TypeError, "prepare_sent_batch: special names are bytes");
+            return NULL;
+        }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0, end = view.len;
+    PyObject *out = PyList_New(0), *uniqs = PyList_New(0), *zero = PyLong_FromLong(0);
+    PyObject *result = NULL;
+    sent_pair pairs[SENT_MAX_PROPERTIES];
+    if (out == NULL || uniqs == NULL || zero == NULL)
+        goto done;
+    while (pos < end) {
+        if (end - pos < 22)
+            goto punt;
+        int32_t size = (int32_t)get_be32(buf + pos);
+        int32_t flag = (int32_t)get_be32(buf + pos + 12);
+        int32_t body_len = (int32_t)get_be32(buf + pos + 16);
+        Py_ssize_t body_at = pos + 20;
+        Py_ssize_t props_at = body_at + body_len;
+        if (body_len < 0 || size < 22 || props_at + 2 > end)
+            goto punt;
+        int16_t props_len = (int16_t)(((unsigned)buf[props_at] << 8) | buf[props_at + 1]);
+        Py_ssize_t stop = props_at + 2 + props_len;
+        if (props_len < 0 || stop != pos + size || stop > end)
+            goto punt;
+        if (body_len == 0 || body_len > limit)
+            goto punt;
+        const char *props = (const char *)buf + props_at + 2;
+        Py_ssize_t count = sent_pairs(props, props_len, special, pairs);
+        if (count < 0)
+            goto punt;
+        const sent_pair *tags = NULL, *keys = NULL, *uniq = NULL;
+        Py_ssize_t text_len = 0;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            const sent_pair *q = &pairs[j];
+            if (q->name_len == 4 && memcmp(q->name, "TAGS", 4) == 0)
+                tags = q;
+            else if (q->name_len == 4 && memcmp(q->name, "KEYS", 4) == 0)
+                keys = q;
+            else {
+                if (q->name_len == 8 && memcmp(q->name, "UNIQ_KEY", 8) == 0)
+                    uniq = q;
+                text_len += q->item_len + 1;
+            }
+        }
+        /* an empty tag or key is no field: the record leaves it out */
+        if (tags != NULL && tags->item_len == 5)
+            tags = NULL;
+        if (keys != NULL && keys->item_len == 5)
+            keys = NULL;
+        if (tags != NULL)
+            text_len += tags->item_len + 1;
+        if (keys != NULL)
+            text_len += keys->item_len + 1;
+        PyObject *trailer = PyBytes_FromStringAndSize(NULL, head_len + 2 + text_len);
+        if (trailer == NULL)
+            goto done;
+        char *t = PyBytes_AS_STRING(trailer);
+        memcpy(t, head, (size_t)head_len);
+        t += head_len;
+        *t++ = (char)((text_len >> 8) & 0xFF);
+        *t++ = (char)(text_len & 0xFF);
+        for (Py_ssize_t j = 0; j < count; j++) {
+            const sent_pair *q = &pairs[j];
+            if (q == tags || q == keys || (q->name_len == 4 && (memcmp(q->name, "TAGS", 4) == 0 ||
+                                                                memcmp(q->name, "KEYS", 4) == 0)))
+                continue;
+            memcpy(t, q->item, (size_t)q->item_len);
+            t += q->item_len;
+            *t++ = '\x02';
+        }
+        if (tags != NULL) {
+            memcpy(t, tags->item, (size_t)tags->item_len);
+            t += tags->item_len;
+            *t++ = '\x02';
+        }
+        if (keys != NULL) {
+            memcpy(t, keys->item, (size_t)keys->item_len);
+            t += keys->item_len;
+            *t++ = '\x02';
+        }
+        PyObject *body = PyBytes_FromStringAndSize((const char *)buf + body_at, body_len);
+        PyObject *crc = body == NULL ? NULL : PyObject_CallOneArg(crc32, body);
+        unsigned long crc_value = crc == NULL ? 0 : PyLong_AsUnsignedLongMask(crc);
+        Py_XDECREF(crc);
+        PyObject *item = NULL;
+        if (crc != NULL && !(crc_value == (unsigned long)-1 && PyErr_Occurred()))
+            item = PyTuple_New(11);
+        PyObject *keys_obj = NULL;
+        if (item != NULL) {
+            if (keys != NULL)
+                keys_obj = PyUnicode_DecodeASCII(keys->item + 5, keys->item_len - 5, "strict");
+            else {
+                keys_obj = Py_None;
+                Py_INCREF(Py_None);
+            }
+        }
+        PyObject *fields[11] = {
+            PyLong_FromLongLong(header_size + body_len + head_len + 2 + text_len),
+            body,
+            trailer,
+            item ? PyLong_FromUnsignedLong(crc_value & 0x7FFFFFFFUL) : NULL,
+            item ? PyLong_FromLong(flag) : NULL,
+            sys_flag,
+            born,
+            reconsume,
+            zero,
+            item ? PyLong_FromLong(tags ? java_hash((const unsigned char *)tags->item + 5,
+                                                    tags->item_len - 5)
+                                        : 0)
+                 : NULL,
+            keys_obj,
+        };
+        int bad = item == NULL;
+        for (int f = 0; f < 11; f++) {
+            if (fields[f] == NULL) {
+                bad = 1;
+                continue;
+            }
+            if (f >= 5 && f <= 8)
+                Py_INCREF(fields[f]); /* the borrowed ones */
+            if (item != NULL)
+                PyTuple_SET_ITEM(item, f, fields[f]);
+            else
+                Py_DECREF(fields[f]);
+        }
+        if (bad) {
+            Py_XDECREF(item);
+            goto done;
+        }
+        PyObject *uniq_obj = uniq == NULL ? Py_None
+                                          : PyUnicode_DecodeASCII(uniq->item + 9,
+                                                                  uniq->item_len - 9, "strict");
+        if (uniq == NULL)
+            Py_INCREF(Py_None);
+        int appended = uniq_obj == NULL ? -1 : PyList_Append(out, item);
+        Py_DECREF(item);
+        if (appended == 0)
+            appended = PyList_Append(uniqs, uniq_obj);
+        Py_XDECREF(uniq_obj);
+        if (appended < 0)
+            goto done;
+        pos = stop;
+    }
+    if (PyList_GET_SIZE(out) == 0)
+        goto punt;
+    result = PyTuple_Pack(2, out, uniqs);
+    goto done;
+punt:
+    result = Py_None;
+    Py_INCREF(Py_None);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(uniqs);
+    Py_XDECREF(zero);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sent_prefix", speedups_sent_prefix, METH_VARARGS, sent_prefix_doc},
     {"decode_batch", speedups_decode_batch, METH_VARARGS, decode_batch_doc},
     {"encode_batch", speedups_encode_batch, METH_VARARGS, encode_batch_doc},
     {"message_from_wire", speedups_message_from_wire, METH_VARARGS, message_from_wire_doc},
+    {"prepare_sent_batch", speedups_prepare_sent_batch, METH_VARARGS, prepare_sent_batch_doc},
     {"read_fields", read_fields, METH_VARARGS,
      "read_fields(ext, plan) -> a header's keyword arguments, or None when the Python reader "
      "must read it (see mqcore.protocol.fields)."},
