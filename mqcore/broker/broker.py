@@ -71,7 +71,7 @@ from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
 from mqcore.protocol.transaction import TRANSACTION_TOPICS, is_transactional
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
-from mqcore.storecaps import CommitLogBounds
+from mqcore.storecaps import CommitLogBounds, PreparedWriter
 from mqcore.validation import check_sent_message, check_text
 
 __all__ = ["Broker", "PullResponse", "TopicRoute"]
@@ -564,36 +564,7 @@ class Broker:
         ``sys_flag`` keeps what the sender said of the bodies (bit 0: zlib-compressed, as a
         RocketMQ client sends bodies over 4 KiB); they are stored exactly as sent.
         """
-        self._check_open()
-        if self.is_slave:
-            raise BrokerError(
-                f"broker {self.config.broker_name} (id {self.config.broker_id}) is a SLAVE and "
-                "takes no writes; send to its master",
-                code=ResponseCode.SERVICE_NOT_AVAILABLE,
-            )
-        validate_topic(topic)
-        if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(pop_wire.REVIVE_TOPIC_PREFIX):
-            raise MessageIllegalError(
-                f"Sending message to topic[{topic}] is forbidden.", code=ResponseCode.NO_PERMISSION
-            )
-        cfg = self.topics.get(topic)
-        if cfg is None and (
-            self.config.auto_create_topic_enable or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-        ):
-            retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-            cfg = self.topics.ensure(
-                topic,
-                1 if topic.startswith("%") else self.config.default_topic_queue_nums,
-                auto=not retry,
-            )
-        if cfg is None or not cfg.writable:
-            cfg = self.topics.require(topic, write=True)
-        if not 0 <= queue_id < cfg.write_queue_nums:
-            raise BrokerError(
-                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
-                f"writeQueueNums:[{cfg.write_queue_nums}]",
-                code=ResponseCode.SYSTEM_ERROR,
-            )
+        self._check_destination(topic, queue_id)
         self._check_messages(topic, messages)
         if len(messages) == 1 and is_transactional(messages[0].properties):
             # A half: held in the half topic until its producer commits it (RocketMQ reads
@@ -670,6 +641,71 @@ class Broker:
         hook = self.kernel.hook.mqcore_messages_stored
         if hook.get_hookimpls():
             hook(topic=topic, queue_id=queue_id, results=results)
+
+    def send_prepared(
+        self,
+        topic: str,
+        queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None,
+        *,
+        born_host: str | None = None,
+    ) -> list[PutResult]:
+        """Store records prepared ahead (:func:`mqcore.batch.prepare_sent_batch`'s of a
+        sent batch) as :meth:`send_message` stores the messages they stand for.
+
+        The caller vouches that those messages pass :meth:`send_message`'s checks of a
+        message and are stored plainly (no delay level, timer or transaction); the topic
+        and queue are checked here as :meth:`send_message` checks them, with the same
+        errors. The store must be a :class:`~mqcore.storecaps.PreparedWriter`.
+        """
+        self._check_destination(topic, queue_id)
+        store = self.store
+        if not isinstance(store, PreparedWriter):
+            raise InvalidArgumentError(
+                f"store {self.store_name!r} has no put_prepared(); send the messages with "
+                "send_message()"
+            )
+        results = store.put_prepared(topic, queue_id, prepared, uniqs, born_host=born_host)
+        self._stored(topic, queue_id, results)
+        if isinstance(self.ha, HAMaster):
+            # A SYNC_MASTER raises SlaveNotAcknowledgedError (with the results) here.
+            self.ha.after_put(results)
+        return results
+
+    def _check_destination(self, topic: str, queue_id: int) -> None:
+        """What :meth:`send_message` checks of where a send goes (a master, a topic that
+        takes sends, created when allowed, a queue in range); raises its errors."""
+        self._check_open()
+        if self.is_slave:
+            raise BrokerError(
+                f"broker {self.config.broker_name} (id {self.config.broker_id}) is a SLAVE and "
+                "takes no writes; send to its master",
+                code=ResponseCode.SERVICE_NOT_AVAILABLE,
+            )
+        validate_topic(topic)
+        if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(pop_wire.REVIVE_TOPIC_PREFIX):
+            raise MessageIllegalError(
+                f"Sending message to topic[{topic}] is forbidden.", code=ResponseCode.NO_PERMISSION
+            )
+        cfg = self.topics.get(topic)
+        if cfg is None and (
+            self.config.auto_create_topic_enable or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        ):
+            retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            cfg = self.topics.ensure(
+                topic,
+                1 if topic.startswith("%") else self.config.default_topic_queue_nums,
+                auto=not retry,
+            )
+        if cfg is None or not cfg.writable:
+            cfg = self.topics.require(topic, write=True)
+        if not 0 <= queue_id < cfg.write_queue_nums:
+            raise BrokerError(
+                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"writeQueueNums:[{cfg.write_queue_nums}]",
+                code=ResponseCode.SYSTEM_ERROR,
+            )
 
     # -- pull --------------------------------------------------------------------------------
 

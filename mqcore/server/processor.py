@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import random
+import time
 import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ import mqcore.server.handlers_admin
 import mqcore.server.handlers_ha
 import mqcore.server.handlers_pop
 import mqcore.server.handlers_transaction  # noqa: F401
+from mqcore.batch import prepare_sent_batch
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
@@ -45,9 +47,12 @@ from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.send import decode_batch, message_from_wire
+from mqcore.record.layout import MAX_TOPIC_LENGTH
 from mqcore.record.sysflag import COMPRESSED_FLAG
 from mqcore.remoting.command import RemotingCommand
 from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
+from mqcore.store import TIMER_TOPIC
+from mqcore.storecaps import PreparedWriter
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker
@@ -336,21 +341,18 @@ class BrokerProcessor:
 
     # -- send ------------------------------------------------------------------------------------
 
-    @operation(
-        RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE
-    )
+    @operation(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
     def _send(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        if h.batch:  # a V1/V2 send whose header says it carries a batch
+            return self._send_batch(req, h, conn)
         body = bytes(req.body or b"")
         sys_flag = h.sys_flag & _SYS_FLAG_KEPT
-        if req.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            messages = decode_batch(h.topic, body)
-        else:
-            msg = message_from_wire(h.topic, body, h.flag, h.properties)
-            if sys_flag and (msg.delay_level or is_timer_message(msg)):
-                # A held message is copied again when due, from its decoded body: keep it plain.
-                msg = message_from_wire(h.topic, _inflate(body), h.flag, h.properties)
-                sys_flag = 0
-            messages = [msg]
+        msg = message_from_wire(h.topic, body, h.flag, h.properties)
+        if sys_flag and (msg.delay_level or is_timer_message(msg)):
+            # A held message is copied again when due, from its decoded body: keep it plain.
+            msg = message_from_wire(h.topic, _inflate(body), h.flag, h.properties)
+            sys_flag = 0
+        messages = [msg]
         queue_id = h.queue_id
         if queue_id < 0:  # RocketMQ: any writable queue
             route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
@@ -372,16 +374,83 @@ class BrokerProcessor:
             # header with SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT as the code.
             results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
         first = results[0]
-        batched = req.code == RequestCode.SEND_BATCH_MESSAGE or h.batch
         header = headers.SendMessageResponseHeader(
             msg_id=",".join(r.msg_id for r in results),
             queue_id=queue_id,
             queue_offset=first.queue_offset,
             # As a RocketMQ broker answers every single send: the message's unique id. The
             # Java TransactionMQProducer returns it as the transaction id of its result.
-            transaction_id=None if batched else messages[0].properties.get(PROPERTY_UNIQ_KEY),
+            transaction_id=messages[0].properties.get(PROPERTY_UNIQ_KEY),
         )
         return RemotingCommand.response(code, remark, header, None, to=req)
+
+    @operation(RequestCode.SEND_BATCH_MESSAGE)
+    def _send_batch(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
+        """SEND_BATCH_MESSAGE (and a V1/V2 send whose header says ``batch``).
+
+        A batch of plain messages goes from its body straight to prepared records and the
+        store's ``put_prepared`` (:func:`mqcore.batch.prepare_sent_batch`), with no message
+        object per record; any other batch, or a store without ``put_prepared``, takes
+        :meth:`Broker.send_message <mqcore.broker.Broker.send_message>`. Both store the same
+        records and give the same answers and errors.
+        """
+        broker = self.broker
+        topic = h.topic
+        sys_flag = h.sys_flag & _SYS_FLAG_KEPT
+        born_host = _born_host(conn)
+        got = self._prepared_batch(req, h, sys_flag)
+        messages = None if got is not None else decode_batch(topic, bytes(req.body or b""))
+        queue_id = h.queue_id
+        if queue_id < 0:  # RocketMQ: any writable queue
+            route = broker.get_route_info_by_topic(topic, address=self.address)
+            queue_id = random.randrange(max(1, len(route.write_queues())))
+        code, remark = ResponseCode.SUCCESS, None
+        try:
+            if got is not None:
+                results = broker.send_prepared(topic, queue_id, *got, born_host=born_host)
+            else:
+                assert messages is not None
+                results = broker.send_message(
+                    topic,
+                    queue_id,
+                    messages,
+                    producer_group=h.producer_group,
+                    born_timestamp=h.born_timestamp,
+                    born_host=born_host,
+                    reconsume_times=h.reconsume_times or 0,
+                    sys_flag=sys_flag,
+                )
+        except SlaveNotAcknowledgedError as exc:
+            # Stored, without a slave's confirmation (see _send).
+            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
+        header = headers.SendMessageResponseHeader(
+            msg_id=",".join(r.msg_id for r in results),
+            queue_id=queue_id,
+            queue_offset=results[0].queue_offset,
+        )
+        return RemotingCommand.response(code, remark, header, None, to=req)
+
+    def _prepared_batch(
+        self, req: RemotingCommand, h: Any, sys_flag: int
+    ) -> tuple[list[Any], list[str | None]] | None:
+        """The batch's prepared records and unique ids, or None when it takes the general
+        path (see :func:`mqcore.batch.prepare_sent_batch`)."""
+        broker = self.broker
+        topic = h.topic
+        if not isinstance(broker.store, PreparedWriter) or topic == TIMER_TOPIC:
+            return None
+        name = topic.encode()
+        if not 0 < len(name) <= MAX_TOPIC_LENGTH:
+            return None  # refused, with the general path's error
+        born = h.born_timestamp
+        return prepare_sent_batch(
+            bytes((len(name),)) + name,
+            req.body or b"",
+            broker.config.max_message_size,
+            time.time_ns() // 1_000_000 if born is None else born,
+            h.reconsume_times or 0,
+            sys_flag,
+        )
 
     # -- pull ------------------------------------------------------------------------------------
 
