@@ -546,12 +546,18 @@ def _goals(results: dict[str, Any]) -> list[dict[str, Any]]:
 def _bound(g: dict[str, Any]) -> str:
     """What bounds a goal not met, in words."""
     c, s, b = g["cpu_us"]["client"], g["cpu_us"]["server"], g["budget_us"]
+    waiting = "; the rest is waiting (wake-ups, other processes on the vCPUs), not CPU"
     if g["goal"].startswith("server capacity"):
         return f"server {s:.1f} µs/msg against {b:.1f} allowed" + (
-            " (the server's CPU alone is over)" if s > b else " (the server is not CPU-bound)"
+            " (the server's CPU alone is over)" if s > b else waiting
         )
     over = [n for n, v in (("client", c), ("server", s)) if v > b]
-    tail = f"; over alone: {', '.join(over)}" if over else ""
+    if over:
+        tail = f"; over alone: {', '.join(over)}"
+    elif c + s > b:
+        tail = "; the two together are over"
+    else:
+        tail = waiting
     return f"client {c:.1f} + server {s:.1f} µs/msg against {b:.1f} allowed{tail}"
 
 
