@@ -394,11 +394,11 @@ def print_security(results: dict[str, Any]) -> None:
 def _rounds(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """mqcore's and Redis's figures, ``args.rounds`` times, alternating which goes first:
     this machine's speed drifts over minutes, and alternating spreads the drift over both.
-    With ``args.placement`` (client vCPU, server vCPU), both processes are pinned."""
+    The scheduler places the processes (``--placement none``)."""
     ours: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
     for i in range(args.rounds):
-        _round(args, getattr(args, "placement", None), i, ours, theirs)
+        _round(args, None, i, ours, theirs)
     return ours, theirs
 
 
