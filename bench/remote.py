@@ -7,17 +7,38 @@ Both servers run as their own process on loopback, each driven by one Python cli
   ``PullConsumer.pull`` 32 at a time;
 - Redis: ``XADD`` pipelined 32 at a time and one at a time, ``XREADGROUP`` with ``COUNT 32``.
 
-Goals (issue 21): batch produce and consume at least 1.5x Redis's pipelined figures; one by
-one at least Redis's. Needs ``redis-server`` on the PATH (Debian: ``apt install
-redis-server``) and ``pip install redis`` (the ``bench`` dependency group, which also brings
-uvloop: ``mqcore serve`` uses its event loop when installed, as with ``mqcore[fast]``, and
-the run says which loop the server had); ``--no-redis`` leaves Redis out.
+Placement (``--placement both``, the default): on a VM, where the scheduler puts the client
+and the server moves a one-by-one figure by 2x, so every comparison runs twice per round,
+with both processes pinned to the same vCPU (``same``) and to different vCPUs (``split``),
+the two placements interleaved (their order alternating each round); the output names each
+figure's placement and vCPUs. ``--placement none`` leaves placement to the scheduler.
 
-The same run then measures produce with replication (``bench/ha.py``'s code): an ASYNC_MASTER
-with one slave and a SYNC_MASTER with one slave, each its own process, printed beside the
-single server's figures (``--no-ha`` leaves them out; they need the mmap store)::
+Then the concurrency table (``bench/concurrency.py``), client and server on different vCPUs:
+1, 4, 16 and 64 connections, each with one send in flight, through mqcore's ``Producer``
+(one per connection, one thread each), through raw sockets sending pre-encoded
+SEND_MESSAGE_V2 frames (each answer read and checked for SUCCESS: the server's capacity
+without the client's cost), and against Redis with raw RESP ``XADD`` on as many sockets.
 
-    python bench/remote.py --messages N [--rounds 3] [--no-redis] [--no-ha] [--metrics] [--json]
+Every figure comes with each side's CPU per message (the client is this process, every
+thread, ``time.process_time``; the server is read from ``/proc/<pid>/stat``, so Linux
+only). Last, the ratio against each goal of issue 36 (single sends on different vCPUs at
+least 0.9x redis-py one by one; batch-32 1.5x Redis pipelined; consume 1.5x ``XREADGROUP``;
+16 raw clients' server capacity 0.5x Redis's) and, where a goal is not met, the client's and
+the server's CPU per message against the per-message budget the goal allows. ``--markdown``
+prints the tables for docs/benchmarks.md.
+
+Needs ``redis-server`` on the PATH (Debian's package ``redis-server``:
+``bench/install_redis.sh`` installs it with apt-get, as root) and ``pip install . --group
+bench`` (redis-py, and uvloop: ``mqcore serve`` uses its event loop when installed, as with
+``mqcore[fast]``, and the run says which loop the server had); ``--no-redis`` leaves Redis
+out.
+
+The same run then measures produce with replication (``bench/ha.py``'s code, unpinned): an
+ASYNC_MASTER with one slave and a SYNC_MASTER with one slave, each its own process, printed
+beside a single server's figures (``--no-ha`` leaves them out; they need the mmap store)::
+
+    python bench/remote.py --messages N [--rounds 3] [--no-redis] [--no-ha] [--metrics]
+        [--concurrency-messages M] [--markdown | --json]
 
 ``--peer rocketmq`` measures against Apache RocketMQ's broker instead, with mqcore's Python
 client and RocketMQ's Java client on both servers (``bench/rocketmq_peer.py``).
@@ -40,8 +61,6 @@ with TLS (``--tls-cert``/``--tls-key``, enforcing; a throwaway CA made for the r
 Each round runs mqcore's figures and Redis's, alternating which goes first; the run prints
 the median of each figure and of each round's own ratio, with every round's ratio beside it
 (this machine's speed drifts over minutes: a single round's ratio can be off by 1.5x).
-A second table gives what bounds each figure: the CPU each side spent per message (medians;
-the client is this process, every thread; the server is read from ``/proc``, so Linux only).
 """
 
 from __future__ import annotations
@@ -61,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import concurrency  # bench/concurrency.py: placement and the concurrency loads
 import ha  # bench/ha.py: serving, producing, the replication figures
 
 BATCH = 32
@@ -82,30 +102,21 @@ def bench_mqcore(
     metrics: bool = False,
     serve_args: tuple[str, ...] = (),
     client: dict[str, Any] | None = None,
+    server_cpu: int | None = None,
 ) -> dict[str, float]:
     """mqcore's figures; ``serve_args`` go to ``mqcore serve``, ``client`` (credentials=,
-    tls=) to the producer and the consumer."""
+    tls=) to the producer and the consumer; ``server_cpu`` pins the server to that vCPU."""
     from mqcore import Message, MessageQueue, Producer, PullConsumer, PullStatus
 
     client = client or {}
     data = tempfile.mkdtemp(prefix="mqcore-bench-")
     # --metrics: the server counts as it would with Prometheus scraping it (mqcore[metrics])
     extra = ("--metrics-listen", f"127.0.0.1:{_free_port()}") if metrics else ()
-    proc, addr, _ = ha.serve(data, "--store", store, *extra, *serve_args)
+    proc, addr = _serve(data, server_cpu, "--store", store, *extra, *serve_args)
     try:
         body = os.urandom(size)
         with Producer("bench-pg", namesrv_addr=addr, **client) as p:
-            from mqcore.client.transport_remote import RemoteTransport
-            from mqcore.protocol import headers
-            from mqcore.protocol.codes import RequestCode
-
-            assert isinstance(p.broker, RemoteTransport)
-            p.broker._call(
-                addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                headers.CreateTopicRequestHeader(
-                    topic="B", default_topic="TBW102", read_queue_nums=4, write_queue_nums=4,
-                    perm=6, topic_filter_type="SINGLE_TAG"),
-            )  # fmt: skip
+            _create_topic(p, addr, "B")
             p.send(Message(topic="B", body=body))  # connect, route
             out = ha.produce(p, n, body, proc.pid)
         with PullConsumer("bench-cg", namesrv_addr=addr, **client) as c:
@@ -133,29 +144,67 @@ def bench_mqcore(
         shutil.rmtree(data, ignore_errors=True)
 
 
+def _serve(data: str, cpu: int | None, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``mqcore serve`` (see ``ha.serve``), pinned to ``cpu`` when given."""
+    with concurrency.spawning_on(cpu):
+        proc, addr, _ = ha.serve(data, *args)
+    if cpu is not None:
+        concurrency.pin_process(proc.pid, cpu)
+    return proc, addr
+
+
+def _create_topic(p: Any, addr: str, topic: str) -> None:
+    """Create ``topic`` with 4 queues on the server at ``addr`` through producer ``p``."""
+    from mqcore.client.transport_remote import RemoteTransport
+    from mqcore.protocol import headers
+    from mqcore.protocol.codes import RequestCode
+
+    assert isinstance(p.broker, RemoteTransport)
+    p.broker._call(
+        addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+        headers.CreateTopicRequestHeader(
+            topic=topic, default_topic="TBW102", read_queue_nums=4, write_queue_nums=4,
+            perm=6, topic_filter_type="SINGLE_TAG"),
+    )  # fmt: skip
+
+
 # -- Redis ------------------------------------------------------------------------------------
 
 
-def bench_redis(n: int, size: int) -> dict[str, float]:
+def _redis_server(cpu: int | None) -> tuple[subprocess.Popen[bytes], int, str]:
+    """A ``redis-server`` without persistence on a free port, pinned to ``cpu`` when given:
+    the process, its port and its working directory (remove it after)."""
     import redis
 
     exe = shutil.which("redis-server")
     if exe is None:
-        raise SystemExit("redis-server is not on the PATH (Debian: apt install redis-server)")
+        raise SystemExit("redis-server is not on the PATH (Debian: bench/install_redis.sh)")
     port = _free_port()
     workdir = tempfile.mkdtemp(prefix="redis-bench-")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL,
-    )
+    with concurrency.spawning_on(cpu):
+        proc = subprocess.Popen(
+            [exe, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", workdir],
+            stdout=subprocess.DEVNULL,
+        )
+    if cpu is not None:
+        concurrency.pin_process(proc.pid, cpu)
+    r = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            r.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    r.close()
+    return proc, port, workdir
+
+
+def bench_redis(n: int, size: int, server_cpu: int | None = None) -> dict[str, float]:
+    import redis
+
+    proc, port, workdir = _redis_server(server_cpu)
     try:
         r = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                r.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
         body = os.urandom(size)
         out: dict[str, float] = {}
 
@@ -190,6 +239,65 @@ def bench_redis(n: int, size: int) -> dict[str, float]:
 
         out["consume_msgs_per_s"] = ha.timed(consume, "consume", proc.pid, out)
         return out
+    finally:
+        r.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+def concurrency_mqcore(
+    total: int, client_total: int, size: int, store: str, server_cpu: int | None
+) -> dict[int, dict[str, dict[str, float]]]:
+    """connections -> {"mqcore": figures, "raw": figures} on one ``mqcore serve``: N producers
+    of the real client sending ``client_total`` messages one by one between them, then N raw
+    sockets sending ``total`` pre-encoded SEND_MESSAGE_V2 frames."""
+    from mqcore import Message, Producer
+
+    data = tempfile.mkdtemp(prefix="mqcore-bench-")
+    proc, addr = _serve(data, server_cpu, "--store", store)
+    body = os.urandom(size)
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    try:
+        with Producer("bench-pg", namesrv_addr=addr) as p:
+            _create_topic(p, addr, "C")
+            p.send(Message(topic="C", body=body))
+        port = int(addr.rsplit(":", 1)[1])
+        for n in concurrency.CONNECTIONS:
+            load = concurrency.mqcore_clients(addr, "C", body, n, client_total)
+            real = concurrency.timed_load(load, proc.pid)
+            frames = [
+                concurrency.send_frame("C", i % 4, body, f"{os.getpid():08X}{n:04X}{i:020X}")
+                for i in range(n)
+            ]
+            raw = concurrency.timed_load(
+                lambda f=frames: concurrency.raw_load(port, f, total, concurrency._mqcore_answer),
+                proc.pid,
+            )
+            out[n] = {"mqcore": real, "raw": raw}
+        return out
+    finally:
+        ha.stop(proc)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def concurrency_redis(total: int, size: int, server_cpu: int | None) -> dict[int, dict[str, float]]:
+    """connections -> figures of N raw sockets sending ``total`` pre-encoded XADDs."""
+    proc, port, workdir = _redis_server(server_cpu)
+    frame = concurrency.xadd_frame("C", os.urandom(size))
+    try:
+        return {
+            n: concurrency.timed_load(
+                lambda n=n: concurrency.raw_load(
+                    port, [frame] * n, total, concurrency._redis_answer
+                ),
+                proc.pid,
+            )
+            for n in concurrency.CONNECTIONS
+        }
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -285,19 +393,256 @@ def print_security(results: dict[str, Any]) -> None:
 
 def _rounds(args: argparse.Namespace) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """mqcore's and Redis's figures, ``args.rounds`` times, alternating which goes first:
-    this machine's speed drifts over minutes, and alternating spreads the drift over both."""
+    this machine's speed drifts over minutes, and alternating spreads the drift over both.
+    The scheduler places the processes (``--placement none``)."""
     ours: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
     for i in range(args.rounds):
-        if args.no_redis:
-            ours.append(bench_mqcore(args.messages, args.size, args.store, args.metrics))
-        elif i % 2 == 0:
-            ours.append(bench_mqcore(args.messages, args.size, args.store, args.metrics))
-            theirs.append(bench_redis(args.messages, args.size))
-        else:
-            theirs.append(bench_redis(args.messages, args.size))
-            ours.append(bench_mqcore(args.messages, args.size, args.store, args.metrics))
+        _round(args, None, i, ours, theirs)
     return ours, theirs
+
+
+def _round(
+    args: argparse.Namespace,
+    placement: tuple[int, int] | None,
+    i: int,
+    ours: list[dict[str, float]],
+    theirs: list[dict[str, float]],
+) -> None:
+    """One round of mqcore's and Redis's figures (``i`` even: mqcore first), appended."""
+    server_cpu = None
+    if placement is not None:
+        concurrency.pin_process(0, placement[0])
+        server_cpu = placement[1]
+
+    def mq() -> None:
+        ours.append(
+            bench_mqcore(args.messages, args.size, args.store, args.metrics, server_cpu=server_cpu)
+        )
+
+    def rd() -> None:
+        theirs.append(bench_redis(args.messages, args.size, server_cpu))
+
+    steps = [mq] if args.no_redis else [mq, rd] if i % 2 == 0 else [rd, mq]
+    for step in steps:
+        step()
+
+
+#: criterion 1's goals: (label, figure, placement, target ratio against Redis)
+GOALS = (
+    ("single send vs redis-py XADD one by one", "produce_one_msgs_per_s", "split", 0.9),
+    ("batch-32 send_batch vs XADD pipelined 32", "produce_batch32_msgs_per_s", "split", 1.5),
+    ("PullConsumer 32 a pull vs XREADGROUP COUNT 32", "consume_msgs_per_s", "split", 1.5),
+    ("server capacity, 16 raw clients vs Redis", "raw16", "split", 0.5),
+)
+
+
+def run_placed(args: argparse.Namespace) -> dict[str, Any]:
+    """Every comparison in both placements, interleaved: each round runs every placement
+    (alternating their order), mqcore and Redis in each (alternating which goes first), then
+    the concurrency table with the processes on different vCPUs."""
+    places = concurrency.placements()
+    if not places:
+        raise SystemExit("no vCPU to pin to")
+    names = list(places)
+    ours: dict[str, list[dict[str, float]]] = {p: [] for p in names}
+    theirs: dict[str, list[dict[str, float]]] = {p: [] for p in names}
+    conc: list[dict[str, Any]] = []
+    conc_place = "split" if "split" in places else names[0]
+    for i in range(args.rounds):
+        order = names if i % 2 == 0 else names[::-1]
+        for name in order:
+            _round(args, places[name], i, ours[name], theirs[name])
+        if args.concurrency_messages:
+            client_cpu, server_cpu = places[conc_place]
+            concurrency.pin_process(0, client_cpu)
+            entry: dict[str, Any] = {}
+            steps = ["mqcore", "redis"] if i % 2 == 0 or args.no_redis else ["redis", "mqcore"]
+            for step in steps:
+                if step == "mqcore":
+                    entry["mqcore"] = concurrency_mqcore(
+                        args.concurrency_messages,
+                        args.concurrency_client_messages,
+                        args.size,
+                        args.store,
+                        server_cpu,
+                    )
+                elif not args.no_redis:
+                    entry["redis"] = concurrency_redis(
+                        args.concurrency_messages, args.size, server_cpu
+                    )
+            conc.append(entry)
+    concurrency.unpin()
+    results: dict[str, Any] = {"placements": {}, "concurrency_placement": conc_place}
+    for name in names:
+        o, t = ours[name], theirs[name]
+        entry = {
+            "cpus": {"client": places[name][0], "server": places[name][1]},
+            "mqcore": {k: statistics.median(x[k] for x in o) for k in o[0]},
+            "mqcore_rounds": o,
+        }
+        if t:
+            rates = [k for k in o[0] if k.endswith("_msgs_per_s")]
+            per_round = [{k: a[k] / b[k] for k in rates} for a, b in zip(o, t, strict=True)]
+            entry["redis"] = {k: statistics.median(x[k] for x in t) for k in t[0]}
+            entry["redis_rounds"] = t
+            entry["ratios"] = {k: statistics.median(p[k] for p in per_round) for k in rates}
+            entry["ratio_rounds"] = per_round
+        results["placements"][name] = entry
+    if conc:
+        table: dict[str, dict[str, dict[str, float]]] = {}
+        for n in concurrency.CONNECTIONS:
+            row: dict[str, dict[str, float]] = {}
+            for side in ("mqcore", "raw", "redis"):
+                if side == "redis":
+                    got = [c["redis"][n] for c in conc if "redis" in c]
+                else:
+                    got = [c["mqcore"][n][side] for c in conc]
+                if got:
+                    row[side] = {k: statistics.median(g[k] for g in got) for k in got[0]}
+            table[str(n)] = row
+        results["concurrency"] = table
+        results["concurrency_rounds"] = conc
+    results["goals"] = _goals(results)
+    return results
+
+
+def _goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each goal of criterion 1 with its ratio and, where it is not met, the CPU per message
+    that bounds it against the per-message budget the goal allows."""
+    out = []
+    for label, figure, place, target in GOALS:
+        goal: dict[str, Any] = {"goal": label, "placement": place, "target": target}
+        if figure == "raw16":
+            row = results.get("concurrency", {}).get("16", {})
+            if "raw" not in row or "redis" not in row:
+                continue
+            ours, theirs = row["raw"], row["redis"]
+            goal["ratio"] = ours["msgs_per_s"] / theirs["msgs_per_s"]
+            cpu = (ours["cpu_client_us"], ours["cpu_server_us"])
+            redis_cpu = (theirs["cpu_client_us"], theirs["cpu_server_us"])
+            rate = theirs["msgs_per_s"]
+        else:
+            entry = results["placements"].get(place)
+            if entry is None or "ratios" not in entry:
+                continue
+            name = figure.removesuffix("_msgs_per_s")
+            m, r = entry["mqcore"], entry["redis"]
+            goal["ratio"] = entry["ratios"][figure]
+            cpu = (m[f"cpu_client_us_{name}"], m[f"cpu_server_us_{name}"])
+            redis_cpu = (r[f"cpu_client_us_{name}"], r[f"cpu_server_us_{name}"])
+            rate = r[figure]
+        goal["met"] = goal["ratio"] >= target
+        # At target x Redis's rate, one message may take this long end to end: with one
+        # request in flight the client's and the server's CPU add up within it; with many,
+        # the busier side's CPU alone must fit.
+        goal["budget_us"] = 1e6 / (target * rate)
+        goal["cpu_us"] = {"client": cpu[0], "server": cpu[1]}
+        goal["redis_cpu_us"] = {"client": redis_cpu[0], "server": redis_cpu[1]}
+        out.append(goal)
+    return out
+
+
+def _bound(g: dict[str, Any]) -> str:
+    """What bounds a goal not met, in words."""
+    c, s, b = g["cpu_us"]["client"], g["cpu_us"]["server"], g["budget_us"]
+    waiting = "; the rest is waiting (wake-ups, other processes on the vCPUs), not CPU"
+    if g["goal"].startswith("server capacity"):
+        return f"server {s:.1f} µs/msg against {b:.1f} allowed" + (
+            " (the server's CPU alone is over)" if s > b else waiting
+        )
+    over = [n for n, v in (("client", c), ("server", s)) if v > b]
+    if over:
+        tail = f"; over alone: {', '.join(over)}"
+    elif c + s > b:
+        tail = "; the two together are over"
+    else:
+        tail = waiting
+    return f"client {c:.1f} + server {s:.1f} µs/msg against {b:.1f} allowed{tail}"
+
+
+def print_placed(results: dict[str, Any], markdown: bool) -> None:
+    """The placed comparison, the concurrency table and the goals, as text or Markdown."""
+    head = (
+        f"mqcore serve on {results['server_event_loop']}'s event loop, {results['machine']}, "
+        f"{results['messages']} messages of {results['size']} B, median of "
+        f"{results['rounds']} round(s); load average {results['load_before']} before, "
+        f"{results['load_after']} after"
+    )
+    print(head if not markdown else f"{head}.\n")
+    rows = []
+    for name, e in results["placements"].items():
+        where = f"{name} (client vCPU {e['cpus']['client']}, server vCPU {e['cpus']['server']})"
+        m, r = e["mqcore"], e.get("redis")
+        for k in (k for k in m if k.endswith("_msgs_per_s")):
+            n = k.removesuffix("_msgs_per_s")
+            cpu = f"{m[f'cpu_client_us_{n}']:.1f} / {m[f'cpu_server_us_{n}']:.1f}"
+            if r is None:
+                rows.append([n, where, f"{m[k]:,.0f}", "", "", cpu, ""])
+                continue
+            each = ", ".join(f"{p[k]:.2f}" for p in e["ratio_rounds"])
+            rcpu = f"{r[f'cpu_client_us_{n}']:.1f} / {r[f'cpu_server_us_{n}']:.1f}"
+            rows.append(
+                [
+                    n,
+                    where,
+                    f"{m[k]:,.0f}",
+                    f"{r[k]:,.0f}",
+                    f"{e['ratios'][k]:.2f} ({each})",
+                    cpu,
+                    rcpu,
+                ]
+            )
+    _table(
+        ["figure", "placement", "mqcore msgs/s", "Redis msgs/s", "ratio (rounds)",
+         "mqcore CPU µs/msg client / server", "Redis CPU µs/msg client / server"],
+        rows, markdown,
+    )  # fmt: skip
+    if "concurrency" in results:
+        print()
+        print(
+            f"Concurrency, one request in flight per connection, placement "
+            f"{results['concurrency_placement']}; msgs/s (CPU µs/msg client / server)"
+            + (":\n" if markdown else "")
+        )
+        rows = []
+        for n, row in results["concurrency"].items():
+            cells = [n]
+            for side in ("mqcore", "raw", "redis"):
+                f = row.get(side)
+                cells.append(
+                    f"{f['msgs_per_s']:,.0f} ({f['cpu_client_us']:.1f} / {f['cpu_server_us']:.1f})"
+                    if f
+                    else ""
+                )
+            raw, red = row.get("raw"), row.get("redis")
+            cells.append(f"{raw['msgs_per_s'] / red['msgs_per_s']:.2f}" if raw and red else "")
+            rows.append(cells)
+        _table(
+            ["connections", "mqcore Producer", "raw SEND_MESSAGE_V2", "Redis raw XADD",
+             "raw / Redis"],
+            rows, markdown,
+        )  # fmt: skip
+    if results["goals"]:
+        print()
+        rows = [
+            [g["goal"], g["placement"], f"{g['ratio']:.2f}", f"{g['target']:.2f}",
+             "met" if g["met"] else "not met", "" if g["met"] else _bound(g)]
+            for g in results["goals"]
+        ]  # fmt: skip
+        _table(["goal", "placement", "ratio", "target", "", "what bounds it"], rows, markdown)
+
+
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "|".join("---" for _ in header) + "|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+        return
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    for r in [header, *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
 
 
 def metrics_compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -458,6 +803,27 @@ def main(argv: list[str] | None = None) -> None:
         help="what mqcore serve is measured against: Redis Streams (default), or Apache "
         "RocketMQ's broker with the Python and the Java client (bench/rocketmq_peer.py)",
     )
+    ap.add_argument(
+        "--placement",
+        choices=["both", "none"],
+        default="both",
+        help="both (default): every comparison with client and server pinned to the same vCPU "
+        "and to different vCPUs, interleaved; none: the scheduler places them (the old figures)",
+    )
+    ap.add_argument(
+        "--concurrency-messages",
+        type=int,
+        default=20_000,
+        help="messages per point of the concurrency table (raw clients and Redis); 0 leaves "
+        "the table out",
+    )
+    ap.add_argument(
+        "--concurrency-client-messages",
+        type=int,
+        default=4_000,
+        help="messages per point of the concurrency table through mqcore's Producer",
+    )
+    ap.add_argument("--markdown", action="store_true", help="the tables as Markdown")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.peer == "rocketmq":
@@ -492,6 +858,30 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not args.no_ha and args.store != "mmap":
         raise SystemExit("replication needs the mmap store: pass --no-ha with --store lmdb")
+    if args.placement == "both":
+        load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        placed = run_placed(args)
+        placed.update(
+            machine=f"{os.cpu_count()} vCPUs",
+            server_event_loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+            messages=args.messages,
+            size=args.size,
+            rounds=args.rounds,
+            load_before=load_before,
+            load_after=" ".join(f"{x:.1f}" for x in os.getloadavg()),
+        )
+        if not args.no_ha:
+            # Unpinned, as before: the replication figures compare setups with each other.
+            single = ha.bench(args.messages, args.size, None)
+            placed["replication"] = ha.table(single, args.messages, args.size)
+        if args.json:
+            print(json.dumps(placed, indent=2))
+            return
+        print_placed(placed, args.markdown)
+        if not args.no_ha:
+            print()
+            ha.print_table(placed["replication"])
+        return
     ours, theirs = _rounds(args)
     m = {k: statistics.median(o[k] for o in ours) for k in ours[0]}
     results: dict[str, Any] = {
