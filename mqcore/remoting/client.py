@@ -7,9 +7,13 @@ may be in flight on one connection.
 
 Who reads the socket (one reader at a time, the connection's *leader*):
 
-- a synchronous caller reads its own answer when nobody else is reading: the kernel wakes it
-  directly, with no hand-off from another thread (on a small machine that hand-off costs as
-  much as a quarter of a round trip);
+- a synchronous caller that finds nobody reading takes the lead before it writes, writes its
+  request and blocks in ``recv_into`` straight after (the direct call: no future, no poll
+  while its deadline is far, the answer kept in a slot of the connection). The kernel wakes
+  it directly, with no hand-off from another thread (on a small machine that hand-off costs
+  as much as a quarter of a round trip);
+- a synchronous caller that finds somebody reading writes its request and waits for its
+  future, reading itself when the reader stops before its answer came;
 - otherwise the connection's reader thread reads, and completes callers' futures. It steps
   aside while synchronous calls keep coming (for ``_LINGER`` seconds after the latest one
   began) and takes over at once when a caller waits for an answer nobody is reading.
@@ -27,6 +31,7 @@ import contextlib
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +61,11 @@ RequestHandler = Callable[[RemotingCommand, str], "RemotingCommand | None"]
 
 _TICK = 0.1  # how often the sweeper expires async requests past their deadline
 _RECV_SIZE = 256 * 1024
+# The longest a blocking read waits before the reader looks at its deadline again (the
+# socket's SO_RCVTIMEO): a direct call blocks in recv_into while its deadline is further
+# away than this, and polls with the time left only for the last stretch.
+_RECV_TICK = 0.05
+_RCVTIMEO = struct.pack("ll", 0, int(_RECV_TICK * 1e6))
 # How long the reader thread stays aside after a synchronous call began. Longer than a
 # caller's own work between two calls, so that a run of calls keeps reading its own
 # answers; short, since answers to asynchronous requests wait for it when nobody else reads.
@@ -120,6 +130,13 @@ class _Connection:
         self._view = memoryview(self._buffer)
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
+        # A blocking read returns after _RECV_TICK at the latest (BlockingIOError), so a
+        # direct call can block in recv_into and still give up at its deadline.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RCVTIMEO)
+        # The direct call's answer: the opaque it waits for, and the answer once read.
+        self._own: int | None = None
+        self._own_answer: RemotingCommand | None = None
         self.reader = threading.Thread(
             target=self._read_loop, name=f"mqcore-remoting-client-{addr}", daemon=True
         )
@@ -184,6 +201,63 @@ class _Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
         with self._turn:
             self._turn.notify_all()  # a reader thread standing aside ends
+
+    # --- the direct call -------------------------------------------------------------------
+
+    def lead_now(self) -> bool:
+        """Take the reading if nobody reads (no other caller, not the reader thread)."""
+        with self._turn:
+            if self._leading or self.closed:
+                return False
+            self._leading = True
+            return True
+
+    def end_lead(self) -> None:
+        """Give the reading up (after :meth:`lead_now`): the reader thread stays aside a
+        little longer, and is woken at once when somebody waits for an answer."""
+        turn = self._turn
+        with turn:
+            self._leading = False
+            self._quiet_until = time.monotonic() + _LINGER
+            if self.closed or any(not f.done() for f in self._followers):
+                turn.notify_all()  # somebody must read on for them
+
+    def call(self, cmd: RemotingCommand, deadline: float) -> RemotingCommand | None:
+        """As the leader (:meth:`lead_now`): write ``cmd`` and read until its answer; None
+        at the deadline. Answers to others and the server's requests read meanwhile are
+        served as the reader thread serves them.
+
+        :raises RemotingConnectError: the connection ended first.
+        """
+        self._own = cmd.opaque
+        self._own_answer = None
+        try:
+            self.send(cmd, deadline)
+            poll = self._poll.poll
+            while self._own_answer is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if self.closed:
+                    raise self._lost(cmd.code, "the connection was closed")
+                # Far from the deadline: block in recv_into (SO_RCVTIMEO bounds the wait).
+                # Near it: poll for the time left first, so the call ends at its deadline.
+                if left < _RECV_TICK and not poll(_poll_ms(left)):
+                    continue
+                ended = self._read_once()
+                if ended is not None:
+                    self._tear_down(ended)
+                    raise self._lost(cmd.code, ended)
+            return self._own_answer
+        finally:
+            self._own = None
+            self._own_answer = None  # (the return value was taken before this runs)
+
+    def _lost(self, code: int, reason: str) -> RemotingConnectError:
+        return RemotingConnectError(
+            f"connection to {self.addr} lost before the answer to request code {code}: {reason}",
+            addr=self.addr,
+        )
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -320,6 +394,9 @@ class _Connection:
     def _frame(self, frame: bytes) -> None:
         cmd = RemotingCommand.decode(frame)
         if cmd.is_response:
+            if cmd.opaque == self._own:  # the direct call's answer (the leader reads this)
+                self._own_answer = cmd
+                return
             p = self.pending.pop(cmd.opaque, None)
             if p is not None:
                 settle(p.future, cmd)
@@ -380,7 +457,19 @@ class RemotingClient:
         :raises RemotingConnectError: cannot connect, or the connection was lost.
         """
         deadline = time.monotonic() + timeout
-        conn, fut = self._send(addr, cmd, deadline, timeout, sync=True)
+        self._prepare(cmd)
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = self._connection(addr)
+        if conn.lead_now():  # nobody reads: the direct call
+            try:
+                answer = conn.call(cmd, deadline)
+            finally:
+                conn.end_lead()
+            if answer is None:
+                raise self._timeout(addr, cmd.code, timeout)
+            return answer
+        conn, fut = self._send(addr, cmd, deadline, timeout, sync=True, prepared=True)
         conn.wait(fut, deadline)
         if fut.done():
             return fut.result()
@@ -461,10 +550,10 @@ class RemotingClient:
         deadline: float,
         timeout: float,
         sync: bool = False,
+        prepared: bool = False,
     ) -> tuple[_Connection, concurrent.futures.Future[RemotingCommand]]:
-        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
-        if self.credentials is not None:
-            sign(cmd, self.credentials)
+        if not prepared:
+            self._prepare(cmd)
         conn = self._connection(addr)
         if sync:
             # Before the write: the reader thread must not go back to reading the answer
@@ -478,6 +567,12 @@ class RemotingClient:
             conn.pending.pop(cmd.opaque, None)
             raise
         return conn, fut
+
+    def _prepare(self, cmd: RemotingCommand) -> None:
+        """Mark ``cmd`` a request expecting an answer, and sign it."""
+        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        if self.credentials is not None:
+            sign(cmd, self.credentials)
 
     @staticmethod
     def _timeout(addr: str, code: int, timeout: float) -> RemotingTimeoutError:
