@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mqcore.errors import (
     InvalidArgumentError,
@@ -46,7 +46,15 @@ from mqcore.errors import (
 from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
-from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, next_opaque
+from mqcore.remoting.command import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    AnswerPlan,
+    PreparedRequest,
+    RemotingCommand,
+    decode_answer,
+    next_opaque,
+)
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from mqcore.remoting.futures import settle
 from mqcore.remoting.signing import Credentials, sign
@@ -57,6 +65,9 @@ __all__ = ["RemotingClient", "RequestHandler", "parse_address"]
 log = get_logger(__name__)
 
 RequestHandler = Callable[[RemotingCommand, str], "RemotingCommand | None"]
+
+Answer = tuple[int, int, int, "str | None", tuple[Any, ...], "bytes | None"]
+"""An answer read with a plan: (code, opaque, flag, remark, the plan's values, body)."""
 """``handler(request, addr)``: serve a request the server sent; return the answer or None."""
 
 _TICK = 0.1  # how often the sweeper expires async requests past their deadline
@@ -134,14 +145,16 @@ class _Connection:
         # direct call can block in recv_into and still give up at its deadline.
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RCVTIMEO)
-        # The direct call's answer: the opaque it waits for, and the answer once read.
+        # The direct call's answer: the opaque it waits for, the plan it is read with (a
+        # prepared request's), and the answer once read.
         self._own: int | None = None
-        self._own_answer: RemotingCommand | None = None
+        self._own_plan: AnswerPlan | None = None
+        self._own_answer: RemotingCommand | Answer | None = None
         self.reader = threading.Thread(
             target=self._read_loop, name=f"mqcore-remoting-client-{addr}", daemon=True
         )
 
-    def send(self, cmd: RemotingCommand, deadline: float) -> None:
+    def send(self, cmd: RemotingCommand | PreparedRequest, deadline: float) -> None:
         head, body = cmd.encode_parts()
         self._outq.append(head + bytes(body) if len(body) < 65536 else head)
         if len(body) >= 65536:
@@ -222,14 +235,18 @@ class _Connection:
             if self.closed or any(not f.done() for f in self._followers):
                 turn.notify_all()  # somebody must read on for them
 
-    def call(self, cmd: RemotingCommand, deadline: float) -> RemotingCommand | None:
+    def call(
+        self, cmd: RemotingCommand | PreparedRequest, deadline: float
+    ) -> RemotingCommand | Answer | None:
         """As the leader (:meth:`lead_now`): write ``cmd`` and read until its answer; None
         at the deadline. Answers to others and the server's requests read meanwhile are
-        served as the reader thread serves them.
+        served as the reader thread serves them. The answer to a prepared request is read
+        with its plan (an :data:`Answer`) when it has the plan's fields, else as a command.
 
         :raises RemotingConnectError: the connection ended first.
         """
         self._own = cmd.opaque
+        self._own_plan = cmd.plan if cmd.__class__ is PreparedRequest else None
         self._own_answer = None
         try:
             self.send(cmd, deadline)
@@ -251,6 +268,7 @@ class _Connection:
             return self._own_answer
         finally:
             self._own = None
+            self._own_plan = None
             self._own_answer = None  # (the return value was taken before this runs)
 
     def _lost(self, code: int, reason: str) -> RemotingConnectError:
@@ -392,6 +410,19 @@ class _Connection:
             )
 
     def _frame(self, frame: bytes) -> None:
+        plan = self._own_plan
+        if plan is not None:
+            # The direct call of a prepared request: its answer read with the plan in one
+            # call. Anything else (another's answer, a request, an answer without the
+            # plan's fields, such as a refusal) is read as a command below.
+            try:
+                answer = decode_answer(frame, plan)
+            except ProtocolError:
+                pass
+            else:
+                if answer[1] == self._own and answer[2] & FLAG_RESPONSE:
+                    self._own_answer = answer
+                    return
         cmd = RemotingCommand.decode(frame)
         if cmd.is_response:
             if cmd.opaque == self._own:  # the direct call's answer (the leader reads this)
@@ -468,13 +499,59 @@ class RemotingClient:
                 conn.end_lead()
             if answer is None:
                 raise self._timeout(addr, cmd.code, timeout)
+            assert answer.__class__ is RemotingCommand  # a command's answer is a command
             return answer
+        return self._invoke_waiting(conn, addr, cmd, deadline, timeout)
+
+    def _invoke_waiting(
+        self,
+        conn: _Connection,
+        addr: str,
+        cmd: RemotingCommand | PreparedRequest,
+        deadline: float,
+        timeout: float,
+    ) -> RemotingCommand:
+        """A synchronous call while somebody else reads: the request's future, read by
+        whoever leads (or by this caller once nobody does)."""
         conn, fut = self._send(addr, cmd, deadline, timeout, sync=True, prepared=True)
         conn.wait(fut, deadline)
         if fut.done():
             return fut.result()
         conn.pending.pop(cmd.opaque, None)
         raise self._timeout(addr, cmd.code, timeout) from None
+
+    def invoke_prepared(
+        self, addr: str, request: PreparedRequest, timeout: float
+    ) -> RemotingCommand | Answer:
+        """Send an encoded ``request`` to ``addr`` and wait for its answer: an
+        :data:`Answer` read with the request's plan when the answer has the plan's fields
+        and came to the direct call, else the answer as a command (a refusal, say).
+
+        The request is written as it is: a client with credentials signs each request, so
+        it must send commands (:meth:`invoke`) instead. SYSTEM_BUSY answers are returned
+        as they come.
+
+        :raises RemotingTimeoutError: no answer within ``timeout`` seconds.
+        :raises RemotingConnectError: cannot connect, or the connection was lost.
+        """
+        if self.credentials is not None:
+            raise InvalidArgumentError(
+                "a prepared request cannot be signed: this client has credentials, so send "
+                "a RemotingCommand with invoke()"
+            )
+        deadline = time.monotonic() + timeout
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = self._connection(addr)
+        if conn.lead_now():
+            try:
+                answer = conn.call(request, deadline)
+            finally:
+                conn.end_lead()
+            if answer is None:
+                raise self._timeout(addr, request.code, timeout)
+            return answer
+        return self._invoke_waiting(conn, addr, request, deadline, timeout)
 
     def invoke_retry_busy(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """:meth:`invoke`, sending ``cmd`` again while the server answers SYSTEM_BUSY.
@@ -546,7 +623,7 @@ class RemotingClient:
     def _send(
         self,
         addr: str,
-        cmd: RemotingCommand,
+        cmd: Any,
         deadline: float,
         timeout: float,
         sync: bool = False,

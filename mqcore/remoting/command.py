@@ -33,7 +33,9 @@ __all__ = [
     "DEFAULT_VERSION",
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
+    "AnswerPlan",
     "LanguageCode",
+    "PreparedRequest",
     "RemotingCommand",
     "SerializeType",
     "decode_answer",
@@ -544,7 +546,7 @@ def _field_text(value: Any) -> str:
     if value.__class__ is bool:
         return "true" if value else "false"
     if value.__class__ is str:
-        return value  # type: ignore[no-any-return]
+        return value
     return str(int(value))
 
 
@@ -611,7 +613,7 @@ def py_decode_answer(
         type."""
     cmd = RemotingCommand.py_decode(frame)
     ext = cmd.ext_fields or {}
-    values = []
+    values: list[Any] = []
     for name, kind, required in plan:
         raw = ext.get(name)
         if raw is None or (raw == "" and kind != 0):
@@ -646,6 +648,32 @@ def decode_answer(
         if fields is not None:
             return fields  # type: ignore[no-any-return]
     return py_decode_answer(frame, plan)
+
+
+class PreparedRequest:
+    """A request encoded ahead (:func:`encode_request_head`), written as it is, and the plan
+    its answer is read with (:meth:`RemotingClient.invoke_prepared
+    <mqcore.remoting.client.RemotingClient.invoke_prepared>`)."""
+
+    __slots__ = ("body", "code", "head", "opaque", "plan")
+
+    def __init__(
+        self,
+        code: int,
+        opaque: int,
+        head: bytes,
+        body: bytes | bytearray | memoryview,
+        plan: AnswerPlan,
+    ) -> None:
+        self.code = code
+        self.opaque = opaque
+        self.head = head
+        self.body = body
+        self.plan = plan
+
+    def encode_parts(self) -> tuple[bytes, bytes | bytearray | memoryview]:
+        """The frame as (length words + header, body), as :meth:`RemotingCommand.encode_parts`."""
+        return self.head, self.body
 
 
 _PLAN_READERS = {number: field_reader(kind) for number, kind in _PLAN_KINDS.items()}
