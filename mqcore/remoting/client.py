@@ -76,6 +76,8 @@ _RECV_SIZE = 256 * 1024
 # socket's SO_RCVTIMEO): a direct call blocks in recv_into while its deadline is further
 # away than this, and polls with the time left only for the last stretch.
 _RECV_TICK = 0.05
+# How long the reader thread's wait for something to read lasts before it looks again.
+_IDLE_POLL_MS = 1000
 _RCVTIMEO = struct.pack("ll", 0, int(_RECV_TICK * 1e6))
 # How long the reader thread stays aside after a synchronous call began. Longer than a
 # caller's own work between two calls, so that a run of calls keeps reading its own
@@ -321,11 +323,11 @@ class _Connection:
                     self._tear_down(ended)
                     return
 
-    def _read_once(self) -> str | None:
+    def _read_once(self, flags: int = 0) -> str | None:
         """The leader's read: serve the frames of what arrived. Returns why the connection
         ended, or None while it lasts."""
         try:
-            n = self.sock.recv_into(self._buffer)
+            n = self.sock.recv_into(self._buffer, 0, flags)
         except BlockingIOError:
             return None
         except OSError as exc:
@@ -364,6 +366,9 @@ class _Connection:
     def _read_loop(self) -> None:
         reason = "the connection was closed"
         turn = self._turn
+        # The reader's own poll object (a poll object serves one thread at a time).
+        watch = select.poll()
+        watch.register(self.sock, select.POLLIN)
         try:
             while True:
                 with turn:
@@ -375,9 +380,17 @@ class _Connection:
                         turn.wait(max(left, _LINGER) if self._leading else max(left, 0.0))
                     if self.closed:
                         break
+                # Wait for something to read without holding the reading: a synchronous
+                # call that comes meanwhile takes the lead and reads its own answer (the
+                # direct call) rather than waiting for this thread to hand it over.
+                if not watch.poll(_IDLE_POLL_MS):
+                    continue
+                with turn:
+                    if self._leading or self.closed:
+                        continue  # somebody reads it (or the connection ends): look again
                     self._leading = True
                 try:
-                    ended = self._read_once()  # blocks until something arrives
+                    ended = self._read_once(socket.MSG_DONTWAIT)  # a leader may have read it
                 finally:
                     with turn:
                         self._leading = False
