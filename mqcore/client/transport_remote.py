@@ -57,7 +57,7 @@ from mqcore.protocol.transaction import (
     is_transactional,
 )
 from mqcore.record.sysflag import COMPRESSED_FLAG
-from mqcore.remoting.client import RemotingClient
+from mqcore.remoting.client import Answer, RemotingClient
 from mqcore.remoting.command import (
     PreparedRequest,
     RemotingCommand,
@@ -176,6 +176,25 @@ _SEND_ANSWER_PLAN = (
     ("queueId", 1, True),
     ("queueOffset", 2, True),
     ("transactionId", 0, False),
+)
+
+
+# A pull answered at once as a prepared request: PullMessageRequestHeader's wire names in its
+# writer's order, and the plan its answer is read with (PullMessageResponseHeader's fields).
+_PULL_NAMES = headers.PullMessageRequestHeader.wire_names()
+_PULL_ANSWER_PLAN = (
+    ("suggestWhichBrokerId", 2, True),
+    ("nextBeginOffset", 2, True),
+    ("minOffset", 2, True),
+    ("maxOffset", 2, True),
+)
+_PULL_ANSWERS = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.PULL_RETRY_IMMEDIATELY,
+        ResponseCode.PULL_OFFSET_MOVED,
+    }
 )
 
 
@@ -863,10 +882,17 @@ class RemoteTransport:
             raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
         future: concurrent.futures.Future[RemotingCommand] | None = None
         request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header)
+        resp: RemotingCommand | Answer
         try:
             if not header.sys_flag & headers.PULL_FLAG_SUSPEND:
-                # Answered at once: a plain call, which reads its own answer.
-                resp = self.client.invoke_retry_busy(addr, request, wait)
+                # Answered at once: a plain call, which reads its own answer (a prepared
+                # request, its answer's header read in the same call, when not signed).
+                if self.client.credentials is None:
+                    resp = self._pull_prepared(addr, header, wait)
+                    if isinstance(resp, RemotingCommand) and resp.code == ResponseCode.SYSTEM_BUSY:
+                        resp = self.client.invoke_retry_busy(addr, request, wait)
+                else:
+                    resp = self.client.invoke_retry_busy(addr, request, wait)
             else:
                 # Held by the broker: cancellable (cancel_pulls) while it waits.
                 # A refused connection (a dead member) raises here, before there is a future.
@@ -886,26 +912,41 @@ class RemoteTransport:
             if future is not None:
                 with self._lock:
                     self._pulls.discard(future)
-        if resp.code not in (
-            ResponseCode.SUCCESS,
-            ResponseCode.PULL_NOT_FOUND,
-            ResponseCode.PULL_RETRY_IMMEDIATELY,
-            ResponseCode.PULL_OFFSET_MOVED,
-        ):
-            _check(resp)
-        h = resp.read_header(headers.PullMessageResponseHeader)
-        if h.suggest_which_broker_id == MASTER_ID:
+        if isinstance(resp, RemotingCommand):
+            if resp.code not in _PULL_ANSWERS:
+                _check(resp)
+            h = resp.read_header(headers.PullMessageResponseHeader)
+            code, body = resp.code, resp.body
+            suggest, next_begin, min_offset, max_offset = (
+                h.suggest_which_broker_id, h.next_begin_offset, h.min_offset, h.max_offset
+            )  # fmt: skip
+        else:
+            code, _, _, remark, (suggest, next_begin, min_offset, max_offset), body = resp
+            if code not in _PULL_ANSWERS:
+                _check(RemotingCommand.response(code, remark))
+        if suggest == MASTER_ID:
             self._pull_from.pop(mq, None)
         else:
-            self._pull_from[mq] = int(h.suggest_which_broker_id)
-        records = split_records(resp.body) if resp.code == ResponseCode.SUCCESS else []
+            self._pull_from[mq] = int(suggest)
+        records = split_records(body) if code == ResponseCode.SUCCESS else []
         return PullResponse(
-            ResponseCode(resp.code),
-            h.next_begin_offset,
-            h.min_offset,
-            h.max_offset,
-            records,
-            h.suggest_which_broker_id,
+            ResponseCode(code), next_begin, min_offset, max_offset, records, suggest
+        )
+
+    def _pull_prepared(
+        self, addr: str, header: headers.PullMessageRequestHeader, wait: float
+    ) -> RemotingCommand | Answer:
+        """A pull that is answered at once, as a prepared request (its frame encoded in one
+        call, its answer's header read with the pull answer's plan in one call)."""
+        values = (header.consumer_group, header.topic, header.queue_id, header.queue_offset,
+                  header.max_msg_nums, header.sys_flag, header.commit_offset,
+                  header.suspend_timeout_millis, header.subscription, header.sub_version,
+                  header.expression_type)  # fmt: skip
+        opaque = next_opaque()
+        code = RequestCode.PULL_MESSAGE
+        head = encode_request_head(code, opaque, _PULL_NAMES, values, 0)
+        return self.client.invoke_prepared(
+            addr, PreparedRequest(code, opaque, head, b"", _PULL_ANSWER_PLAN), wait
         )
 
     def cancel_pulls(self) -> None:

@@ -14,7 +14,11 @@ from hypothesis import strategies as st
 
 from mqcore import speedups
 from mqcore.errors import ProtocolError
-from mqcore.protocol.headers import SendMessageRequestHeaderV2, SendMessageResponseHeader
+from mqcore.protocol.headers import (
+    PullMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+)
 from mqcore.remoting.command import (
     RemotingCommand,
     decode_answer,
@@ -181,3 +185,28 @@ def test_a_required_field_missing_is_a_protocol_error() -> None:
     frame = _answer_frame({"msgId": "A", "queueId": "1"}, None, None)
     with pytest.raises(ProtocolError, match="queueOffset"):
         decode_answer(frame, SEND_ANSWER_PLAN)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    group=TEXT, topic=TEXT, queue_id=INT32, offset=INT64, nums=INT32, sys_flag=INT32,
+    commit=INT64, suspend=INT64, subscription=TEXT, version=INT64,
+    expression_type=st.none() | TEXT,
+)  # fmt: skip
+def test_the_pull_header_encodes_as_the_header_object_does(
+    group: str, topic: str, queue_id: int, offset: int, nums: int, sys_flag: int,
+    commit: int, suspend: int, subscription: str, version: int, expression_type: str | None,
+) -> None:  # fmt: skip
+    """The pull request as the remote transport prepares it (values in wire_names order)
+    is the bytes the header object and RemotingCommand give."""
+    header = PullMessageRequestHeader(
+        consumer_group=group, topic=topic, queue_id=queue_id, queue_offset=offset,
+        max_msg_nums=nums, sys_flag=sys_flag, commit_offset=commit,
+        suspend_timeout_millis=suspend, subscription=subscription, sub_version=version,
+        expression_type=expression_type,
+    )  # fmt: skip
+    cmd = RemotingCommand.request(11, header)
+    specs = {s.wire: s.attr for s in PullMessageRequestHeader._specs()}
+    names = PullMessageRequestHeader.wire_names()
+    values = tuple(getattr(header, specs[name]) for name in names)
+    assert encode_request_head(11, cmd.opaque, names, values, 0) == cmd.py_encode_parts()[0]
