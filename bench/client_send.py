@@ -7,12 +7,15 @@ Each client sends 1 KiB messages one at a time, waiting for each answer:
   client), and against a real ``mqcore serve`` (``--serve``);
 - redis-py's ``XADD`` against ``redis-server``.
 
-Rounds interleave the clients (alternating which goes first); the run prints, per client,
-the median rate and the median client CPU per send (this process, every thread: the client
-is this process), and the median of each round's mqcore/redis ratio::
+Each client runs in a process of its own (started per round, warmed up, then timed), which
+reports its rate and its own CPU per send (every thread), and the server's CPU over the same
+stretch. Rounds interleave the clients (alternating which goes first); the run prints, per
+client, the median rate and CPU, and the median of each round's mqcore/redis ratio.
+``--before PYTHON`` adds mqcore's client as another installation has it (a virtualenv of an
+older checkout, say), against the same ideal broker in the same rounds::
 
     python bench/client_send.py [--messages 20000] [--rounds 5] [--serve] [--pin same|split]
-        [--json]
+        [--before PYTHON] [--json]
 
 ``--pin`` places the processes: ``same`` puts client and server on one vCPU, ``split`` on
 two different ones (Linux); without it the scheduler decides. Needs ``redis-server`` on the
@@ -124,12 +127,34 @@ def ideal_broker_free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _client(
+    python: str, kind: str, target: str, pid: int, n: int, size: int, cpu: int | None
+) -> dict[str, float]:
+    """One round of one client, in a process of its own run by ``python``."""
+    cmd = [python, os.path.abspath(__file__), "--client", kind, "--target", target,
+           "--server-pid", str(pid), "--messages", str(n), "--size", str(size)]  # fmt: skip
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    # Outside the checkout, so that ``python`` imports its own installation of mqcore.
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, cwd="/")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def client_main(args: argparse.Namespace) -> None:
+    """The client side of one round (``--client``): prints its figures as JSON."""
+    body = os.urandom(args.size)
+    if args.client == "redis":
+        figures = redis_round(int(args.target), args.server_pid, args.messages, body)
+    else:
+        figures = mqcore_round(args.target, args.server_pid, args.messages, body, "B")
+    print(json.dumps(figures))
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every round; the medians."""
-    body = os.urandom(args.size)
     client_cpu, server_cpu = _placement(args.pin)
-    _pin(0, client_cpu)
-    rounds: dict[str, list[dict[str, float]]] = {"ideal": [], "redis": [], "serve": []}
+    rounds: dict[str, list[dict[str, float]]] = {}
     work = tempfile.mkdtemp(prefix="mqcore-bench-client-send-")
     procs: list[subprocess.Popen[Any]] = []
     try:
@@ -144,18 +169,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sproc, saddr, _ = ha.serve(os.path.join(work, "data"), "--store", args.store)
             procs.append(sproc)
             _pin(sproc.pid, server_cpu)
+        clients: list[tuple[str, str, str, int]] = [
+            ("ideal", sys.executable, "mqcore", 0),
+        ]
+        if args.before:
+            clients.append(("ideal_before", args.before, "mqcore", 0))
+        if not args.no_redis:
+            clients.append(("redis", sys.executable, "redis", 0))
+        if args.serve:
+            clients.append(("serve", sys.executable, "mqcore", 1))
         for i in range(args.rounds):
-            order = ["ideal", "redis", "serve"]
-            if i % 2:
-                order.reverse()
-            for name in order:
-                if name == "ideal":
-                    ideal_figures = mqcore_round(ideal_addr, ideal.pid, args.messages, body, "B")
-                    rounds[name].append(ideal_figures)
-                elif name == "redis" and not args.no_redis:
-                    rounds[name].append(redis_round(rport, rproc.pid, args.messages, body))
-                elif name == "serve" and args.serve:
-                    rounds[name].append(mqcore_round(saddr, sproc.pid, args.messages, body, "B"))
+            for name, python, kind, which in clients[:: -1 if i % 2 else 1]:
+                if kind == "redis":
+                    target, pid = str(rport), rproc.pid
+                elif which == 1:
+                    target, pid = saddr, sproc.pid
+                else:
+                    target, pid = ideal_addr, ideal.pid
+                figures = _client(python, kind, target, pid, args.messages, args.size, client_cpu)
+                rounds.setdefault(name, []).append(figures)
     finally:
         for proc in procs:
             if proc.args[0] == sys.executable and "serve" in proc.args:
@@ -171,7 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if rs:
             out[name] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
             out[name + "_rounds"] = rs
-    if rounds["redis"]:
+    if "redis" in rounds:
         pairs = zip(rounds["ideal"], rounds["redis"], strict=True)
         ratios = [a["msgs_per_s"] / b["msgs_per_s"] for a, b in pairs]
         out["ideal_vs_redis"] = statistics.median(ratios)
@@ -190,7 +222,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--pin", choices=["same", "split"])
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--before", metavar="PYTHON", help="also mqcore's client as PYTHON has it")
+    ap.add_argument("--client", choices=["mqcore", "redis"], help=argparse.SUPPRESS)
+    ap.add_argument("--target", help=argparse.SUPPRESS)
+    ap.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.client:
+        client_main(args)
+        return
     out = run(args)
     if args.json:
         print(json.dumps(out, indent=2))
@@ -199,6 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'client':28} {'sends/s':>10} {'client CPU µs':>14} {'server CPU µs':>14}")
     labels = {
         "ideal": "mqcore -> ideal broker",
+        "ideal_before": "mqcore (before) -> ideal",
         "redis": "redis-py -> redis-server",
         "serve": "mqcore -> mqcore serve",
     }
