@@ -178,6 +178,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             clients.append(("redis", sys.executable, "redis", 0))
         if args.serve:
             clients.append(("serve", sys.executable, "mqcore", 1))
+            if args.before:
+                clients.append(("serve_before", args.before, "mqcore", 1))
         for i in range(args.rounds):
             for name, python, kind, which in clients[:: -1 if i % 2 else 1]:
                 if kind == "redis":
@@ -241,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         "ideal_before": "mqcore (before) -> ideal",
         "redis": "redis-py -> redis-server",
         "serve": "mqcore -> mqcore serve",
+        "serve_before": "mqcore (before) -> serve",
     }
     for name, label in labels.items():
         if name in out:
