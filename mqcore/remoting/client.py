@@ -145,8 +145,12 @@ class _Connection:
         self._poll.register(sock, select.POLLIN)
         # A blocking read returns after _RECV_TICK at the latest (BlockingIOError), so a
         # direct call can block in recv_into and still give up at its deadline.
-        with contextlib.suppress(OSError):
+        # Where the system refuses the option, every read of a direct call polls first.
+        self._timed_reads = True
+        try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RCVTIMEO)
+        except OSError:
+            self._timed_reads = False
         # The direct call's answer: the opaque it waits for, the plan it is read with (a
         # prepared request's), and the answer once read.
         self._own: int | None = None
@@ -261,7 +265,7 @@ class _Connection:
                     raise self._lost(cmd.code, "the connection was closed")
                 # Far from the deadline: block in recv_into (SO_RCVTIMEO bounds the wait).
                 # Near it: poll for the time left first, so the call ends at its deadline.
-                if left < _RECV_TICK and not poll(_poll_ms(left)):
+                if (left < _RECV_TICK or not self._timed_reads) and not poll(_poll_ms(left)):
                     continue
                 ended = self._read_once()
                 if ended is not None:

@@ -220,3 +220,16 @@ def test_a_prepared_request_is_refused_by_a_client_that_signs(addr: str) -> None
         head = encode_request_head(ECHO, opaque, (), (), 0)
         with pytest.raises(InvalidArgumentError, match="cannot be signed"):
             signing.invoke_prepared(addr, PreparedRequest(ECHO, opaque, head, b"", ()), 5)
+
+
+def test_without_timed_reads_a_direct_call_polls_to_its_deadline(
+    client: RemotingClient, addr: str, direct: list[int]
+) -> None:
+    """A system that refuses SO_RCVTIMEO: each read polls first, and the deadline holds."""
+    assert client.invoke(addr, _cmd(ECHO, b"warm"), 5).body == b"warm"
+    client._conns[addr]._timed_reads = False
+    began = time.monotonic()
+    with pytest.raises(RemotingTimeoutError):
+        client.invoke(addr, _cmd(SILENT), 0.3)
+    assert 0.3 <= time.monotonic() - began < 1.3
+    assert client.invoke(addr, _cmd(ECHO, b"after"), 5).body == b"after"
