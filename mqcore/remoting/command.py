@@ -589,9 +589,12 @@ def encode_request_head(
     One C call when the speedups are built (no header object, no extFields dict);
     :func:`py_encode_request_head` is the reference and writes what the C code leaves."""
     if _c_encode_request_head is not None:
-        head = _c_encode_request_head(
-            code, language, version, opaque, flag, names, values, body_len
-        )
+        try:
+            head = _c_encode_request_head(
+                code, language, version, opaque, flag, names, values, body_len
+            )
+        except OverflowError:  # a number past int64: the reference writes it
+            head = None
         if head is not None:
             return head  # type: ignore[no-any-return]
     return py_encode_request_head(code, opaque, names, values, body_len, language, version, flag)

@@ -210,3 +210,10 @@ def test_the_pull_header_encodes_as_the_header_object_does(
     names = PullMessageRequestHeader.wire_names()
     values = tuple(getattr(header, specs[name]) for name in names)
     assert encode_request_head(11, cmd.opaque, names, values, 0) == cmd.py_encode_parts()[0]
+
+
+@settings(max_examples=50, deadline=None)
+@given(code=st.integers(), opaque=st.integers())
+def test_numbers_past_int64_are_the_references_to_write(code: int, opaque: int) -> None:
+    expected = py_encode_request_head(code, opaque, ("k",), ("v",), 0)
+    assert encode_request_head(code, opaque, ("k",), ("v",), 0) == expected
