@@ -57,8 +57,13 @@ from mqcore.protocol.transaction import (
     is_transactional,
 )
 from mqcore.record.sysflag import COMPRESSED_FLAG
-from mqcore.remoting.client import RemotingClient
-from mqcore.remoting.command import RemotingCommand
+from mqcore.remoting.client import Answer, RemotingClient
+from mqcore.remoting.command import (
+    PreparedRequest,
+    RemotingCommand,
+    encode_request_head,
+    next_opaque,
+)
 from mqcore.remoting.signing import credentials_from
 from mqcore.remoting.tls import client_context
 from mqcore.store import PutResult
@@ -161,6 +166,36 @@ class _Notices:
         return RemotingCommand.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {cmd.code} not supported"
         )
+
+
+# A single send as prepared request: the V2 header's wire names in the order its writer
+# gives them, and the plan its answer is read with (SendMessageResponseHeader's fields).
+_SEND_V2_NAMES = headers.SendMessageRequestHeaderV2.wire_names()
+_SEND_ANSWER_PLAN = (
+    ("msgId", 0, True),
+    ("queueId", 1, True),
+    ("queueOffset", 2, True),
+    ("transactionId", 0, False),
+)
+
+
+# A pull answered at once as a prepared request: PullMessageRequestHeader's wire names in its
+# writer's order, and the plan its answer is read with (PullMessageResponseHeader's fields).
+_PULL_NAMES = headers.PullMessageRequestHeader.wire_names()
+_PULL_ANSWER_PLAN = (
+    ("suggestWhichBrokerId", 2, True),
+    ("nextBeginOffset", 2, True),
+    ("minOffset", 2, True),
+    ("maxOffset", 2, True),
+)
+_PULL_ANSWERS = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.PULL_RETRY_IMMEDIATELY,
+        ResponseCode.PULL_OFFSET_MOVED,
+    }
+)
 
 
 def _commitlog_offset(msg_id: str) -> int:
@@ -638,6 +673,9 @@ class RemoteTransport:
             flag, code, batch = msg.flag, RequestCode.SEND_MESSAGE_V2, False
             if is_transactional(msg.properties):
                 sys_flag |= TRANSACTION_PREPARED_TYPE  # as RocketMQ's sendKernelImpl
+            if self.client.credentials is None and not self._closed:
+                return self._send_prepared(mq, addr, producer_group, born_timestamp,
+                                           sys_flag, flag, properties, body)  # fmt: skip
         else:
             body = encode_batch(list(messages))
             properties, flag, code, batch = "", 0, RequestCode.SEND_BATCH_MESSAGE, True
@@ -660,6 +698,54 @@ class RemoteTransport:
             self._routes.pop(mq.topic, None)  # the broker may be gone: fetch the route again
             raise
         return self.send_results(sent)
+
+    def _send_prepared(
+        self,
+        mq: MessageQueue,
+        addr: str,
+        producer_group: str,
+        born_timestamp: int,
+        sys_flag: int,
+        flag: int,
+        properties: str,
+        body: bytes,
+    ) -> list[PutResult]:
+        """A single SEND_MESSAGE_V2 encoded in one call and its answer read in one call
+        (:func:`~mqcore.remoting.command.encode_request_head`, the direct call): the same
+        frame and results as the header object and :meth:`send_results` give. A refusal
+        or an answer of another shape is read by :meth:`send_results`; a busy answer is
+        sent again as :meth:`_call` does."""
+        # The values in _SEND_V2_NAMES's order: a..j, then k (unitMode), m (batch), l.
+        values = (producer_group, mq.topic, DEFAULT_TOPIC, 4, mq.queue_id, sys_flag,
+                  born_timestamp, flag, properties, 0, False, False, None)  # fmt: skip
+        opaque = next_opaque()
+        code = RequestCode.SEND_MESSAGE_V2
+        head = encode_request_head(code, opaque, _SEND_V2_NAMES, values, len(body))
+        request = PreparedRequest(code, opaque, head, body, _SEND_ANSWER_PLAN)
+        try:
+            answer = self.client.invoke_prepared(addr, request, self.timeout)
+            if isinstance(answer, RemotingCommand) and answer.code == ResponseCode.SYSTEM_BUSY:
+                header = headers.SendMessageRequestHeaderV2(
+                    producer_group=producer_group, topic=mq.topic, default_topic=DEFAULT_TOPIC,
+                    default_topic_queue_nums=4, queue_id=mq.queue_id, sys_flag=sys_flag,
+                    born_timestamp=born_timestamp, flag=flag, properties=properties,
+                    reconsume_times=0,
+                )  # fmt: skip
+                answer = self._call(addr, code, header, body)
+        except RemotingConnectError:
+            self._routes.pop(mq.topic, None)  # the broker may be gone: fetch the route again
+            raise
+        if isinstance(answer, RemotingCommand):
+            return self.send_results(answer)
+        status, _, _, remark, (msg_id, queue_id, queue_offset, transaction_id), _ = answer
+        if status != ResponseCode.SUCCESS or "," in msg_id:
+            # Stored without a slave's confirmation (or several ids): the general reading.
+            sent = headers.SendMessageResponseHeader(
+                msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offset,
+                transaction_id=transaction_id,
+            )  # fmt: skip
+            return self.send_results(RemotingCommand.response(status, remark, sent))
+        return [PutResult(msg_id, queue_offset, _commitlog_offset(msg_id), 0, 0)]
 
     def send_batch_async(
         self,
@@ -796,10 +882,17 @@ class RemoteTransport:
             raise MQClientError("the client is shut down", code=ResponseCode.SERVICE_NOT_AVAILABLE)
         future: concurrent.futures.Future[RemotingCommand] | None = None
         request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header)
+        resp: RemotingCommand | Answer
         try:
             if not header.sys_flag & headers.PULL_FLAG_SUSPEND:
-                # Answered at once: a plain call, which reads its own answer.
-                resp = self.client.invoke_retry_busy(addr, request, wait)
+                # Answered at once: a plain call, which reads its own answer (a prepared
+                # request, its answer's header read in the same call, when not signed).
+                if self.client.credentials is None:
+                    resp = self._pull_prepared(addr, header, wait)
+                    if isinstance(resp, RemotingCommand) and resp.code == ResponseCode.SYSTEM_BUSY:
+                        resp = self.client.invoke_retry_busy(addr, request, wait)
+                else:
+                    resp = self.client.invoke_retry_busy(addr, request, wait)
             else:
                 # Held by the broker: cancellable (cancel_pulls) while it waits.
                 # A refused connection (a dead member) raises here, before there is a future.
@@ -819,26 +912,41 @@ class RemoteTransport:
             if future is not None:
                 with self._lock:
                     self._pulls.discard(future)
-        if resp.code not in (
-            ResponseCode.SUCCESS,
-            ResponseCode.PULL_NOT_FOUND,
-            ResponseCode.PULL_RETRY_IMMEDIATELY,
-            ResponseCode.PULL_OFFSET_MOVED,
-        ):
-            _check(resp)
-        h = resp.read_header(headers.PullMessageResponseHeader)
-        if h.suggest_which_broker_id == MASTER_ID:
+        if isinstance(resp, RemotingCommand):
+            if resp.code not in _PULL_ANSWERS:
+                _check(resp)
+            h = resp.read_header(headers.PullMessageResponseHeader)
+            code, body = resp.code, resp.body
+            suggest, next_begin, min_offset, max_offset = (
+                h.suggest_which_broker_id, h.next_begin_offset, h.min_offset, h.max_offset
+            )  # fmt: skip
+        else:
+            code, _, _, remark, (suggest, next_begin, min_offset, max_offset), body = resp
+            if code not in _PULL_ANSWERS:
+                _check(RemotingCommand.response(code, remark))
+        if suggest == MASTER_ID:
             self._pull_from.pop(mq, None)
         else:
-            self._pull_from[mq] = int(h.suggest_which_broker_id)
-        records = split_records(resp.body) if resp.code == ResponseCode.SUCCESS else []
+            self._pull_from[mq] = int(suggest)
+        records = split_records(body) if code == ResponseCode.SUCCESS else []
         return PullResponse(
-            ResponseCode(resp.code),
-            h.next_begin_offset,
-            h.min_offset,
-            h.max_offset,
-            records,
-            h.suggest_which_broker_id,
+            ResponseCode(code), next_begin, min_offset, max_offset, records, suggest
+        )
+
+    def _pull_prepared(
+        self, addr: str, header: headers.PullMessageRequestHeader, wait: float
+    ) -> RemotingCommand | Answer:
+        """A pull that is answered at once, as a prepared request (its frame encoded in one
+        call, its answer's header read with the pull answer's plan in one call)."""
+        values = (header.consumer_group, header.topic, header.queue_id, header.queue_offset,
+                  header.max_msg_nums, header.sys_flag, header.commit_offset,
+                  header.suspend_timeout_millis, header.subscription, header.sub_version,
+                  header.expression_type)  # fmt: skip
+        opaque = next_opaque()
+        code = RequestCode.PULL_MESSAGE
+        head = encode_request_head(code, opaque, _PULL_NAMES, values, 0)
+        return self.client.invoke_prepared(
+            addr, PreparedRequest(code, opaque, head, b"", _PULL_ANSWER_PLAN), wait
         )
 
     def cancel_pulls(self) -> None:

@@ -18,7 +18,7 @@ import attrs
 from mqcore import speedups
 from mqcore.errors import ProtocolError
 
-__all__ = ["CommandHeader", "Kind", "wire_field"]
+__all__ = ["CommandHeader", "Kind", "field_reader", "wire_field"]
 
 _META = "mqcore.wire"
 
@@ -95,6 +95,11 @@ def _read_bool(value: Any) -> bool | None:
     if value.__class__ is int and value in (0, 1):
         return bool(value)
     return None
+
+
+def field_reader(kind: Kind) -> Callable[[Any], Any]:
+    """How a header reads a value of ``kind``: the value, or None when it is not one."""
+    return _reader(kind)
 
 
 def _reader(kind: Kind) -> Callable[[Any], Any]:

@@ -644,6 +644,211 @@ done:
     return result;
 }
 
+
+/* --- the client's side ------------------------------------------------------------------
+ *
+ * encode_request_head() writes a request's length words and JSON header from its extFields
+ * given as two parallel tuples (names, values), the values as a header's fields hold them
+ * (str, int, bool, None: left out), so a client builds a send or pull request without a
+ * header object or an extFields dict (the reference is
+ * mqcore.remoting.command.py_encode_request_head). decode_answer() reads an answer frame
+ * into its code, opaque, flag, remark and the header fields a plan names, with their
+ * types, in one call (the reference is mqcore.remoting.command.py_decode_answer).
+ */
+
+/* A field value as extFields text, appended as a JSON string. 0 done, -1 error, 1 punt. */
+static int out_field(Out *o, PyObject *v)
+{
+    if (PyUnicode_CheckExact(v))
+        return out_string(o, v);
+    if (v == Py_True)
+        return out_raw(o, "\"true\"", 6);
+    if (v == Py_False)
+        return out_raw(o, "\"false\"", 7);
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 1;
+        }
+        char digits[32];
+        int n = snprintf(digits, sizeof(digits), "\"%lld\"", x);
+        return out_raw(o, digits, n);
+    }
+    return 1;
+}
+
+/* encode_request_head(code, language, version, opaque, flag, names, values, body_len) ->
+ * bytes | None: the length words and JSON header of a request whose extFields are
+ * names[i]: values[i] for every value that is not None. None: a value the reference must
+ * write (not a str, int or bool; an int past int64), or a header it refuses. */
+static PyObject *encode_request_head(PyObject *self, PyObject *args)
+{
+    long long code, version, opaque, flag;
+    long language;
+    PyObject *names, *values;
+    Py_ssize_t body_len;
+    if (!PyArg_ParseTuple(args, "LlLLLO!O!n:encode_request_head", &code, &language, &version,
+                          &opaque, &flag, &PyTuple_Type, &names, &PyTuple_Type, &values,
+                          &body_len))
+        return NULL;
+    if (language < 0 || language >= N_LANGUAGES || PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(values))
+        Py_RETURN_NONE;
+    Out o;
+    o.buf = o.small;
+    o.len = 8;
+    o.cap = sizeof(o.small);
+    PyObject *result = NULL;
+    int rc = 0;
+    char fixed[200];
+    int n = snprintf(fixed, sizeof(fixed),
+                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
+                     "\"flag\":%lld,\"extFields\":{",
+                     code, LANGUAGES[language], version, opaque, flag);
+    if (out_raw(&o, fixed, n) < 0)
+        goto done;
+    int first = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *v = PyTuple_GET_ITEM(values, i);
+        if (v == Py_None)
+            continue;
+        if (!first && out_raw(&o, ",", 1) < 0)
+            goto done;
+        first = 0;
+        if ((rc = out_string(&o, PyTuple_GET_ITEM(names, i))) != 0)
+            goto stop;
+        if (out_raw(&o, ":", 1) < 0)
+            goto done;
+        if ((rc = out_field(&o, v)) != 0)
+            goto stop;
+    }
+    if (out_raw(&o, "},\"serializeTypeCurrentRPC\":\"JSON\"}", 35) < 0)
+        goto done;
+    Py_ssize_t header_len = o.len - 8;
+    if (header_len > 0xFFFFFF || 4 + header_len + body_len > INT32_MAX) {
+        rc = 1;
+        goto stop;
+    }
+    put_be32((unsigned char *)o.buf, (uint32_t)(4 + header_len + body_len));
+    put_be32((unsigned char *)o.buf + 4, (uint32_t)header_len);
+    result = PyBytes_FromStringAndSize(o.buf, o.len);
+    goto done;
+stop:
+    if (rc > 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    if (o.buf != o.small)
+        PyMem_Free(o.buf);
+    return result;
+}
+
+/* A str field's text as an integer in [low, high] (the generated header reader's int()),
+ * plain decimal digits with an optional sign only; 0 when it is not one (the reference
+ * decides). */
+static int field_int(PyObject *v, long long low, long long high, long long *out)
+{
+    if (!PyUnicode_CheckExact(v))
+        return 0;
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(v, &n);
+    if (p == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t i = 0;
+    int neg = 0;
+    if (n > 0 && (p[0] == '-' || p[0] == '+')) {
+        neg = p[0] == '-';
+        i = 1;
+    }
+    if (i >= n || n - i > 18)
+        return 0;
+    long long x = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return 0;
+        x = x * 10 + (p[i] - '0');
+    }
+    if (neg)
+        x = -x;
+    if (x < low || x > high)
+        return 0;
+    *out = x;
+    return 1;
+}
+
+/* decode_answer(frame, plan) -> (code, opaque, flag, remark, values, body) | None. ``plan``
+ * is a tuple of (wire name, kind, required): kind 0 a str, 1 an int32, 2 an int64, each
+ * read from the str extFields a server writes; ``values`` holds them in the plan's order
+ * (None for an absent optional field). None: the frame is not a JSON header of that shape,
+ * a required field is absent, or a value is not plainly of its kind: the reference
+ * (RemotingCommand.decode, then the header's reader) decides and words any error. */
+static PyObject *decode_answer(PyObject *self, PyObject *args)
+{
+    PyObject *frame, *plan;
+    if (!PyArg_ParseTuple(args, "OO!:decode_answer", &frame, &PyTuple_Type, &plan))
+        return NULL;
+    PyObject *fields = decode_json_frame(self, frame);
+    if (fields == NULL || fields == Py_None)
+        return fields;
+    PyObject *ext = PyTuple_GET_ITEM(fields, 6);
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    PyObject *values = PyTuple_New(n), *result = NULL;
+    if (values == NULL)
+        goto out;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *spec = PyTuple_GET_ITEM(plan, i);
+        if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3) {
+            PyErr_SetString(PyExc_TypeError, "decode_answer: a plan entry is (name, kind, required)");
+            goto out;
+        }
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(spec, 2));
+        if ((kind == -1 || required < 0) && PyErr_Occurred())
+            goto out;
+        PyObject *raw = ext == Py_None ? NULL : PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(spec, 0));
+        if (raw == NULL && PyErr_Occurred())
+            goto out;
+        PyObject *value;
+        if (raw == NULL || raw == Py_None || (kind != 0 && PyUnicode_CheckExact(raw) &&
+                                              PyUnicode_GET_LENGTH(raw) == 0)) {
+            if (required)
+                goto punt;
+            value = Py_None;
+            Py_INCREF(value);
+        } else if (kind == 0) {
+            if (!PyUnicode_CheckExact(raw))
+                goto punt;
+            value = raw;
+            Py_INCREF(value);
+        } else {
+            long long x;
+            int ok = kind == 1 ? field_int(raw, INT32_MIN, INT32_MAX, &x)
+                               : field_int(raw, INT64_MIN, INT64_MAX, &x);
+            if (!ok)
+                goto punt;
+            value = PyLong_FromLongLong(x);
+            if (value == NULL)
+                goto out;
+        }
+        PyTuple_SET_ITEM(values, i, value);
+    }
+    result = Py_BuildValue("(OOOOOO)", PyTuple_GET_ITEM(fields, 0), PyTuple_GET_ITEM(fields, 3),
+                           PyTuple_GET_ITEM(fields, 4), PyTuple_GET_ITEM(fields, 5), values,
+                           PyTuple_GET_ITEM(fields, 7));
+    goto out;
+punt:
+    result = Py_None;
+    Py_INCREF(result);
+out:
+    Py_XDECREF(values);
+    Py_DECREF(fields);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS,
      "cut(buf, pos, end, limit, frames) -> int: append buf[pos:end]'s complete frames to "
@@ -655,6 +860,13 @@ static PyMethodDef methods[] = {
      "encode_json_head(code, language, version, opaque, flag, remark, ext_fields, body_len) "
      "-> the length words and JSON header of a frame, or None when the Python encoder must "
      "write it."},
+    {"encode_request_head", encode_request_head, METH_VARARGS,
+     "encode_request_head(code, language, version, opaque, flag, names, values, body_len) -> "
+     "the length words and JSON header of a request, or None when the Python encoder must "
+     "write it."},
+    {"decode_answer", decode_answer, METH_VARARGS,
+     "decode_answer(frame, plan) -> (code, opaque, flag, remark, values, body) or None when "
+     "the Python decoder must decide."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,9 +7,13 @@ may be in flight on one connection.
 
 Who reads the socket (one reader at a time, the connection's *leader*):
 
-- a synchronous caller reads its own answer when nobody else is reading: the kernel wakes it
-  directly, with no hand-off from another thread (on a small machine that hand-off costs as
-  much as a quarter of a round trip);
+- a synchronous caller that finds nobody reading takes the lead before it writes, writes its
+  request and blocks in ``recv_into`` straight after (the direct call: no future, no poll
+  while its deadline is far, the answer kept in a slot of the connection). The kernel wakes
+  it directly, with no hand-off from another thread (on a small machine that hand-off costs
+  as much as a quarter of a round trip);
+- a synchronous caller that finds somebody reading writes its request and waits for its
+  future, reading itself when the reader stops before its answer came;
 - otherwise the connection's reader thread reads, and completes callers' futures. It steps
   aside while synchronous calls keep coming (for ``_LINGER`` seconds after the latest one
   began) and takes over at once when a caller waits for an answer nobody is reading.
@@ -27,10 +31,11 @@ import contextlib
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mqcore.errors import (
     InvalidArgumentError,
@@ -41,7 +46,15 @@ from mqcore.errors import (
 from mqcore.hostport import split_host_port
 from mqcore.logs import get_logger
 from mqcore.protocol.codes import ResponseCode
-from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, next_opaque
+from mqcore.remoting.command import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    AnswerPlan,
+    PreparedRequest,
+    RemotingCommand,
+    decode_answer,
+    next_opaque,
+)
 from mqcore.remoting.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from mqcore.remoting.futures import settle
 from mqcore.remoting.signing import Credentials, sign
@@ -52,10 +65,20 @@ __all__ = ["RemotingClient", "RequestHandler", "parse_address"]
 log = get_logger(__name__)
 
 RequestHandler = Callable[[RemotingCommand, str], "RemotingCommand | None"]
+
+Answer = tuple[int, int, int, "str | None", tuple[Any, ...], "bytes | None"]
+"""An answer read with a plan: (code, opaque, flag, remark, the plan's values, body)."""
 """``handler(request, addr)``: serve a request the server sent; return the answer or None."""
 
 _TICK = 0.1  # how often the sweeper expires async requests past their deadline
 _RECV_SIZE = 256 * 1024
+# The longest a blocking read waits before the reader looks at its deadline again (the
+# socket's SO_RCVTIMEO): a direct call blocks in recv_into while its deadline is further
+# away than this, and polls with the time left only for the last stretch.
+_RECV_TICK = 0.05
+# How long the reader thread's wait for something to read lasts before it looks again.
+_IDLE_POLL_MS = 1000
+_RCVTIMEO = struct.pack("ll", 0, int(_RECV_TICK * 1e6))
 # How long the reader thread stays aside after a synchronous call began. Longer than a
 # caller's own work between two calls, so that a run of calls keeps reading its own
 # answers; short, since answers to asynchronous requests wait for it when nobody else reads.
@@ -120,11 +143,24 @@ class _Connection:
         self._view = memoryview(self._buffer)
         self._poll = select.poll()
         self._poll.register(sock, select.POLLIN)
+        # A blocking read returns after _RECV_TICK at the latest (BlockingIOError), so a
+        # direct call can block in recv_into and still give up at its deadline.
+        # Where the system refuses the option, every read of a direct call polls first.
+        self._timed_reads = True
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _RCVTIMEO)
+        except OSError:
+            self._timed_reads = False
+        # The direct call's answer: the opaque it waits for, the plan it is read with (a
+        # prepared request's), and the answer once read.
+        self._own: int | None = None
+        self._own_plan: AnswerPlan | None = None
+        self._own_answer: RemotingCommand | Answer | None = None
         self.reader = threading.Thread(
             target=self._read_loop, name=f"mqcore-remoting-client-{addr}", daemon=True
         )
 
-    def send(self, cmd: RemotingCommand, deadline: float) -> None:
+    def send(self, cmd: RemotingCommand | PreparedRequest, deadline: float) -> None:
         head, body = cmd.encode_parts()
         self._outq.append(head + bytes(body) if len(body) < 65536 else head)
         if len(body) >= 65536:
@@ -185,6 +221,68 @@ class _Connection:
         with self._turn:
             self._turn.notify_all()  # a reader thread standing aside ends
 
+    # --- the direct call -------------------------------------------------------------------
+
+    def lead_now(self) -> bool:
+        """Take the reading if nobody reads (no other caller, not the reader thread)."""
+        with self._turn:
+            if self._leading or self.closed:
+                return False
+            self._leading = True
+            return True
+
+    def end_lead(self) -> None:
+        """Give the reading up (after :meth:`lead_now`): the reader thread stays aside a
+        little longer, and is woken at once when somebody waits for an answer."""
+        turn = self._turn
+        with turn:
+            self._leading = False
+            self._quiet_until = time.monotonic() + _LINGER
+            if self.closed or any(not f.done() for f in self._followers):
+                turn.notify_all()  # somebody must read on for them
+
+    def call(
+        self, cmd: RemotingCommand | PreparedRequest, deadline: float
+    ) -> RemotingCommand | Answer | None:
+        """As the leader (:meth:`lead_now`): write ``cmd`` and read until its answer; None
+        at the deadline. Answers to others and the server's requests read meanwhile are
+        served as the reader thread serves them. The answer to a prepared request is read
+        with its plan (an :data:`Answer`) when it has the plan's fields, else as a command.
+
+        :raises RemotingConnectError: the connection ended first.
+        """
+        self._own = cmd.opaque
+        self._own_plan = cmd.plan if cmd.__class__ is PreparedRequest else None
+        self._own_answer = None
+        try:
+            self.send(cmd, deadline)
+            poll = self._poll.poll
+            while self._own_answer is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                if self.closed:
+                    raise self._lost(cmd.code, "the connection was closed")
+                # Far from the deadline: block in recv_into (SO_RCVTIMEO bounds the wait).
+                # Near it: poll for the time left first, so the call ends at its deadline.
+                if (left < _RECV_TICK or not self._timed_reads) and not poll(_poll_ms(left)):
+                    continue
+                ended = self._read_once()
+                if ended is not None:
+                    self._tear_down(ended)
+                    raise self._lost(cmd.code, ended)
+            return self._own_answer
+        finally:
+            self._own = None
+            self._own_plan = None
+            self._own_answer = None  # (the return value was taken before this runs)
+
+    def _lost(self, code: int, reason: str) -> RemotingConnectError:
+        return RemotingConnectError(
+            f"connection to {self.addr} lost before the answer to request code {code}: {reason}",
+            addr=self.addr,
+        )
+
     # --- reading ---------------------------------------------------------------------------
 
     def wait(self, fut: concurrent.futures.Future[RemotingCommand], deadline: float) -> None:
@@ -229,11 +327,11 @@ class _Connection:
                     self._tear_down(ended)
                     return
 
-    def _read_once(self) -> str | None:
+    def _read_once(self, flags: int = 0) -> str | None:
         """The leader's read: serve the frames of what arrived. Returns why the connection
         ended, or None while it lasts."""
         try:
-            n = self.sock.recv_into(self._buffer)
+            n = self.sock.recv_into(self._buffer, 0, flags)
         except BlockingIOError:
             return None
         except OSError as exc:
@@ -272,6 +370,9 @@ class _Connection:
     def _read_loop(self) -> None:
         reason = "the connection was closed"
         turn = self._turn
+        # The reader's own poll object (a poll object serves one thread at a time).
+        watch = select.poll()
+        watch.register(self.sock, select.POLLIN)
         try:
             while True:
                 with turn:
@@ -283,9 +384,17 @@ class _Connection:
                         turn.wait(max(left, _LINGER) if self._leading else max(left, 0.0))
                     if self.closed:
                         break
+                # Wait for something to read without holding the reading: a synchronous
+                # call that comes meanwhile takes the lead and reads its own answer (the
+                # direct call) rather than waiting for this thread to hand it over.
+                if not watch.poll(_IDLE_POLL_MS):
+                    continue
+                with turn:
+                    if self._leading or self.closed:
+                        continue  # somebody reads it (or the connection ends): look again
                     self._leading = True
                 try:
-                    ended = self._read_once()  # blocks until something arrives
+                    ended = self._read_once(socket.MSG_DONTWAIT)  # a leader may have read it
                 finally:
                     with turn:
                         self._leading = False
@@ -318,8 +427,24 @@ class _Connection:
             )
 
     def _frame(self, frame: bytes) -> None:
+        plan = self._own_plan
+        if plan is not None:
+            # The direct call of a prepared request: its answer read with the plan in one
+            # call. Anything else (another's answer, a request, an answer without the
+            # plan's fields, such as a refusal) is read as a command below.
+            try:
+                answer = decode_answer(frame, plan)
+            except ProtocolError:
+                pass
+            else:
+                if answer[1] == self._own and answer[2] & FLAG_RESPONSE:
+                    self._own_answer = answer
+                    return
         cmd = RemotingCommand.decode(frame)
         if cmd.is_response:
+            if cmd.opaque == self._own:  # the direct call's answer (the leader reads this)
+                self._own_answer = cmd
+                return
             p = self.pending.pop(cmd.opaque, None)
             if p is not None:
                 settle(p.future, cmd)
@@ -380,12 +505,70 @@ class RemotingClient:
         :raises RemotingConnectError: cannot connect, or the connection was lost.
         """
         deadline = time.monotonic() + timeout
-        conn, fut = self._send(addr, cmd, deadline, timeout, sync=True)
+        self._prepare(cmd)
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = self._connection(addr)
+        if conn.lead_now():  # nobody reads: the direct call
+            try:
+                answer = conn.call(cmd, deadline)
+            finally:
+                conn.end_lead()
+            if answer is None:
+                raise self._timeout(addr, cmd.code, timeout)
+            assert answer.__class__ is RemotingCommand  # a command's answer is a command
+            return answer
+        return self._invoke_waiting(conn, addr, cmd, deadline, timeout)
+
+    def _invoke_waiting(
+        self,
+        conn: _Connection,
+        addr: str,
+        cmd: RemotingCommand | PreparedRequest,
+        deadline: float,
+        timeout: float,
+    ) -> RemotingCommand:
+        """A synchronous call while somebody else reads: the request's future, read by
+        whoever leads (or by this caller once nobody does)."""
+        conn, fut = self._send(addr, cmd, deadline, timeout, sync=True, prepared=True)
         conn.wait(fut, deadline)
         if fut.done():
             return fut.result()
         conn.pending.pop(cmd.opaque, None)
         raise self._timeout(addr, cmd.code, timeout) from None
+
+    def invoke_prepared(
+        self, addr: str, request: PreparedRequest, timeout: float
+    ) -> RemotingCommand | Answer:
+        """Send an encoded ``request`` to ``addr`` and wait for its answer: an
+        :data:`Answer` read with the request's plan when the answer has the plan's fields
+        and came to the direct call, else the answer as a command (a refusal, say).
+
+        The request is written as it is: a client with credentials signs each request, so
+        it must send commands (:meth:`invoke`) instead. SYSTEM_BUSY answers are returned
+        as they come.
+
+        :raises RemotingTimeoutError: no answer within ``timeout`` seconds.
+        :raises RemotingConnectError: cannot connect, or the connection was lost.
+        """
+        if self.credentials is not None:
+            raise InvalidArgumentError(
+                "a prepared request cannot be signed: this client has credentials, so send "
+                "a RemotingCommand with invoke()"
+            )
+        deadline = time.monotonic() + timeout
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = self._connection(addr)
+        if conn.lead_now():
+            try:
+                answer = conn.call(request, deadline)
+            finally:
+                conn.end_lead()
+            if answer is None:
+                raise self._timeout(addr, request.code, timeout)
+            return answer
+        return self._invoke_waiting(conn, addr, request, deadline, timeout)
 
     def invoke_retry_busy(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """:meth:`invoke`, sending ``cmd`` again while the server answers SYSTEM_BUSY.
@@ -457,14 +640,14 @@ class RemotingClient:
     def _send(
         self,
         addr: str,
-        cmd: RemotingCommand,
+        cmd: Any,
         deadline: float,
         timeout: float,
         sync: bool = False,
+        prepared: bool = False,
     ) -> tuple[_Connection, concurrent.futures.Future[RemotingCommand]]:
-        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
-        if self.credentials is not None:
-            sign(cmd, self.credentials)
+        if not prepared:
+            self._prepare(cmd)
         conn = self._connection(addr)
         if sync:
             # Before the write: the reader thread must not go back to reading the answer
@@ -478,6 +661,12 @@ class RemotingClient:
             conn.pending.pop(cmd.opaque, None)
             raise
         return conn, fut
+
+    def _prepare(self, cmd: RemotingCommand) -> None:
+        """Mark ``cmd`` a request expecting an answer, and sign it."""
+        cmd.flag &= ~(FLAG_ONEWAY | FLAG_RESPONSE)
+        if self.credentials is not None:
+            sign(cmd, self.credentials)
 
     @staticmethod
     def _timeout(addr: str, code: int, timeout: float) -> RemotingTimeoutError:

@@ -27,16 +27,22 @@ import attrs
 
 from mqcore import speedups
 from mqcore.errors import ProtocolError
-from mqcore.protocol.fields import CommandHeader
+from mqcore.protocol.fields import CommandHeader, Kind, field_reader
 
 __all__ = [
     "DEFAULT_VERSION",
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
+    "AnswerPlan",
     "LanguageCode",
+    "PreparedRequest",
     "RemotingCommand",
     "SerializeType",
+    "decode_answer",
+    "encode_request_head",
     "next_opaque",
+    "py_decode_answer",
+    "py_encode_request_head",
     "salvage_opaque",
 ]
 
@@ -87,6 +93,8 @@ _LANGUAGES = tuple(LanguageCode)  # by value: the C decoder gives the language's
 _speedups = speedups.load("remoting")
 _c_decode_json_frame = None if _speedups is None else _speedups.decode_json_frame
 _c_encode_json_head = None if _speedups is None else _speedups.encode_json_head
+_c_encode_request_head = None if _speedups is None else _speedups.encode_request_head
+_c_decode_answer = None if _speedups is None else _speedups.decode_answer
 _escape: Callable[[str], str] = json.encoder.encode_basestring
 # extFields of strings only (what headers write) go through json's C encoder in one call;
 # the same bytes as escaping each name and value (non-ASCII kept as UTF-8, no spaces).
@@ -528,3 +536,147 @@ def salvage_opaque(frame: bytes | bytearray | memoryview) -> int | None:
             if _INT32_MIN <= value <= _INT32_MAX:
                 return value
     return None
+
+
+# --- the client's one-call request encode and answer decode --------------------------------
+
+
+def _field_text(value: Any) -> str:
+    """A header field's value as extFields text (as a header's generated writer gives it)."""
+    if value.__class__ is bool:
+        return "true" if value else "false"
+    if value.__class__ is str:
+        return value
+    return str(int(value))
+
+
+def py_encode_request_head(
+    code: int,
+    opaque: int,
+    names: tuple[str, ...],
+    values: tuple[Any, ...],
+    body_len: int,
+    language: LanguageCode = LanguageCode.PYTHON,
+    version: int = DEFAULT_VERSION,
+    flag: int = 0,
+) -> bytes:
+    """The reference of :func:`encode_request_head`: the request built as a
+    :class:`RemotingCommand` and encoded."""
+    ext = {n: _field_text(v) for n, v in zip(names, values, strict=True) if v is not None}
+    cmd = RemotingCommand(
+        code, language=language, version=version, opaque=opaque, flag=flag, ext_fields=ext
+    )
+    header = cmd.encode_header()
+    if len(header) > _HEADER_LEN_MASK:
+        raise ProtocolError(f"command header of {len(header)} bytes exceeds 16 MiB")
+    return _FRAME_PREFIX.pack(4 + len(header) + body_len, len(header)) + header
+
+
+def encode_request_head(
+    code: int,
+    opaque: int,
+    names: tuple[str, ...],
+    values: tuple[Any, ...],
+    body_len: int,
+    language: LanguageCode = LanguageCode.PYTHON,
+    version: int = DEFAULT_VERSION,
+    flag: int = 0,
+) -> bytes:
+    """A JSON request's length words and header, its extFields ``names[i]: values[i]`` for
+    each value that is not None (a str as is, a bool as ``true``/``false``, an int in
+    decimal: what a header's ``to_ext_fields`` writes), for a body of ``body_len`` bytes.
+
+    One C call when the speedups are built (no header object, no extFields dict);
+    :func:`py_encode_request_head` is the reference and writes what the C code leaves."""
+    if _c_encode_request_head is not None:
+        try:
+            head = _c_encode_request_head(
+                code, language, version, opaque, flag, names, values, body_len
+            )
+        except OverflowError:  # a number past int64: the reference writes it
+            head = None
+        if head is not None:
+            return head  # type: ignore[no-any-return]
+    return py_encode_request_head(code, opaque, names, values, body_len, language, version, flag)
+
+
+AnswerPlan = tuple[tuple[str, int, bool], ...]
+"""Header fields to read from an answer: (wire name, kind: 0 str, 1 int32, 2 int64, required)."""
+
+_PLAN_KINDS = {0: Kind.STRING, 1: Kind.INT, 2: Kind.LONG}
+
+
+def py_decode_answer(
+    frame: bytes | bytearray | memoryview, plan: AnswerPlan
+) -> tuple[int, int, int, str | None, tuple[Any, ...], bytes | None]:
+    """The reference of :func:`decode_answer`: :meth:`RemotingCommand.decode`, then the
+    plan's fields read as a header's reader reads them.
+
+    :raises ProtocolError: a malformed frame, a required field absent, a value of the wrong
+        type."""
+    cmd = RemotingCommand.py_decode(frame)
+    ext = cmd.ext_fields or {}
+    values: list[Any] = []
+    for name, kind, required in plan:
+        raw = ext.get(name)
+        if raw is None or (raw == "" and kind != 0):
+            if required:
+                raise ProtocolError(
+                    f"answer to request: required field {name!r} is missing", field=name
+                )
+            values.append(None)
+            continue
+        value = _PLAN_READERS[kind](raw)
+        if value is None:
+            raise ProtocolError(
+                f"answer to request: field {name!r} must be a {_PLAN_KINDS[kind].value}, "
+                f"got {raw!r}",
+                field=name,
+            )
+        values.append(value)
+    body = None if cmd.body is None else bytes(cmd.body)
+    return cmd.code, cmd.opaque, cmd.flag, cmd.remark, tuple(values), body
+
+
+def decode_answer(
+    frame: bytes | bytearray | memoryview, plan: AnswerPlan
+) -> tuple[int, int, int, str | None, tuple[Any, ...], bytes | None]:
+    """An answer frame (without its total-length word) as (code, opaque, flag, remark, the
+    plan's field values, body), in one C call when the speedups are built;
+    :func:`py_decode_answer` is the reference and decides what the C code leaves.
+
+    :raises ProtocolError: see :func:`py_decode_answer`."""
+    if _c_decode_answer is not None:
+        fields = _c_decode_answer(frame, plan)
+        if fields is not None:
+            return fields  # type: ignore[no-any-return]
+    return py_decode_answer(frame, plan)
+
+
+class PreparedRequest:
+    """A request encoded ahead (:func:`encode_request_head`), written as it is, and the plan
+    its answer is read with (:meth:`RemotingClient.invoke_prepared
+    <mqcore.remoting.client.RemotingClient.invoke_prepared>`)."""
+
+    __slots__ = ("body", "code", "head", "opaque", "plan")
+
+    def __init__(
+        self,
+        code: int,
+        opaque: int,
+        head: bytes,
+        body: bytes | bytearray | memoryview,
+        plan: AnswerPlan,
+    ) -> None:
+        self.code = code
+        self.opaque = opaque
+        self.head = head
+        self.body = body
+        self.plan = plan
+
+    def encode_parts(self) -> tuple[bytes, bytes | bytearray | memoryview]:
+        """The frame as (length words + header, body), as :meth:`RemotingCommand.encode_parts`."""
+        return self.head, self.body
+
+
+_PLAN_READERS = {number: field_reader(kind) for number, kind in _PLAN_KINDS.items()}

@@ -87,7 +87,7 @@ def test_a_leading_caller_reads_other_callers_answers(
     leader.start()
     try:
         # Once the leader is waiting for its answer, a second caller follows it.
-        wait_until(lambda: conn._leading and slow.opaque in conn.pending)
+        wait_until(lambda: conn._leading and conn._own == slow.opaque)
         fast = _cmd(ECHO, b"fast")
         began = time.monotonic()
         assert client.invoke(addr, fast, 5).body == b"fast"
