@@ -168,18 +168,30 @@ class CommandHeader:
         if _c_read_fields is not None and ext.__class__ is dict:
             # In C when every value has the plain shape clients write; any other header
             # (a field missing, a value to convert or refuse) is the generated reader's.
-            plan = _PLANS.get(cls)
-            if plan is None:
-                plan = _PLANS[cls] = tuple(
-                    (s.wire, s.attr, _KIND_NUMBERS[s.kind], s.required) for s in cls._specs()
-                )
-            kw = _c_read_fields(ext, plan)
+            kw = cls.read_plain(ext)
             if kw is not None:
                 return cls(**kw)
         read = _CODECS.get(cls)
         if read is None:
             read = _build_codecs(cls)[0]
         return read(ext or {})  # type: ignore[no-any-return]
+
+    @classmethod
+    def read_plain(cls, ext: Any) -> dict[str, Any] | None:
+        """The header's fields (attribute name -> value; absent optional ones left out) read
+        in C from ``ext`` when it is a dict of values in the plain shape clients write; None
+        when :meth:`from_ext_fields` must read it (no C speedups, a field missing, a value to
+        convert or refuse). The same values :meth:`from_ext_fields` gives, without the object.
+        """
+        if _c_read_fields is None or ext.__class__ is not dict:
+            return None
+        plan = _PLANS.get(cls)
+        if plan is None:
+            plan = _PLANS[cls] = tuple(
+                (s.wire, s.attr, _KIND_NUMBERS[s.kind], s.required) for s in cls._specs()
+            )
+        kw: dict[str, Any] | None = _c_read_fields(ext, plan)
+        return kw
 
     def to_ext_fields(self) -> dict[str, str]:
         """The header as extFields: every field that is not None, as a string."""

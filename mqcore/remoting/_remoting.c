@@ -849,6 +849,96 @@ out:
     return result;
 }
 
+/* encode_send_answer(code, language, version, opaque, remark, msg_id, queue_id, queue_offset,
+ * transaction_id) -> a single send's whole answer frame (JSON header, no body), or None when
+ * the Python encoder must write it. The header is what
+ * RemotingCommand.response(code, remark, SendMessageResponseHeader(...)) encodes to: flag 1,
+ * extFields msgId, queueId, queueOffset and (when not None) transactionId, as strings. */
+static PyObject *encode_send_answer(PyObject *self, PyObject *args)
+{
+    PyObject *code_o, *lang_o, *version_o, *opaque_o, *remark, *msg_id, *queue_id_o,
+        *queue_offset_o, *txn;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO:encode_send_answer", &code_o, &lang_o, &version_o,
+                          &opaque_o, &remark, &msg_id, &queue_id_o, &queue_offset_o, &txn))
+        return NULL;
+    long long nums[6];
+    PyObject *num_objs[6] = {code_o, version_o, opaque_o, queue_id_o, queue_offset_o, lang_o};
+    for (int i = 0; i < 6; i++) {
+        if (!PyLong_Check(num_objs[i]))
+            Py_RETURN_NONE;
+        int overflow;
+        nums[i] = PyLong_AsLongLongAndOverflow(num_objs[i], &overflow);
+        if (overflow || (nums[i] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    if (nums[5] < 0 || nums[5] >= N_LANGUAGES)
+        Py_RETURN_NONE;
+    /* The values the Python writer would refuse or convert are its to handle. */
+    if (nums[3] < INT32_MIN || nums[3] > INT32_MAX)
+        Py_RETURN_NONE;
+    if (remark != Py_None && !PyUnicode_CheckExact(remark))
+        Py_RETURN_NONE;
+    if (!PyUnicode_CheckExact(msg_id))
+        Py_RETURN_NONE;
+    if (txn != Py_None && !PyUnicode_CheckExact(txn))
+        Py_RETURN_NONE;
+    Out o;
+    o.buf = o.small;
+    o.len = 8; /* the length words, written last */
+    o.cap = sizeof(o.small);
+    PyObject *result = NULL;
+    int rc;
+    char fixed[200];
+    int n = snprintf(fixed, sizeof(fixed),
+                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
+                     "\"flag\":1",
+                     nums[0], LANGUAGES[nums[5]], nums[1], nums[2]);
+    if (out_raw(&o, fixed, n) < 0)
+        goto done;
+    if (remark != Py_None) {
+        if (out_raw(&o, ",\"remark\":", 10) < 0)
+            goto done;
+        if ((rc = out_string(&o, remark)) != 0)
+            goto stop;
+    }
+    if (out_raw(&o, ",\"extFields\":{\"msgId\":", 22) < 0)
+        goto done;
+    if ((rc = out_string(&o, msg_id)) != 0)
+        goto stop;
+    n = snprintf(fixed, sizeof(fixed), ",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\"", nums[3],
+                 nums[4]);
+    if (out_raw(&o, fixed, n) < 0)
+        goto done;
+    if (txn != Py_None) {
+        if (out_raw(&o, ",\"transactionId\":", 17) < 0)
+            goto done;
+        if ((rc = out_string(&o, txn)) != 0)
+            goto stop;
+    }
+    if (out_raw(&o, "},\"serializeTypeCurrentRPC\":\"JSON\"}", 35) < 0)
+        goto done;
+    Py_ssize_t header_len = o.len - 8;
+    if (header_len > 0xFFFFFF) {
+        rc = 1;
+        goto stop;
+    }
+    put_be32((unsigned char *)o.buf, (uint32_t)(4 + header_len));
+    put_be32((unsigned char *)o.buf + 4, (uint32_t)header_len);
+    result = PyBytes_FromStringAndSize(o.buf, o.len);
+    goto done;
+stop:
+    if (rc > 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    if (o.buf != o.small)
+        PyMem_Free(o.buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS,
      "cut(buf, pos, end, limit, frames) -> int: append buf[pos:end]'s complete frames to "
@@ -867,6 +957,10 @@ static PyMethodDef methods[] = {
     {"decode_answer", decode_answer, METH_VARARGS,
      "decode_answer(frame, plan) -> (code, opaque, flag, remark, values, body) or None when "
      "the Python decoder must decide."},
+    {"encode_send_answer", encode_send_answer, METH_VARARGS,
+     "encode_send_answer(code, language, version, opaque, remark, msg_id, queue_id, "
+     "queue_offset, transaction_id) -> a single send's answer frame, or None when the Python "
+     "encoder must write it (see mqcore.remoting.send_answer)."},
     {NULL, NULL, 0, NULL},
 };
 
