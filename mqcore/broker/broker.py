@@ -20,6 +20,7 @@ import attrs
 from mqcore.batch import plain_prefix
 from mqcore.broker.clients import ConsumerData, ConsumerManager
 from mqcore.broker.codes import ResponseCode
+from mqcore.broker.groupcommit import SendRequest, send_many
 from mqcore.broker.ha import HAMaster, HASlave, start_replication
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
@@ -52,6 +53,7 @@ from mqcore.errors import (
     InvalidArgumentError,
     MessageFieldError,
     MessageIllegalError,
+    MQError,
 )
 from mqcore.interfaces import DelayScheduler, TimerScheduler
 from mqcore.kernel import Kernel
@@ -564,8 +566,7 @@ class Broker:
         ``sys_flag`` keeps what the sender said of the bodies (bit 0: zlib-compressed, as a
         RocketMQ client sends bodies over 4 KiB); they are stored exactly as sent.
         """
-        self._check_destination(topic, queue_id)
-        self._check_messages(topic, messages)
+        self._check_send(topic, queue_id, messages)
         if len(messages) == 1 and is_transactional(messages[0].properties):
             # A half: held in the half topic until its producer commits it (RocketMQ reads
             # TRAN_MSG on single sends only).
@@ -596,6 +597,24 @@ class Broker:
             # A SYNC_MASTER raises SlaveNotAcknowledgedError (with the results) here.
             self.ha.after_put(results)
         return results
+
+    def _check_send(self, topic: str, queue_id: int, messages: Sequence[Message]) -> None:
+        """What :meth:`send_message` checks before it stores anything (raises its errors)."""
+        self._check_destination(topic, queue_id)
+        self._check_messages(topic, messages)
+
+    def send_many(self, requests: Sequence[SendRequest]) -> list[list[PutResult] | MQError]:
+        """Serve several sends at once (group commit): each request gets what
+        :meth:`send_message` would give it, its results or the error it would raise, in order.
+
+        Each is checked as :meth:`send_message` checks it; the plain single messages are
+        stored together (one ``put_many`` when the store is a
+        :class:`~mqcore.storecaps.MultiQueuePut`, one ``put`` each otherwise), and the rest
+        (transactional halves, delayed and timer messages, retry topics, batches) take
+        :meth:`send_message` itself, in their place in the order. A refused request gets its
+        error and the others are served.
+        """
+        return send_many(self, requests)
 
     def _put(
         self,

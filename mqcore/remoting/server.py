@@ -74,7 +74,11 @@ class RemotingProcessor(Protocol):
 
     Optional attributes the server looks for: ``inline_codes`` (codes whose ``process``
     never blocks, run on the event loop without a thread hop) and
-    ``connection_closed(connection)`` (called in a worker thread when a connection ends).
+    ``connection_closed(connection)`` (called in a worker thread when a connection ends),
+    ``process_frame(cmd, connection)`` (``process`` for the inline codes, which may also
+    answer a whole encoded frame as bytes, opaque included), and ``group_codes`` with
+    ``process_group([(cmd, connection), ...])`` (requests of those codes that one wake-up of
+    the loop brings are served in one call, which answers each in order).
     """
 
     def process(self, cmd: RemotingCommand, connection: ServerConnection) -> Any:
@@ -227,6 +231,15 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def _reply(self, request: RemotingCommand, result: Any) -> None:
         """On the loop: send ``result`` (whatever ``process`` gave) as the answer."""
+        if result.__class__ is bytes:  # a whole answer frame, opaque included (process_frame)
+            self._server._in_flight -= 1
+            if not (self._closed or request.flag & FLAG_ONEWAY or self._transport is None):
+                self.last_active = time.monotonic()
+                self._out.append(result)
+                if not self._flush_scheduled:
+                    self._flush_scheduled = True
+                    self._loop.call_soon(self._flush)
+            return
         if result.__class__ is RemotingCommand:  # the usual answer: straight to the write
             self._server._in_flight -= 1
             if not (self._closed or request.flag & FLAG_ONEWAY):
@@ -507,6 +520,15 @@ class RemotingServer:
         self.dispatch = dispatch
         self.use_uvloop = use_uvloop
         self.inline_codes: frozenset[int] = frozenset(getattr(processor, "inline_codes", ()) or ())
+        #: codes gathered per wake-up of the loop and served together by the processor's
+        #: ``process_group`` (group commit of single sends); empty: each served alone
+        self.group_codes: frozenset[int] = (
+            frozenset(getattr(processor, "group_codes", ()) or ())
+            if hasattr(processor, "process_group")
+            else frozenset()
+        )
+        self._group: list[tuple[RemotingCommand, ServerConnection]] = []
+        self._group_scheduled = False
         self._connections: set[ServerConnection] = set()
         self._by_client: dict[str, ServerConnection] = {}
         self._lock = threading.Lock()
@@ -758,9 +780,21 @@ class RemotingServer:
                 conn._write(busy)
             return
         self._in_flight += 1
-        if self.dispatch == "inline" or cmd.code in self.inline_codes:
+        code = cmd.code
+        if code in self.group_codes:
+            # Gathered with the other single sends this wake-up of the loop brings (from any
+            # connection), stored in one write and answered after it (_commit_group).
+            self._group.append((cmd, conn))
+            if not self._group_scheduled:
+                self._group_scheduled = True
+                self._loop_or_raise().call_soon(self._commit_group)
+            return
+        if self._group:  # the sends before this request are stored before it is served
+            self._commit_group()
+        if self.dispatch == "inline" or code in self.inline_codes:
+            process = getattr(processor, "process_frame", processor.process)
             try:
-                result = processor.process(cmd, conn)
+                result = process(cmd, conn)
             except Exception as exc:
                 result = self._error_answer(cmd, exc)
             conn._reply(cmd, result)
@@ -770,6 +804,26 @@ class RemotingServer:
             self._executor.submit(self._work, processor, cmd, conn)
         except RuntimeError:  # shutting down
             self._in_flight -= 1
+
+    def _commit_group(self) -> None:
+        """On the loop: serve the gathered single sends together and send their answers."""
+        self._group_scheduled = False
+        group, self._group = self._group, []
+        if not group:
+            return
+        conns = {id(conn): conn for _, conn in group}
+        for conn in conns.values():
+            conn._flush_scheduled = True  # the answers leave in one write each, below
+        try:
+            try:
+                results: list[Any] = self.processor.process_group(group)  # type: ignore[union-attr]
+            except Exception as exc:
+                results = [self._error_answer(cmd, exc) for cmd, _ in group]
+            for (cmd, conn), result in zip(group, results, strict=True):
+                conn._reply(cmd, result)
+        finally:
+            for conn in conns.values():
+                conn._flush()
 
     def _work(
         self, processor: RemotingProcessor, cmd: RemotingCommand, conn: ServerConnection

@@ -20,7 +20,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -247,6 +247,35 @@ class MeteredProcessor:
     def connection_closed(self, connection: Any) -> None:
         """The processor's own handling of a closed connection."""
         self.inner.connection_closed(connection)
+
+    @property
+    def group_codes(self) -> frozenset[int]:
+        """The processor's own (see BrokerProcessor.group_codes)."""
+        return self.inner.group_codes
+
+    def process_frame(self, req: RemotingCommand, connection: Any) -> Any:
+        """The processor's direct answer, its time observed as :meth:`process`'s."""
+        start = time.perf_counter()
+        result = self.inner.process_frame(req, connection)
+        observe = self._observer(req.code)
+        if inspect.isawaitable(result):
+            return self._timed(result, start, observe)
+        observe(time.perf_counter() - start)
+        return result
+
+    def process_group(self, items: Sequence[tuple[RemotingCommand, Any]]) -> list[Any]:
+        """The processor's answers to a group; each request's time is the group's (each
+        waited for the one write that stored them all)."""
+        start = time.perf_counter()
+        results = self.inner.process_group(items)
+        elapsed = time.perf_counter() - start
+        for i, ((req, _), result) in enumerate(zip(items, results, strict=True)):
+            observe = self._observer(req.code)
+            if inspect.isawaitable(result):
+                results[i] = self._timed(result, start, observe)
+            else:
+                observe(elapsed)
+        return results
 
     def _observer(self, code: int) -> Callable[[float], None]:
         child = self._children.get(code)

@@ -18,7 +18,7 @@ import json
 import random
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 # The admin and replication handlers register themselves in the request table when imported.
@@ -27,6 +27,7 @@ import mqcore.server.handlers_ha
 import mqcore.server.handlers_pop
 import mqcore.server.handlers_transaction  # noqa: F401
 from mqcore.batch import prepare_sent_batch
+from mqcore.broker.groupcommit import SendRequest
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
@@ -44,12 +45,14 @@ from mqcore.message import PROPERTY_UNIQ_KEY, ConsumeFromWhere, MessageModel, Me
 from mqcore.protocol import admin_bodies, bodies, headers
 from mqcore.protocol.attributes import parse_topic_attributes
 from mqcore.protocol.codes import RequestCode, ResponseCode
+from mqcore.protocol.headers import SendMessageRequestHeaderV2
 from mqcore.protocol.heartbeat import ConsumerData, SubscriptionData
 from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.send import decode_batch, message_from_wire
 from mqcore.record.layout import MAX_TOPIC_LENGTH
 from mqcore.record.sysflag import COMPRESSED_FLAG
-from mqcore.remoting.command import RemotingCommand
+from mqcore.remoting.command import RemotingCommand, SerializeType
+from mqcore.remoting.send_answer import encode_send_answer
 from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
 from mqcore.store import TIMER_TOPIC
 from mqcore.storecaps import PreparedWriter
@@ -210,6 +213,25 @@ class BrokerProcessor:
             }
         #: codes the remoting server may run on its event loop (see mqcore.remoting.server)
         self.inline_codes = frozenset(int(c) for c in inline)
+        #: Serve the single sends and pulls directly (process_frame); False: every request
+        #: through the generic dispatch (the reference the direct branch is compared with).
+        self.direct = True
+        #: the single-send codes the server may gather for one store write (process_group):
+        #: only when sends are served on the event loop
+        self.group_codes = frozenset(
+            int(c)
+            for c in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+            if int(c) in self.inline_codes
+        )
+        self._direct: dict[int, tuple[Callable[..., Any], type[headers.CommandHeader]]] = {
+            RequestCode.SEND_MESSAGE: (BrokerProcessor._send_direct,
+                                       headers.SendMessageRequestHeader),
+            RequestCode.SEND_MESSAGE_V2: (BrokerProcessor._send_direct,
+                                          SendMessageRequestHeaderV2),
+            RequestCode.PULL_MESSAGE: (BrokerProcessor._pull, headers.PullMessageRequestHeader),
+            RequestCode.LITE_PULL_MESSAGE: (BrokerProcessor._pull,
+                                            headers.PullMessageRequestHeader),
+        }  # fmt: skip
 
     def _registered(self, req: RemotingCommand, version: int) -> Reply:
         """``req``'s answer, once the name servers know of the topics created since the topic
@@ -261,15 +283,133 @@ class BrokerProcessor:
         try:
             header = req.read_header(header_cls) if header_cls is not None else None
             return handler(self, req, header, connection)
-        except ProtocolError as exc:
-            return error(req, ResponseCode.INVALID_PARAMETER, str(exc))
-        except (FilterExpressionError, NotRegisteredError) as exc:
-            return error(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
-        except BrokerError as exc:
-            return error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
         except MQError as exc:
-            code = getattr(exc, "code", None)
-            return error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
+            return _error_reply(req, exc)
+
+    # -- the direct branch and group commit ---------------------------------------------------
+
+    def process_frame(self, req: RemotingCommand, connection: Any) -> Reply | bytes:
+        """:meth:`process`, with the single sends and the pulls served directly: their header
+        read in C straight into the broker call (no table lookup, no header object) and a
+        send answered with its whole frame (bytes) from one C call. Everything else, and any
+        request the C reader leaves to the reference, goes through :meth:`process`; the
+        answers are the same (tests/server/test_direct_path.py)."""
+        direct = self._direct.get(req.code) if self.direct else None
+        if direct is None or req.serialize_type is not SerializeType.JSON:
+            return self.process(req, connection)
+        access = self.access
+        if access is not None:
+            refused = access.refuse(req, getattr(connection, "remote_address", ""))
+            if refused is not None:
+                return refused
+        fields = direct[1].read_plain(req.ext_fields)
+        if fields is None or fields.get("batch"):
+            return self.process(req, connection)
+        try:
+            return direct[0](self, req, _Fields(fields), connection)  # type: ignore[no-any-return]
+        except MQError as exc:
+            return _error_reply(req, exc)
+
+    def _send_direct(self, req: RemotingCommand, h: Any, conn: Any) -> Reply | bytes:
+        prepared = self._prepare_send(req, h, conn)
+        code, remark = ResponseCode.SUCCESS, None
+        try:
+            results = self.broker.send_message(
+                prepared.topic,
+                prepared.queue_id,
+                prepared.messages,
+                producer_group=prepared.producer_group,
+                born_timestamp=prepared.born_timestamp,
+                born_host=prepared.born_host,
+                reconsume_times=prepared.reconsume_times,
+                sys_flag=prepared.sys_flag,
+            )
+        except SlaveNotAcknowledgedError as exc:
+            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
+        return self._send_frame(req, prepared, code, remark, results)
+
+    def _send_frame(
+        self,
+        req: RemotingCommand,
+        prepared: SendRequest,
+        code: int,
+        remark: str | None,
+        results: list[Any],
+    ) -> bytes | None:
+        if req.is_oneway:
+            return None
+        return encode_send_answer(
+            code,
+            req.opaque,
+            remark,
+            ",".join(r.msg_id for r in results),
+            prepared.queue_id,
+            results[0].queue_offset,
+            # As a RocketMQ broker answers every single send: the message's unique id.
+            prepared.messages[0].properties.get(PROPERTY_UNIQ_KEY),
+        )
+
+    def process_group(self, items: Sequence[tuple[RemotingCommand, Any]]) -> list[Reply | bytes]:
+        """The answers to several requests, in order, each what :meth:`process_frame` gives
+        it; the single sends among them are stored together (group commit, through
+        :meth:`Broker.send_many <mqcore.broker.Broker.send_many>`) and answered after that
+        write. A request served otherwise first has the sends before it stored, so the
+        stores happen in the requests' order."""
+        if len(items) == 1:  # nothing to gather: the single send's own path
+            req, conn = items[0]
+            return [self.process_frame(req, conn)]
+        answers: list[Reply | bytes] = [None] * len(items)
+        gathered: list[tuple[int, RemotingCommand, SendRequest]] = []
+        access = self.access
+        use_c = self.direct
+        for i, (req, conn) in enumerate(items):
+            code = req.code
+            fields = (
+                SendMessageRequestHeaderV2.read_plain(req.ext_fields)
+                if code == RequestCode.SEND_MESSAGE_V2
+                else headers.SendMessageRequestHeader.read_plain(req.ext_fields)
+                if code == RequestCode.SEND_MESSAGE
+                else None
+            )
+            if (
+                not use_c
+                or fields is None
+                or fields.get("batch")
+                or req.serialize_type is not SerializeType.JSON
+            ):
+                self._commit(gathered, answers)
+                gathered = []
+                answers[i] = self.process_frame(req, conn)
+                continue
+            if access is not None:
+                refused = access.refuse(req, getattr(conn, "remote_address", ""))
+                if refused is not None:
+                    answers[i] = refused
+                    continue
+            try:
+                gathered.append((i, req, self._prepare_send(req, _Fields(fields), conn)))
+            except MQError as exc:
+                answers[i] = _error_reply(req, exc)
+        self._commit(gathered, answers)
+        return answers
+
+    def _commit(
+        self,
+        gathered: list[tuple[int, RemotingCommand, SendRequest]],
+        answers: list[Reply | bytes],
+    ) -> None:
+        if not gathered:
+            return
+        outcomes = self.broker.send_many([p for _, _, p in gathered])
+        for (i, req, prepared), outcome in zip(gathered, outcomes, strict=True):
+            if isinstance(outcome, SlaveNotAcknowledgedError):
+                answers[i] = self._send_frame(
+                    req, prepared, outcome.code, str(outcome), outcome.results
+                )
+            elif isinstance(outcome, MQError):
+                answers[i] = _error_reply(req, outcome)
+            else:
+                answers[i] = self._send_frame(req, prepared, ResponseCode.SUCCESS, None, outcome)
 
     # -- name server role ------------------------------------------------------------------------
 
@@ -345,6 +485,36 @@ class BrokerProcessor:
     def _send(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
         if h.batch:  # a V1/V2 send whose header says it carries a batch
             return self._send_batch(req, h, conn)
+        prepared = self._prepare_send(req, h, conn)
+        code, remark = ResponseCode.SUCCESS, None
+        try:
+            results = self.broker.send_message(
+                prepared.topic,
+                prepared.queue_id,
+                prepared.messages,
+                producer_group=prepared.producer_group,
+                born_timestamp=prepared.born_timestamp,
+                born_host=prepared.born_host,
+                reconsume_times=prepared.reconsume_times,
+                sys_flag=prepared.sys_flag,
+            )
+        except SlaveNotAcknowledgedError as exc:
+            # Stored, without a slave's confirmation: RocketMQ answers the stored message's
+            # header with SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT as the code.
+            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
+        first = results[0]
+        header = headers.SendMessageResponseHeader(
+            msg_id=",".join(r.msg_id for r in results),
+            queue_id=prepared.queue_id,
+            queue_offset=first.queue_offset,
+            # As a RocketMQ broker answers every single send: the message's unique id. The
+            # Java TransactionMQProducer returns it as the transaction id of its result.
+            transaction_id=prepared.messages[0].properties.get(PROPERTY_UNIQ_KEY),
+        )
+        return RemotingCommand.response(code, remark, header, None, to=req)
+
+    def _prepare_send(self, req: RemotingCommand, h: Any, conn: Any) -> SendRequest:
+        """The send ``req`` asks for, as the broker takes it (messages built, queue chosen)."""
         body = bytes(req.body or b"")
         sys_flag = h.sys_flag & _SYS_FLAG_KEPT
         msg = message_from_wire(h.topic, body, h.flag, h.properties)
@@ -357,32 +527,16 @@ class BrokerProcessor:
         if queue_id < 0:  # RocketMQ: any writable queue
             route = self.broker.get_route_info_by_topic(h.topic, address=self.address)
             queue_id = random.randrange(max(1, len(route.write_queues())))
-        code, remark = ResponseCode.SUCCESS, None
-        try:
-            results = self.broker.send_message(
-                h.topic,
-                queue_id,
-                messages,
-                producer_group=h.producer_group,
-                born_timestamp=h.born_timestamp,
-                born_host=_born_host(conn),
-                reconsume_times=h.reconsume_times or 0,
-                sys_flag=sys_flag,
-            )
-        except SlaveNotAcknowledgedError as exc:
-            # Stored, without a slave's confirmation: RocketMQ answers the stored message's
-            # header with SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT as the code.
-            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
-        first = results[0]
-        header = headers.SendMessageResponseHeader(
-            msg_id=",".join(r.msg_id for r in results),
-            queue_id=queue_id,
-            queue_offset=first.queue_offset,
-            # As a RocketMQ broker answers every single send: the message's unique id. The
-            # Java TransactionMQProducer returns it as the transaction id of its result.
-            transaction_id=messages[0].properties.get(PROPERTY_UNIQ_KEY),
+        return SendRequest(
+            h.topic,
+            queue_id,
+            messages,
+            producer_group=h.producer_group,
+            born_timestamp=h.born_timestamp,
+            born_host=_born_host(conn),
+            reconsume_times=h.reconsume_times or 0,
+            sys_flag=sys_flag,
         )
-        return RemotingCommand.response(code, remark, header, None, to=req)
 
     @operation(RequestCode.SEND_BATCH_MESSAGE)
     def _send_batch(self, req: RemotingCommand, h: Any, conn: Any) -> Reply:
@@ -713,3 +867,25 @@ def _inflate(body: bytes) -> bytes:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+class _Fields(dict[str, Any]):
+    """A request header's fields as the C reader gives them, read as attributes (an absent
+    optional field is None, as the header class's default)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return self.get(name)
+
+
+def _error_reply(req: RemotingCommand, exc: MQError) -> RemotingCommand:
+    """The answer to ``req`` that failed with ``exc`` (the same mapping on every path)."""
+    if isinstance(exc, ProtocolError):
+        return error(req, ResponseCode.INVALID_PARAMETER, str(exc))
+    if isinstance(exc, FilterExpressionError | NotRegisteredError):
+        return error(req, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+    if isinstance(exc, BrokerError):
+        return error(req, exc.code if exc.code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))
+    code = getattr(exc, "code", None)
+    return error(req, code if code and code > 0 else ResponseCode.SYSTEM_ERROR, str(exc))

@@ -135,6 +135,7 @@ class Server:
                 self.processor.access = AccessValidator(lambda: acl_file.config)
             self.remoting.processor = self.processor
             self.remoting.inline_codes = self.processor.inline_codes
+            self.remoting.group_codes = self.processor.group_codes
             if metrics_at is not None:
                 # Imported only when asked for: prometheus_client is an optional extra.
                 from mqcore.server.metrics import BrokerMetrics
