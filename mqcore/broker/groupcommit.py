@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mqcore import storecaps
 from mqcore.broker.ha import HAMaster
@@ -22,8 +22,9 @@ from mqcore.message import Message
 from mqcore.protocol.transaction import is_transactional
 from mqcore.store import PutResult
 
-if TYPE_CHECKING:
-    from mqcore.broker.broker import Broker
+# The broker is typed Any here: mqcore.broker.broker imports this module, and the layers
+# contract allows no import back, even for type checking.
+Broker = Any
 
 __all__ = ["SendRequest", "send_many"]
 
@@ -86,7 +87,7 @@ def send_many(broker: Broker, requests: Sequence[SendRequest]) -> list[list[PutR
 
 def _single(broker: Broker, r: SendRequest) -> list[PutResult] | MQError:
     try:
-        return broker.send_message(
+        results: list[PutResult] = broker.send_message(
             r.topic,
             r.queue_id,
             r.messages,
@@ -98,6 +99,7 @@ def _single(broker: Broker, r: SendRequest) -> list[PutResult] | MQError:
         )
     except MQError as exc:
         return exc
+    return results
 
 
 def _store(
