@@ -14,23 +14,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mqcore import storecaps
 from mqcore.broker.ha import HAMaster
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import MQError
 from mqcore.message import Message
 from mqcore.protocol.transaction import is_transactional
 from mqcore.store import PutResult
+from mqcore.storecaps import MultiQueuePut, PutRequest
 
 # The broker is typed Any here: mqcore.broker.broker imports this module, and the layers
 # contract allows no import back, even for type checking.
 Broker = Any
 
 __all__ = ["SendRequest", "send_many"]
-
-# Present once the store protocol declares it; a store without it is written one put a request.
-_MULTI_QUEUE_PUT: Any = getattr(storecaps, "MultiQueuePut", None)
-_PUT_REQUEST: Any = getattr(storecaps, "PutRequest", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +107,9 @@ def _store(
     if not pending:
         return
     store = broker.store
-    if _MULTI_QUEUE_PUT is not None and isinstance(store, _MULTI_QUEUE_PUT):
+    if isinstance(store, MultiQueuePut):
         puts = [
-            _PUT_REQUEST(
+            PutRequest(
                 r.topic,
                 r.queue_id,
                 r.messages,
