@@ -269,6 +269,10 @@ class BrokerProcessor:
             refused = access.refuse(req, getattr(connection, "remote_address", ""))
             if refused is not None:
                 return refused
+        return self._generic(req, connection)
+
+    def _generic(self, req: RemotingCommand, connection: Any) -> Reply:
+        """:meth:`process` past the ACL check: the table's handler with the typed header."""
         entry = OPERATION_TABLE.get(req.code)
         if entry is None:
             # Logged: a client feature that needs an operation this server does not serve
@@ -304,7 +308,7 @@ class BrokerProcessor:
                 return refused
         fields = direct[1].read_plain(req.ext_fields)
         if fields is None or fields.get("batch"):
-            return self.process(req, connection)
+            return self._generic(req, connection)
         try:
             return direct[0](self, req, _Fields(fields), connection)  # type: ignore[no-any-return]
         except MQError as exc:

@@ -1,0 +1,327 @@
+"""The direct branch for single sends and pulls (BrokerProcessor.process_frame) and the group
+commit of single sends (process_group, Broker.send_many) answer every request as the generic
+dispatch (BrokerProcessor.process) does: the same code, remark, header fields and body, errors
+included. Two brokers with the same setup are given the same requests, one through each path."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mqcore import Broker
+from mqcore.message import Message, format_properties
+from mqcore.protocol import headers
+from mqcore.protocol.codes import RequestCode, ResponseCode
+from mqcore.protocol.send import encode_batch
+from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from mqcore.server.processor import BrokerProcessor
+from mqcore.storecaps import MultiQueuePut
+
+
+class _Conn:
+    remote_address = "10.1.2.3:4567"
+
+
+class _Refuser:
+    """An ACL stand-in: refuses every request naming topic Secret (both paths must ask it)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def refuse(self, req: RemotingCommand, address: str) -> RemotingCommand | None:
+        self.asked += 1
+        ext = req.ext_fields or {}
+        if "Secret" in (ext.get("b"), ext.get("topic")):
+            return RemotingCommand.response(ResponseCode.NO_PERMISSION, f"no PUB for {address}")
+        return None
+
+
+def _props(**props: str) -> str:
+    return format_properties(props)
+
+
+def _send(
+    topic: str = "T",
+    body: bytes = b"hello",
+    *,
+    queue_id: int | str = 0,
+    properties: str | None = None,
+    v1: bool = False,
+    sys_flag: int = 0,
+    oneway: bool = False,
+    batch: bool = False,
+    drop: str | None = None,
+) -> RemotingCommand:
+    ext: dict[str, Any] = {
+        "producerGroup": "pg",
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": str(queue_id) if isinstance(queue_id, int) else queue_id,
+        "sysFlag": str(sys_flag),
+        "bornTimestamp": "1732800000000",
+        "flag": "0",
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+    }
+    if properties is not None:
+        ext["properties"] = properties
+    if batch:
+        ext["batch"] = "true"
+    if drop is not None:
+        del ext[drop]
+    if not v1:
+        rename = headers.SendMessageRequestHeaderV2.WIRE_RENAME
+        ext = {rename.get(k, k): v for k, v in ext.items()}
+    code = RequestCode.SEND_MESSAGE if v1 else RequestCode.SEND_MESSAGE_V2
+    return RemotingCommand(
+        int(code), ext_fields=ext, body=body, opaque=random.randrange(1, 2**31),
+        flag=FLAG_ONEWAY if oneway else 0,
+    )  # fmt: skip
+
+
+def _pull(
+    topic: str = "T", queue_id: int = 0, offset: int = 0, *, lite: bool = False, **extra: str
+) -> RemotingCommand:
+    ext = {
+        "consumerGroup": "cg",
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": str(headers.PULL_FLAG_SUBSCRIPTION if "subscription" in extra else 0),
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subVersion": "0",
+        **extra,
+    }
+    code = RequestCode.LITE_PULL_MESSAGE if lite else RequestCode.PULL_MESSAGE
+    return RemotingCommand(int(code), ext_fields=ext, opaque=random.randrange(1, 2**31))
+
+
+def _requests() -> list[RemotingCommand]:
+    """Sends and pulls of every kind the direct branch must answer as the generic path."""
+    random.seed(36)
+    uniq = _props(UNIQ_KEY="0A0B0C0D0E0F00000000000000000001", WAIT="true", TAGS="a")
+    return [
+        _send(properties=uniq),
+        _send(properties=uniq, v1=True, queue_id=1),
+        _send(queue_id=-1, properties=_props(KEYS="k1 k2")),  # any writable queue
+        _send(queue_id=2),  # no properties at all
+        _send(properties=_props(TRAN_MSG="true", PGROUP="pg", UNIQ_KEY="U-half")),
+        _send(properties=_props(DELAY="2", UNIQ_KEY="U-delay")),
+        _send(properties=_props(TIMER_DELAY_SEC="5", UNIQ_KEY="U-timer")),
+        _send(body=zlib.compress(b"x" * 5000), sys_flag=1, properties=_props(DELAY="1")),
+        _send(body=b"not zlib", sys_flag=1, properties=_props(DELAY="1")),  # refused
+        _send(body=zlib.compress(b"y" * 5000), sys_flag=1),  # stored compressed
+        _send("bad topic!"),
+        _send("SCHEDULE_TOPIC_XXXX"),
+        _send("%RETRY%cg", properties=_props(RETRY_TOPIC="T")),
+        _send(body=b"z" * 3000),  # over max_message_size
+        _send(queue_id=99),
+        _send(queue_id="x"),  # not an int: the reference reader's error
+        _send(drop="producerGroup"),  # a required field missing
+        _send("Secret"),  # refused by the ACL
+        _send(oneway=True, properties=uniq),
+        _send("NewTopic", properties=uniq),  # created on its first send
+        _send(body=b""),  # no body
+        _send(batch=True, body=encode_batch([Message(topic="T", body=b"b%d" % i)
+                                             for i in range(3)])),
+        _send(properties=uniq, v1=True, queue_id=3),
+        _pull(),
+        _pull(queue_id=1, lite=True),
+        _pull(offset=1000),
+        _pull(subscription="a || b", expressionType="TAG"),
+        _pull(subscription="a >", expressionType="SQL92"),
+        _pull(topic="Nope"),
+        _pull("%RETRY%cg"),
+    ]  # fmt: skip
+
+
+def _wire(req: RemotingCommand, answer: Any) -> tuple[Any, ...] | None:
+    """An answer as the client reads it off the wire (None: nothing is sent)."""
+    if answer is None or req.flag & FLAG_ONEWAY:
+        return None
+    if isinstance(answer, bytes):
+        cmd = RemotingCommand.decode(answer[4:])
+    else:
+        assert isinstance(answer, RemotingCommand)
+        answer.opaque, answer.serialize_type = req.opaque, req.serialize_type
+        answer.flag |= FLAG_RESPONSE
+        cmd = RemotingCommand.decode(answer.encode()[4:])
+    return (
+        cmd.code,
+        cmd.remark,
+        cmd.ext_fields,
+        _without_store_times(bytes(cmd.body)) if cmd.body is not None else None,
+        cmd.opaque,
+        cmd.flag,
+        cmd.language,
+        cmd.version,
+    )
+
+
+def _without_store_times(records: bytes) -> bytes:
+    """Pulled records with each one's store timestamp zeroed (two brokers store at their own
+    times; everything else must be the same)."""
+    out = bytearray(records)
+    pos = 0
+    while pos + 64 <= len(out):
+        size = int.from_bytes(out[pos : pos + 4], "big")
+        sys_flag = int.from_bytes(out[pos + 36 : pos + 40], "big")
+        assert not sys_flag & 0x10, "an IPv6 born host moves the store timestamp"
+        out[pos + 56 : pos + 64] = bytes(8)
+        pos += size
+    return bytes(out)
+
+
+@pytest.fixture
+def pair(tmp_path: Path, store_name: str) -> Iterator[tuple[BrokerProcessor, BrokerProcessor]]:
+    """Two processors over two brokers set up alike: (reference, direct)."""
+    made = []
+    try:
+        for name in ("reference", "direct"):
+            broker = Broker(tmp_path / name, store=store_name, max_message_size=2048)
+            made.append(broker)
+            broker.create_topic("T", queue_nums=4)
+            broker.create_topic("Secret", queue_nums=4)
+        procs = [BrokerProcessor(b, "127.0.0.1:10911") for b in made]
+        for p in procs:
+            p.access = _Refuser()
+        procs[0].direct = False
+        yield procs[0], procs[1]
+    finally:
+        for broker in made:
+            broker.close()
+
+
+def test_direct_branch_answers_as_the_generic_path(
+    pair: tuple[BrokerProcessor, BrokerProcessor],
+) -> None:
+    """Each request, through process (generic) and process_frame (direct): the same answer."""
+    reference, direct = pair
+    conn = _Conn()
+    requests = _requests()
+    random.seed(1)
+    expected = [_wire(r, reference.process(r, conn)) for r in requests]
+    random.seed(1)
+    got = [_wire(r, direct.process_frame(r, conn)) for r in requests]
+    for req, want, have in zip(requests, expected, got, strict=True):
+        assert have == want, (req.code, req.ext_fields)
+    codes = {a[0] for a in expected if a is not None}
+    # The mix covers successes and the error answers of both paths.
+    covered = {
+        ResponseCode.SUCCESS,
+        ResponseCode.MESSAGE_ILLEGAL,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.INVALID_PARAMETER,
+        ResponseCode.PULL_OFFSET_MOVED,
+        ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+    }
+    assert covered <= codes
+    assert reference.access.asked == direct.access.asked == len(requests)  # type: ignore[union-attr]
+    # The direct path answered the plain sends with one encoded frame.
+    assert isinstance(direct.process_frame(_send(), conn), bytes)
+
+
+def test_a_slave_refuses_on_both_paths(
+    pair: tuple[BrokerProcessor, BrokerProcessor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slave's refusal (SERVICE_NOT_AVAILABLE) is the direct and group paths' answer too."""
+    reference, direct = pair
+    monkeypatch.setattr(Broker, "is_slave", property(lambda self: True))
+    conn = _Conn()
+    reqs = [_send(), _send(properties=_props(TRAN_MSG="true", PGROUP="pg"))]
+    want = [_wire(r, reference.process(r, conn)) for r in reqs]
+    assert all(w is not None and w[0] == ResponseCode.SERVICE_NOT_AVAILABLE for w in want)
+    assert [_wire(r, direct.process_frame(r, conn)) for r in reqs] == want
+    answers = direct.process_group([(r, conn) for r in reqs])
+    assert [_wire(r, a) for r, a in zip(reqs, answers, strict=True)] == want
+
+
+class _CountingStore:
+    """The broker's store, with its put_many calls counted (a MultiQueuePut whatever the
+    store: one put a request when the store has no put_many of its own)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.groups: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def put_many(self, requests: Any) -> list[Any]:
+        self.groups.append(len(requests))
+        if isinstance(self._inner, MultiQueuePut):
+            return self._inner.put_many(requests)
+        out: list[Any] = []
+        for r in requests:
+            try:
+                out.append(
+                    self._inner.put(
+                        r.topic, r.queue_id, r.messages, born_timestamp=r.born_timestamp,
+                        born_host=r.born_host, reconsume_times=r.reconsume_times,
+                        **({"sys_flag": r.sys_flag} if r.sys_flag else {}),
+                    )
+                )  # fmt: skip
+            except Exception as exc:  # the slot's own error
+                out.append(exc)
+        return out
+
+
+def test_group_commit_answers_each_as_the_generic_path(
+    pair: tuple[BrokerProcessor, BrokerProcessor],
+) -> None:
+    """A group of mixed requests: each answered as alone through the generic path, in order;
+    the plain sends between two requests served otherwise share one put_many."""
+    reference, direct = pair
+    counting = _CountingStore(direct.broker.store)
+    direct.broker.store = counting  # type: ignore[assignment]
+    conn = _Conn()
+    requests = _requests()
+    random.seed(2)
+    expected = [_wire(r, reference.process(r, conn)) for r in requests]
+    random.seed(2)
+    answers = direct.process_group([(r, conn) for r in requests])
+    got = [_wire(r, a) for r, a in zip(requests, answers, strict=True)]
+    for req, want, have in zip(requests, expected, got, strict=True):
+        assert have == want, (req.code, req.ext_fields)
+    # The first four plain sends went in one write; later runs of plain ones too.
+    assert counting.groups and counting.groups[0] == 4
+    assert sum(counting.groups) >= 7
+    # What each stored is where the generic path put it, queue by queue.
+    for q in range(4):
+        a = reference.broker.pull_message("chk", "T", q, 0, 64)
+        b = direct.broker.pull_message("chk", "T", q, 0, 64)
+        assert [(m.body, m.queue_offset, m.properties) for m in a.messages] == [
+            (m.body, m.queue_offset, m.properties) for m in b.messages
+        ]
+
+
+def test_one_refused_send_among_good_ones(
+    pair: tuple[BrokerProcessor, BrokerProcessor],
+) -> None:
+    """A too-large and a bad-topic send in a group get their own errors; the rest are stored
+    in one put_many and answered SUCCESS with their own offsets."""
+    _, direct = pair
+    counting = _CountingStore(direct.broker.store)
+    direct.broker.store = counting  # type: ignore[assignment]
+    conn = _Conn()
+    reqs = [_send(body=b"m%d" % i, queue_id=1) for i in range(5)]
+    reqs.insert(2, _send(body=b"z" * 3000, queue_id=1))
+    reqs.insert(4, _send("bad topic!"))
+    group = direct.process_group([(r, conn) for r in reqs])
+    answers = [_wire(r, a) for r, a in zip(reqs, group, strict=True)]
+    assert [a[0] for a in answers if a] == [0, 0, 13, 0, 13, 0, 0]
+    assert "max value 2048" in answers[2][1] and "bad topic!" in answers[4][1]  # type: ignore[index]
+    ok = [a for a in answers if a and a[0] == 0]
+    assert [int(a[2]["queueOffset"]) for a in ok] == [0, 1, 2, 3, 4]
+    assert counting.groups == [5]
+    got = direct.broker.pull_message("chk", "T", 1, 0, 32)
+    assert [m.body for m in got.messages] == [b"m%d" % i for i in range(5)]
