@@ -19,7 +19,10 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 # The admin and replication handlers register themselves in the request table when imported.
 import mqcore.server.handlers_admin
@@ -310,7 +313,7 @@ class BrokerProcessor:
         if fields is None or fields.get("batch"):
             return self._generic(req, connection)
         try:
-            return direct[0](self, req, _Fields(fields), connection)  # type: ignore[no-any-return]
+            return direct[0](self, req, _fields(direct[1], fields), connection)  # type: ignore[no-any-return]
         except MQError as exc:
             return _error_reply(req, exc)
 
@@ -368,11 +371,14 @@ class BrokerProcessor:
         use_c = self.direct
         for i, (req, conn) in enumerate(items):
             code = req.code
-            fields = (
-                SendMessageRequestHeaderV2.read_plain(req.ext_fields)
+            header_cls: type[headers.CommandHeader] = (
+                SendMessageRequestHeaderV2
                 if code == RequestCode.SEND_MESSAGE_V2
-                else headers.SendMessageRequestHeader.read_plain(req.ext_fields)
-                if code == RequestCode.SEND_MESSAGE
+                else headers.SendMessageRequestHeader
+            )
+            fields = (
+                header_cls.read_plain(req.ext_fields)
+                if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE)
                 else None
             )
             if (
@@ -391,7 +397,9 @@ class BrokerProcessor:
                     answers[i] = refused
                     continue
             try:
-                gathered.append((i, req, self._prepare_send(req, _Fields(fields), conn)))
+                gathered.append(
+                    (i, req, self._prepare_send(req, _fields(header_cls, fields), conn))
+                )
             except MQError as exc:
                 answers[i] = _error_reply(req, exc)
         self._commit(gathered, answers)
@@ -873,14 +881,23 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-class _Fields(dict[str, Any]):
-    """A request header's fields as the C reader gives them, read as attributes (an absent
-    optional field is None, as the header class's default)."""
+def _fields(cls: type[headers.CommandHeader], read: dict[str, Any]) -> SimpleNamespace:
+    """A request header's fields as the C reader gives them (``read``), as attributes, the
+    absent optional ones at the header class's defaults: what a handler reads of the header
+    object, for a fraction of its construction."""
+    values = _DEFAULTS.get(cls)
+    if values is None:
+        values = _DEFAULTS[cls] = {
+            f.name: f.default
+            for f in attrs.fields(cls)  # type: ignore[arg-type]
+            if f.default is not attrs.NOTHING
+        }
+    merged = values.copy()
+    merged.update(read)
+    return SimpleNamespace(**merged)
 
-    __slots__ = ()
 
-    def __getattr__(self, name: str) -> Any:
-        return self.get(name)
+_DEFAULTS: dict[type, dict[str, Any]] = {}
 
 
 def _error_reply(req: RemotingCommand, exc: MQError) -> RemotingCommand:
