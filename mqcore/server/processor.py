@@ -368,23 +368,11 @@ class BrokerProcessor:
         answers: list[Reply | bytes] = [None] * len(items)
         gathered: list[tuple[int, RemotingCommand, SendRequest]] = []
         access = self.access
-        use_c = self.direct
         for i, (req, conn) in enumerate(items):
             code = req.code
-            header_cls: type[headers.CommandHeader] = (
-                SendMessageRequestHeaderV2
-                if code == RequestCode.SEND_MESSAGE_V2
-                else headers.SendMessageRequestHeader
-            )
-            fields = (
-                header_cls.read_plain(req.ext_fields)
-                if code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE)
-                else None
-            )
             if (
-                not use_c
-                or fields is None
-                or fields.get("batch")
+                not self.direct
+                or code not in _SINGLE_SEND_HEADERS
                 or req.serialize_type is not SerializeType.JSON
             ):
                 self._commit(gathered, answers)
@@ -396,10 +384,22 @@ class BrokerProcessor:
                 if refused is not None:
                     answers[i] = refused
                     continue
+            header_cls = _SINGLE_SEND_HEADERS[code]
             try:
-                gathered.append(
-                    (i, req, self._prepare_send(req, _fields(header_cls, fields), conn))
+                fields = header_cls.read_plain(req.ext_fields)
+                # Without the C reader (or for a header it leaves to the reference), the
+                # header object: the sends are gathered all the same.
+                h: Any = (
+                    _fields(header_cls, fields)
+                    if fields is not None
+                    else req.read_header(header_cls)
                 )
+                if h.batch:  # a batch sent under a single-send code: the batch handler's
+                    self._commit(gathered, answers)
+                    gathered = []
+                    answers[i] = self._generic(req, conn)
+                    continue
+                gathered.append((i, req, self._prepare_send(req, h, conn)))
             except MQError as exc:
                 answers[i] = _error_reply(req, exc)
         self._commit(gathered, answers)
@@ -898,6 +898,12 @@ def _fields(cls: type[headers.CommandHeader], read: dict[str, Any]) -> SimpleNam
 
 
 _DEFAULTS: dict[type, dict[str, Any]] = {}
+
+# The codes process_group gathers, and their request headers.
+_SINGLE_SEND_HEADERS: dict[int, type[headers.CommandHeader]] = {
+    RequestCode.SEND_MESSAGE: headers.SendMessageRequestHeader,
+    RequestCode.SEND_MESSAGE_V2: SendMessageRequestHeaderV2,
+}
 
 
 def _error_reply(req: RemotingCommand, exc: MQError) -> RemotingCommand:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mqcore import Broker
+from mqcore import Broker, speedups
 from mqcore.message import Message, format_properties
 from mqcore.protocol import headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
@@ -226,8 +226,9 @@ def test_direct_branch_answers_as_the_generic_path(
     }
     assert covered <= codes
     assert reference.access.asked == direct.access.asked == len(requests)  # type: ignore[union-attr]
-    # The direct path answered the plain sends with one encoded frame.
-    assert isinstance(direct.process_frame(_send(), conn), bytes)
+    # With the C reader, the direct path answered the plain sends with one encoded frame.
+    if speedups.load("protocol") is not None:
+        assert isinstance(direct.process_frame(_send(), conn), bytes)
 
 
 def test_a_slave_refuses_on_both_paths(
