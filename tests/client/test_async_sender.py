@@ -23,19 +23,31 @@ def broker_topics() -> dict[str, int]:
 
 
 class Gate:
-    """Wraps broker.send_message: records batch sizes; the first call waits for release."""
+    """Wraps the broker's two ways of storing what a producer sent (``send_message``, and
+    ``send_prepared``, which a server uses for a batch of plain messages): records batch
+    sizes; the first call waits for release."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, monkeypatch: Any) -> None:
         self.real = broker.send_message
+        self.real_prepared = broker.send_prepared
         self.release = threading.Event()
         self.entered = threading.Event()
         self.batches: list[tuple[str, int, int]] = []  # topic, queue id, size
+        monkeypatch.setattr(broker, "send_message", self)
+        monkeypatch.setattr(broker, "send_prepared", self.prepared)
 
-    def __call__(self, topic: str, queue_id: int, messages: Any, **kw: Any) -> Any:
+    def _enter(self, topic: str, queue_id: int, size: int) -> None:
         self.entered.set()
         assert self.release.wait(20)
-        self.batches.append((topic, queue_id, len(messages)))
+        self.batches.append((topic, queue_id, size))
+
+    def __call__(self, topic: str, queue_id: int, messages: Any, **kw: Any) -> Any:
+        self._enter(topic, queue_id, len(messages))
         return self.real(topic, queue_id, messages, **kw)
+
+    def prepared(self, topic: str, queue_id: int, prepared: Any, *args: Any, **kw: Any) -> Any:
+        self._enter(topic, queue_id, len(prepared))
+        return self.real_prepared(topic, queue_id, prepared, *args, **kw)
 
 
 def _body_at(broker: Broker, topic: str, queue_id: int, offset: int) -> bytes:
@@ -45,8 +57,7 @@ def _body_at(broker: Broker, topic: str, queue_id: int, offset: int) -> bytes:
 
 @pytest.mark.timeout(60)
 def test_sends_queued_meanwhile_are_stored_as_batches(broker, monkeypatch) -> None:
-    gate = Gate(broker)
-    monkeypatch.setattr(broker, "send_message", gate)
+    gate = Gate(broker, monkeypatch)
     with Producer("pg", broker=broker) as p:
         first = p.send_async(Message(topic="T", body=b"first"))
         assert gate.entered.wait(10)  # the sender thread is busy with the first send
@@ -65,8 +76,7 @@ def test_sends_queued_meanwhile_are_stored_as_batches(broker, monkeypatch) -> No
 
 @pytest.mark.timeout(60)
 def test_groups_follow_topic_selected_queue_and_delay(broker, monkeypatch) -> None:
-    gate = Gate(broker)
-    monkeypatch.setattr(broker, "send_message", gate)
+    gate = Gate(broker, monkeypatch)
 
     def to_queue(mqs: list[Any], msg: Message, arg: Any) -> Any:
         return mqs[arg]
@@ -98,8 +108,7 @@ def test_groups_follow_topic_selected_queue_and_delay(broker, monkeypatch) -> No
 
 @pytest.mark.timeout(60)
 def test_a_send_that_times_out_while_queued_is_not_stored(broker, monkeypatch) -> None:
-    gate = Gate(broker)
-    monkeypatch.setattr(broker, "send_message", gate)
+    gate = Gate(broker, monkeypatch)
     with Producer("pg", broker=broker) as p:
         p.send_async(Message(topic="U", body=b"first"))
         assert gate.entered.wait(10)
