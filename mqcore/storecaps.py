@@ -5,8 +5,9 @@ A store implements :class:`~mqcore.store.Store` and is complete with it: the bro
 clients and the Spark source work with any such store. A store that also has the methods of
 one of these protocols gets the faster or wider path that uses them; users test for it with
 ``isinstance(store, Capability)`` (each protocol is runtime-checkable) and fall back when it
-is missing. Both bundled stores offer :class:`PreparedWriter`, :class:`UnitReader`,
-:class:`SpanReader`, :class:`ExpiringStore` and :class:`LogPositionReporter`; the mmap
+is missing. Both bundled stores offer :class:`PreparedWriter`, :class:`MultiQueuePut`,
+:class:`UnitReader`, :class:`SpanReader`, :class:`ExpiringStore` and
+:class:`LogPositionReporter`; the mmap
 store also the commit-log ones
 (:class:`CommitLogBounds`, :class:`CommitLogSource`, :class:`CommitLogReplica`), which
 replication needs. The contract suite (``tests/contract/``) checks each capability a store
@@ -17,10 +18,13 @@ declares this way.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from mqcore.errors import MQError
 from mqcore.interfaces import MessageFilter
+from mqcore.message import Message
 from mqcore.spans import RawSpans
 from mqcore.store import DEFAULT_MAX_BYTES, PutResult, UnitsResult
 
@@ -31,7 +35,9 @@ __all__ = [
     "ExpiringStore",
     "LogPositionReporter",
     "LogPositions",
+    "MultiQueuePut",
     "PreparedWriter",
+    "PutRequest",
     "SpanReader",
     "UnitReader",
 ]
@@ -56,6 +62,37 @@ class PreparedWriter(Protocol):
         tuples built the same way); ``uniqs`` the records' ``UNIQ_KEY`` properties (None
         where one has none; None for none at all), indexed as ``put`` indexes them. Not for
         ``SCHEDULE_TOPIC_XXXX``: raises :class:`~mqcore.errors.InvalidArgumentError`.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    """One queue's share of a :meth:`MultiQueuePut.put_many`: the arguments of one
+    :meth:`~mqcore.store.Store.put` call."""
+
+    topic: str
+    queue_id: int
+    messages: Sequence[Message]
+    born_timestamp: int | None = None
+    born_host: str | None = None
+    reconsume_times: int = 0
+    sys_flag: int = 0
+
+
+@runtime_checkable
+class MultiQueuePut(Protocol):
+    """Stores puts to several queues at once (the served broker's group commit)."""
+
+    def put_many(self, requests: Sequence[PutRequest]) -> list[list[PutResult] | MQError]:
+        """Each request stored as ``put`` stores it, all in one write under one lock and one
+        flush-mode wait; a request the store refuses (InvalidArgumentError: too large...)
+        gets its error in its slot and the others are stored. DiskFullError for a request:
+        nothing of that request stored (later ones: the same error).
+
+        Returns one slot per request, in order: the request's put results, or the error
+        that refused it. Errors that are not about one request (the store is closed, an
+        I/O error) are raised as ``put`` raises them.
         """
         ...
 
