@@ -23,6 +23,7 @@ from mqcore.message import Message
 from mqcore.plugins.store_mmap import MmapStore, indexfile, mappedfile
 from mqcore.plugins.store_mmap.options import MAX_BODY_SIZE, MmapStoreOptions
 from mqcore.store import FlushMode, GetStatus
+from mqcore.storecaps import PutRequest
 
 SMALL = {
     "segment_size": 4096,
@@ -319,6 +320,47 @@ def test_disk_full_loses_nothing_and_stays_readable(opened, monkeypatch):
     monkeypatch.undo()  # space freed: writing resumes
     store.put("T", 0, _msgs(1))
     assert store.max_offset("T", 0) == written + 1
+
+
+def test_put_many_on_a_full_disk_stores_the_requests_before_it(opened, monkeypatch):
+    """ENOSPC while a put_many rolls segments: whole requests up to the one that met it are
+    stored, that one and every later one hold the same DiskFullError and left nothing."""
+    store = opened()
+    store.put("T", 0, _msgs(2))
+    monkeypatch.setattr(
+        mappedfile, "_grow", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
+    )
+    requests = [PutRequest("T", i % 3, _msgs(3, size=400)) for i in range(30)]
+    slots = store.put_many(requests)
+    stored = [s for s in slots if isinstance(s, list)]
+    assert stored and len(stored) < len(slots)
+    assert all(isinstance(s, list) for s in slots[: len(stored)])  # whole requests, in order
+    first = slots[len(stored)]
+    assert isinstance(first, DiskFullError) and str(store.path) in str(first)
+    assert all(s is first for s in slots[len(stored) :])
+    end = max(r.commitlog_offset + r.size for s in stored for r in s)
+    assert store._parts.commitlog.max_offset in (end, (end // 4096 + 1) * 4096)
+    monkeypatch.undo()
+    for qid in range(3):
+        mine = [s for s, rq in zip(slots, requests, strict=True) if rq.queue_id == qid]
+        want = [r.queue_offset for s in mine if isinstance(s, list) for r in s]
+        got = store.get("T", qid, 0, max_count=1000).messages
+        assert [m.queue_offset for m in got] == ([0, 1] if qid == 0 else []) + want
+    store.put("T", 1, _msgs(1))
+
+
+def test_put_many_refuses_a_record_larger_than_a_segment_in_its_slot(opened):
+    store = opened()
+    slots = store.put_many(
+        [
+            PutRequest("T", 0, _msgs(1)),
+            PutRequest("T", 0, _msgs(1, size=5000)),
+            PutRequest("T", 0, _msgs(2)),
+        ]
+    )
+    assert isinstance(slots[1], InvalidArgumentError) and "segment" in str(slots[1])
+    assert [r.queue_offset for r in slots[0]] + [r.queue_offset for r in slots[2]] == [0, 1, 2]
+    assert store.max_offset("T", 0) == 3
 
 
 # --- transient store pool -----------------------------------------------------------------
