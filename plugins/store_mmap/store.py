@@ -72,7 +72,7 @@ from mqcore.uniqkey import record_index_keys, uniq_ids
 from . import queueends, recovery, replica, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
 from .consumequeue import ConsumeQueue
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, Keyed
 from .flushservice import CommitService, FlushService
 from .mappedfile import TransientStorePool
 from .options import MAX_BODY_SIZE, MmapStoreOptions
@@ -360,10 +360,13 @@ class MmapStore:
             return slots
         written: list[tuple[int, list[Any], list[int], int, int, int]] = []
         end = -1
+        keyed: list[Keyed] = []  # every request's index entries, written in one call
+        parts = self._parts
         with self._write_lock:
             if self._closed:
                 raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
             full: DiskFullError | None = None
+            start = -1
             for slot, request, prepared, sizes, total, born, now in staged:
                 if full is not None:
                     slots[slot] = full
@@ -380,12 +383,27 @@ class MmapStore:
                         now,
                         sizes,
                         total,
+                        keyed,
                     )
                 except DiskFullError as exc:
                     full = exc
                     slots[slot] = exc
                     continue
+                if start < 0:
+                    start = parts.commitlog.batch_start
                 written.append((slot, prepared, offsets, qoff, store_ts, total))
+            if keyed:
+                try:
+                    parts.index.put_keys(keyed)
+                except BaseException as exc:
+                    # Typically a full disk for a new index file: take every request back,
+                    # so that none stays unindexed and unacknowledged in the queues.
+                    self._rollback_all(start)
+                    if not isinstance(exc, DiskFullError):
+                        raise
+                    for slot, *_ in written:
+                        slots[slot] = exc
+                    return slots
         for slot, prepared, offsets, qoff, store_ts, total in written:
             slots[slot] = self._results(prepared, offsets, qoff, store_ts, total)
         if written and self._group_commit is not None:
@@ -416,10 +434,12 @@ class MmapStore:
         now: int,
         sizes: list[int],
         total: int,
+        deferred: list[Keyed] | None = None,
     ) -> tuple[list[int], int, int, int]:
         """Append and dispatch one queue's records (write lock held): their commit-log
         offsets, the offset past the last, the first queue offset and the store time.
-        Nothing of them stays when it raises."""
+        Nothing of them stays when it raises. With ``deferred``, their index entries are
+        added to it for the caller to write."""
         parts = self._parts
         cq = parts.queues.get((topic, queue_id))
         if cq is None:
@@ -442,7 +462,7 @@ class MmapStore:
                 prepared, total, queue_id, qoff, store_ts, self._store_host, born
             )
             offsets, end = self._dispatcher.put_batch(
-                topic, cq, qoff, prepared, uniqs, chunks, sizes, total, store_ts
+                topic, cq, qoff, prepared, uniqs, chunks, sizes, total, store_ts, deferred
             )
         except BaseException:
             # Typically a full disk when a consume-queue or index file had to grow:
@@ -464,6 +484,18 @@ class MmapStore:
         """Remove a failed batch (write lock held): units, index entries and records."""
         try:
             self._parts.rollback(cq, start_phys)
+        except Exception as exc:  # the original error is the one to report
+            log.error("put_rollback_failed", error=str(exc), offset=start_phys)
+
+    def _rollback_all(self, start_phys: int) -> None:
+        """Remove everything from ``start_phys`` on, in every queue (write lock held)."""
+        parts = self._parts
+        try:
+            for cq in parts.queues.values():
+                if cq.max_physical_offset >= start_phys:
+                    cq.truncate_dirty(start_phys)
+            parts.index.truncate(start_phys)
+            parts.commitlog.truncate(start_phys)
         except Exception as exc:  # the original error is the one to report
             log.error("put_rollback_failed", error=str(exc), offset=start_phys)
 

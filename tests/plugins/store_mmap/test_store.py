@@ -349,6 +349,28 @@ def test_put_many_on_a_full_disk_stores_the_requests_before_it(opened, monkeypat
     store.put("T", 1, _msgs(1))
 
 
+def test_put_many_takes_every_request_back_when_the_index_is_full(opened, monkeypatch):
+    """The index entries of a put_many are written in one call after the records: when that
+    call meets a full disk, every request holds the error and nothing of them stays."""
+    store = opened()
+    store.put("T", 0, _msgs(2, keys="old"))
+    index = store._parts.index
+
+    def full(*args: Any) -> int:
+        raise DiskFullError(errno.ENOSPC, "disk full while growing the index")
+
+    monkeypatch.setattr(index, "put_keys", full)
+    requests = [PutRequest("T", i % 2, _msgs(3, keys=f"k{i}")) for i in range(4)]
+    slots = store.put_many(requests)
+    assert all(isinstance(s, DiskFullError) for s in slots) and len(set(map(id, slots))) == 1
+    assert (store.max_offset("T", 0), store.max_offset("T", 1)) == (2, 0)
+    monkeypatch.undo()
+    slots = store.put_many(requests)
+    assert [r.queue_offset for r in slots[2]] == [5, 6, 7]
+    assert [m.queue_offset for m in store.lookup("T", "k2")] == [5, 6, 7]
+    assert len(store.lookup("T", "old")) == 2
+
+
 def test_put_many_refuses_a_record_larger_than_a_segment_in_its_slot(opened):
     store = opened()
     slots = store.put_many(
