@@ -146,6 +146,34 @@ def test_put_many_on_a_full_disk_stores_the_requests_before_it(tmp_path, monkeyp
         assert store.get("F", 0, 0).messages[2].commitlog_offset == again[0].commitlog_offset
 
 
+def test_put_many_is_one_write_transaction(tmp_path, monkeypatch):
+    """Requests to several queues, some new, one refused: one write transaction holds
+    them all, and a reopened store reads them back."""
+    with _open(tmp_path / "s", flush_mode="sync") as store:
+        store.put("W", 0, [Message(topic="W", body=b"before")])
+        real = store._env.write
+        calls = []
+
+        def counted(work, room=0):
+            calls.append(room)
+            return real(work, room=room)
+
+        monkeypatch.setattr(store._env, "write", counted)
+        bad = "W" * 200
+        slots = store.put_many(
+            [PutRequest("W", q, [Message(topic="W", body=b"q%d" % q)]) for q in range(4)]
+            + [PutRequest(bad, 0, [Message(topic=bad, body=b"no")])]
+            + [PutRequest("W", 0, [Message(topic="W", body=b"again")])]
+        )
+        assert len(calls) == 1
+        assert isinstance(slots[4], errors.InvalidArgumentError)
+        assert [r.queue_offset for r in slots[0] + slots[5]] == [1, 2]
+    with _open(tmp_path / "s") as store:
+        assert [m.body for m in store.get("W", 0, 0).messages] == [b"before", b"q0", b"again"]
+        assert [store.max_offset("W", q) for q in range(4)] == [3, 1, 1, 1]
+        assert store.queue_ids("W") == [0, 1, 2, 3]
+
+
 def _allocated(path: Path) -> int:
     return (path / "data.mdb").stat().st_blocks * 512
 

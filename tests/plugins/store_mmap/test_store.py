@@ -371,6 +371,25 @@ def test_put_many_takes_every_request_back_when_the_index_is_full(opened, monkey
     assert len(store.lookup("T", "old")) == 2
 
 
+def test_put_many_waits_for_one_flush_in_sync_flush(opened, monkeypatch):
+    """SYNC_FLUSH: a put_many of 8 requests to 8 queues waits once, for the end of the
+    last, and returns with all of it flushed."""
+    store = opened(flush_mode="sync", segment_size=1 << 20)
+    flusher = store._group_commit
+    waits: list[int] = []
+    real = flusher.wait_flushed
+
+    def counted(offset: int) -> None:
+        waits.append(offset)
+        real(offset)
+
+    monkeypatch.setattr(flusher, "wait_flushed", counted)
+    slots = store.put_many([PutRequest("S", q, _msgs(2)) for q in range(8)])
+    assert waits == [store._parts.commitlog.max_offset]
+    assert store.log_positions().flushed >= waits[0]
+    assert [r.queue_offset for s in slots for r in s] == [0, 1] * 8
+
+
 def test_put_many_refuses_a_record_larger_than_a_segment_in_its_slot(opened):
     store = opened()
     slots = store.put_many(
