@@ -389,6 +389,12 @@ class MmapStore:
                     full = exc
                     slots[slot] = exc
                     continue
+                except BaseException:
+                    # Not about this request (an I/O error): the call fails as a whole,
+                    # so none of it stays, unindexed, in the queues.
+                    if start >= 0:
+                        self._rollback_all(start)
+                    raise
                 if start < 0:
                     start = parts.commitlog.batch_start
                 written.append((slot, prepared, offsets, qoff, store_ts, total))

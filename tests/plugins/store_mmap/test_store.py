@@ -21,6 +21,7 @@ from mqcore.errors import (
 )
 from mqcore.message import Message
 from mqcore.plugins.store_mmap import MmapStore, indexfile, mappedfile
+from mqcore.plugins.store_mmap.consumequeue import ConsumeQueue
 from mqcore.plugins.store_mmap.options import MAX_BODY_SIZE, MmapStoreOptions
 from mqcore.store import FlushMode, GetStatus
 from mqcore.storecaps import PutRequest
@@ -388,6 +389,31 @@ def test_put_many_waits_for_one_flush_in_sync_flush(opened, monkeypatch):
     assert waits == [store._parts.commitlog.max_offset]
     assert store.log_positions().flushed >= waits[0]
     assert [r.queue_offset for s in slots for r in s] == [0, 1] * 8
+
+
+def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch):
+    """An error that is not about one request (here an I/O error appending the third
+    request's units) fails the whole put_many: none of its requests stays stored."""
+    store = opened()
+    store.put("T", 0, _msgs(1))
+    calls = []
+    real = ConsumeQueue.append_unit
+
+    def failing(self: Any, *args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(errno.EIO, "input/output error")
+        return real(self, *args)
+
+    monkeypatch.setattr(ConsumeQueue, "append_unit", failing)
+    with pytest.raises(OSError, match="input/output"):
+        store.put_many([PutRequest("T", q % 2, _msgs(1, keys=f"io{q}")) for q in range(4)])
+    monkeypatch.undo()
+    assert (store.max_offset("T", 0), store.max_offset("T", 1)) == (1, 0)
+    assert store.lookup("T", "io0") == []
+    (again,) = store.put_many([PutRequest("T", 1, _msgs(1))])
+    assert again[0].queue_offset == 0
+    assert store.get("T", 1, 0).messages[0].commitlog_offset == again[0].commitlog_offset
 
 
 def test_put_many_refuses_a_record_larger_than_a_segment_in_its_slot(opened):
