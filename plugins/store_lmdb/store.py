@@ -27,14 +27,16 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import add
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NamedTuple, NoReturn, TypeVar, cast
 
 import lmdb
 
 from mqcore import batch, codec
 from mqcore.errors import (
     CodecError,
+    DiskFullError,
     InvalidArgumentError,
+    MQError,
     StoreClosedError,
     StoreCorruptedError,
     StoreError,
@@ -60,7 +62,7 @@ from mqcore.store import (
     UnitsResult,
     parse_delay_levels,
 )
-from mqcore.storecaps import LogPositions
+from mqcore.storecaps import LogPositions, PutRequest
 from mqcore.storekind import KIND_FILE_NAME, check_store_kind
 from mqcore.uniqkey import index_keys, uniq_ids
 
@@ -320,68 +322,206 @@ class LmdbStore:
         born = codec.cached_host_bytes(born_host) if born_host else None
         with self._lock:
             self._check_open()
+            tail = _Tail(self)
+            staged = self._stage(
+                tail, prefix, topic, queue_id, prepared, uniqs, messages, born, now
+            )
+            self._commit([staged], tail)
+        return staged.results
+
+    def put_many(self, requests: Sequence[PutRequest]) -> list[list[PutResult] | MQError]:
+        """Store each request as :meth:`put` stores it, all in one write transaction (one
+        flush-mode wait; see :class:`~mqcore.storecaps.MultiQueuePut`).
+
+        A request the store refuses (a topic or properties it cannot encode) gets its error
+        in its slot, the others are stored. When the disk is too full for the transaction,
+        the requests are written one transaction each: a request that meets the full disk
+        gets the :class:`DiskFullError`, nothing of it is stored, and every later request
+        gets the same error; the earlier ones stay stored.
+        """
+        if self.read_only:
+            self._refuse_write()
+        slots: list[list[PutResult] | MQError] = []
+        todo: list[tuple[int, bytes, PutRequest, list[Any], tuple[bytes, int] | None, int]] = []
+        for request in requests:
+            slots.append([])
+            try:
+                # put refuses a bad topic before it looks at the messages
+                prefix = layout.queue_prefix(request.topic, request.queue_id)
+                if not request.messages:
+                    continue
+                now = _now_ms()
+                prepared = codec.prepare(
+                    request.messages,
+                    now if request.born_timestamp is None else request.born_timestamp,
+                    topic=request.topic,
+                    reconsume_times=request.reconsume_times,
+                    sys_flag=request.sys_flag,
+                )
+            except (CodecError, InvalidArgumentError) as exc:
+                slots[-1] = exc
+                continue
+            born = codec.cached_host_bytes(request.born_host) if request.born_host else None
+            todo.append((len(slots) - 1, prefix, request, prepared, born, now))
+        if not todo:
+            return slots
+        with self._lock:
+            self._check_open()
+            tail = _Tail(self)
+            staged = [
+                self._stage(
+                    tail,
+                    prefix,
+                    request.topic,
+                    request.queue_id,
+                    prepared,
+                    uniq_ids(request.messages),
+                    request.messages,
+                    born,
+                    now,
+                )
+                for _slot, prefix, request, prepared, born, now in todo
+            ]
+            try:
+                self._commit(staged, tail)
+            except DiskFullError:
+                # One transaction each, so that what fits is stored and the rest refused
+                # as a put would be.
+                full: DiskFullError | None = None
+                for slot, prefix, request, prepared, born, now in todo:
+                    if full is not None:
+                        slots[slot] = full
+                        continue
+                    try:
+                        alone = _Tail(self)
+                        one = self._stage(
+                            alone,
+                            prefix,
+                            request.topic,
+                            request.queue_id,
+                            prepared,
+                            uniq_ids(request.messages),
+                            request.messages,
+                            born,
+                            now,
+                        )
+                        self._commit([one], alone)
+                    except DiskFullError as exc:
+                        full = exc
+                        slots[slot] = exc
+                    else:
+                        slots[slot] = one.results
+                return slots
+        for (slot, *_rest), done in zip(todo, staged, strict=True):
+            slots[slot] = done.results
+        return slots
+
+    def _stage(
+        self,
+        tail: _Tail,
+        prefix: bytes,
+        topic: str,
+        queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None,
+        messages: Sequence[Message],
+        born: tuple[bytes, int] | None,
+        now: int,
+    ) -> _Staged:
+        """Encode one queue's records at the ends ``tail`` holds (lock held) and move
+        ``tail`` past them; nothing is written yet."""
+        next_q = tail.queue_next.get(prefix)
+        new_queue = False
+        if next_q is None:
             next_q = self._queue_next.get(prefix)
-            new_queue = False
             if next_q is None:
                 next_q = self._load_queue_next(prefix)
                 new_queue = next_q == 0
-            start_cl = self._next_cl
-            # Store timestamps never go backwards, so offset_for_timestamp can bisect a queue.
-            ts = max(now, self._last_ts)
-            if topic == SCHEDULE_TOPIC:  # held messages: their deliver time as tags code
-                prepared = batch.with_deliver_times(prepared, messages, self._delays, ts)
-            buf = codec.pack(
-                prepared,
-                queue_id=queue_id,
-                queue_offset=next_q,
-                commitlog_offset=start_cl,
-                store_timestamp=ts,
-                store_host=self._host,
-                born_host=born,
-            )
-            units, key_items, results = _batch_items(
-                prepared,
-                prefix,
-                start_cl,
-                next_q,
-                ts,
-                self._id_prefix,
-                uniqs,
-            )
-            log_key = _OFFSET_PACK(start_cl)
-            cq_key = prefix + _OFFSET_PACK(next_q + len(prepared) - 1)
-            env = self._env
-            # MDB_APPEND skips the B-tree search, but only for keys past the database's last.
-            cq_append = prefix >= self._cq_tail
+        start_cl = tail.next_cl
+        # Store timestamps never go backwards, so offset_for_timestamp can bisect a queue.
+        ts = max(now, tail.last_ts)
+        if topic == SCHEDULE_TOPIC:  # held messages: their deliver time as tags code
+            prepared = batch.with_deliver_times(prepared, messages, self._delays, ts)
+        buf = codec.pack(
+            prepared,
+            queue_id=queue_id,
+            queue_offset=next_q,
+            commitlog_offset=start_cl,
+            store_timestamp=ts,
+            store_host=self._host,
+            born_host=born,
+        )
+        units, key_items, results = _batch_items(
+            prepared,
+            prefix,
+            start_cl,
+            next_q,
+            ts,
+            self._id_prefix,
+            uniqs,
+        )
+        # MDB_APPEND skips the B-tree search, but only for keys past the database's last.
+        cq_append = prefix >= tail.cq_tail
+        staged = _Staged(
+            topic,
+            queue_id,
+            prefix,
+            _OFFSET_PACK(start_cl),
+            buf,
+            prefix + _OFFSET_PACK(next_q + len(prepared) - 1),
+            units,
+            key_items,
+            cq_append,
+            new_queue,
+            results,
+        )
+        tail.next_cl = start_cl + len(buf)
+        tail.queue_next[prefix] = next_q + len(prepared)
+        tail.last_ts = ts
+        if cq_append:
+            tail.cq_tail = prefix
+        return staged
 
-            def work(txn: Any) -> None:
-                # An out-of-order MDB_APPEND is refused (put returns False): check, so that a
-                # bug aborts the transaction instead of storing half a batch.
+    def _commit(self, staged: list[_Staged], tail: _Tail) -> None:
+        """Write staged batches in one transaction (lock held) and move the store's ends
+        to ``tail``, past them."""
+        env = self._env
+
+        def work(txn: Any) -> None:
+            log_db, cq_db = env.log, env.cq
+            for one in staged:
+                # An out-of-order MDB_APPEND is refused (put returns False): check, so that
+                # a bug aborts the transaction instead of storing half a batch.
                 if not (
-                    txn.put(log_key, buf, append=True, db=env.log)
-                    and txn.put(cq_key, units, append=cq_append, overwrite=False, db=env.cq)
+                    txn.put(one.log_key, one.buf, append=True, db=log_db)
+                    and txn.put(
+                        one.cq_key, one.units, append=one.cq_append, overwrite=False, db=cq_db
+                    )
                 ):
                     raise StoreError(
-                        f"LMDB store {str(self.path)!r}: a batch for {topic!r} queue "
-                        f"{queue_id} did not append cleanly; nothing of it was stored"
+                        f"LMDB store {str(self.path)!r}: a batch for {one.topic!r} queue "
+                        f"{one.queue_id} did not append cleanly; nothing of it was stored"
                     )
-                if key_items:
-                    txn.cursor(db=env.keyindex).putmulti(key_items, dupdata=True)
-                if new_queue:
-                    txn.put(layout.QUEUE_META + prefix, b"", db=env.meta)
+                if one.key_items:
+                    txn.cursor(db=env.keyindex).putmulti(one.key_items, dupdata=True)
+                if one.new_queue:
+                    txn.put(layout.QUEUE_META + one.prefix, b"", db=env.meta)
 
-            # The new pages this transaction may take (writemap reserves disk blocks for
-            # them first): the records and units twice over, a page or two per key entry,
-            # and the B-tree paths and free list.
-            env.write(work, room=2 * (len(buf) + len(units)) + 8192 * len(key_items) + 65536)
-            env.touched(len(buf))
-            env.release_pages()
-            self._next_cl = start_cl + len(buf)
-            self._queue_next[prefix] = next_q + len(prepared)
-            self._last_ts = ts
-            if cq_append:
-                self._cq_tail = prefix
-        return results
+        # The new pages this transaction may take (writemap reserves disk blocks for
+        # them first): the records and units twice over, a page or two per key entry,
+        # and the B-tree paths and free list.
+        room = 65536
+        written = 0
+        for one in staged:
+            room += 2 * (len(one.buf) + len(one.units)) + 8192 * len(one.key_items)
+            written += len(one.buf)
+        env.write(work, room=room)
+        env.touched(written)
+        env.release_pages()
+        self._next_cl = tail.next_cl
+        self._queue_next.update(tail.queue_next)
+        self._last_ts = tail.last_ts
+        self._cq_tail = tail.cq_tail
 
     def _load_queue_next(self, prefix: bytes) -> int:
         with self._env.begin() as txn:
@@ -731,6 +871,35 @@ class LmdbStore:
     def __repr__(self) -> str:
         mode = "read_only" if self.read_only else self.flush_mode.name
         return f"LmdbStore({str(self.path)!r}, {mode})"
+
+
+class _Tail:
+    """The ends a write transaction being built has reached (next commit-log offset, next
+    queue offsets, last store time, last consume-queue prefix), from the store's."""
+
+    __slots__ = ("cq_tail", "last_ts", "next_cl", "queue_next")
+
+    def __init__(self, store: LmdbStore) -> None:
+        self.next_cl: int = store._next_cl
+        self.last_ts: int = store._last_ts
+        self.cq_tail: bytes = store._cq_tail
+        self.queue_next: dict[bytes, int] = {}
+
+
+class _Staged(NamedTuple):
+    """One queue's records encoded for a write transaction, and their results."""
+
+    topic: str
+    queue_id: int
+    prefix: bytes
+    log_key: bytes
+    buf: bytes
+    cq_key: bytes
+    units: bytes
+    key_items: list[tuple[bytes, bytes]]
+    cq_append: bool
+    new_queue: bool
+    results: list[PutResult]
 
 
 def _batch_items(

@@ -80,6 +80,7 @@ _SLOT = struct.Struct(">i")
 _SLOT_SIZE = _SLOT.size
 _INT_MAX = 0x7FFFFFFF
 _KEYS = itemgetter(1)  # the keys of a put_keys record
+_pack_header = HEADER.pack_into  # the header as _File.header() gives it, in place
 
 
 # A producer's unique id (mqcore.uniqkey) is 32 hex digits: 20 the same for every message of
@@ -422,7 +423,8 @@ class IndexService:
         Records at or below :attr:`end_phy_offset` are skipped (already indexed). The header
         (and so what queries see) is updated once at the end of the batch.
         """
-        self._check_writable()
+        if self._closed or self.read_only:
+            self._check_writable()
         records = batch if type(batch) is list else list(batch)
         files = self._files
         meta: _File | None = files[-1] if files else None
@@ -432,7 +434,8 @@ class IndexService:
             last_phy = meta.end_phy if meta.count > 1 or len(files) > 1 else -1
         # Entries this batch may add (an upper bound); their blocks are reserved before
         # anything is written, so a full disk fails the batch cleanly.
-        pending = sum(map(len, map(_KEYS, records)))
+        # (one-message puts: no iterator machinery)
+        pending = len(records[0][1]) if len(records) == 1 else sum(map(len, map(_KEYS, records)))
         if not pending:
             return 0
         limit = self.max_index_count
@@ -457,7 +460,10 @@ class IndexService:
                 meta.begin_phy, meta.begin_ts, meta.end_phy, meta.end_ts = ends
                 meta.slot_count += new_slots
                 meta.count = count  # publish
-                mm[:HEADER_SIZE] = meta.header()
+                _pack_header(
+                    mm, 0, meta.begin_ts, meta.end_ts, meta.begin_phy, meta.end_phy,
+                    meta.slot_count, count,
+                )  # fmt: skip
                 self._maps.mark_dirty(meta.path)
                 added += count - start
             if pos >= len(records):

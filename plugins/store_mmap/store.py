@@ -38,7 +38,9 @@ from mqcore.codec import (
 )
 from mqcore.errors import (
     CodecError,
+    DiskFullError,
     InvalidArgumentError,
+    MQError,
     StoreClosedError,
     StoreCorruptedError,
     StoreError,
@@ -63,14 +65,14 @@ from mqcore.store import (
     parse_delay_levels,
     position_status,
 )
-from mqcore.storecaps import LogPositions
+from mqcore.storecaps import LogPositions, PutRequest
 from mqcore.storekind import check_store_kind
 from mqcore.uniqkey import record_index_keys, uniq_ids
 
 from . import queueends, recovery, replica, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
 from .consumequeue import ConsumeQueue
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, Keyed
 from .flushservice import CommitService, FlushService
 from .mappedfile import TransientStorePool
 from .options import MAX_BODY_SIZE, MmapStoreOptions
@@ -302,8 +304,121 @@ class MmapStore:
         now: int,
     ) -> list[PutResult]:
         """Write ``prepared`` (of ``messages``, when a put gave them) and dispatch it."""
-        count = len(prepared)
-        if count == 1:  # one message per put is common: skip the batch machinery
+        sizes, total = self._measure(prepared)
+        born = cached_host_bytes(born_host) if born_host else None
+        with self._write_lock:
+            if self._closed:
+                raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+            offsets, end, qoff, store_ts = self._write_locked(
+                topic, queue_id, prepared, uniqs, messages, born, now, sizes, total
+            )
+        results = self._results(prepared, offsets, qoff, store_ts, total)
+        if self._group_commit is not None:
+            self._group_commit.wait_flushed(end)
+        return results
+
+    def put_many(self, requests: Sequence[PutRequest]) -> list[list[PutResult] | MQError]:
+        """Store each request as :meth:`put` stores it, all under one write lock and one
+        flush-mode wait (the served broker's group commit; see
+        :class:`~mqcore.storecaps.MultiQueuePut`).
+
+        A request the store refuses (a body over 4 MiB, a record larger than a segment) gets
+        its :class:`InvalidArgumentError` in its slot, the others are stored. A full disk
+        stores nothing of the request it meets and gives that request and every later one
+        the :class:`DiskFullError`; the earlier ones stay stored.
+        """
+        if self._closed or self.read_only:
+            self._refuse_write()
+        slots: list[list[PutResult] | MQError] = []
+        # Encoding and checks outside the lock, as put does them.
+        staged: list[
+            tuple[int, PutRequest, list[Any], list[int], int, tuple[bytes, int] | None, int]
+        ] = []
+        for request in requests:
+            slots.append([])
+            if not request.messages:
+                continue
+            now = time.time_ns() // 1_000_000
+            try:
+                prepared = prepare(
+                    request.messages,
+                    now if request.born_timestamp is None else request.born_timestamp,
+                    topic=request.topic,
+                    reconsume_times=request.reconsume_times,
+                    sys_flag=request.sys_flag,
+                )
+                sizes, total = self._measure(prepared)
+            except CodecError as exc:
+                slots[-1] = InvalidArgumentError(str(exc))
+                continue
+            except InvalidArgumentError as exc:
+                slots[-1] = exc
+                continue
+            born = cached_host_bytes(request.born_host) if request.born_host else None
+            staged.append((len(slots) - 1, request, prepared, sizes, total, born, now))
+        if not staged:
+            return slots
+        written: list[tuple[int, list[Any], list[int], int, int, int]] = []
+        end = -1
+        keyed: list[Keyed] = []  # every request's index entries, written in one call
+        parts = self._parts
+        with self._write_lock:
+            if self._closed:
+                raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
+            full: DiskFullError | None = None
+            start = -1
+            for slot, request, prepared, sizes, total, born, now in staged:
+                if full is not None:
+                    slots[slot] = full
+                    continue
+                msgs = request.messages
+                try:
+                    offsets, end, qoff, store_ts = self._write_locked(
+                        request.topic,
+                        request.queue_id,
+                        prepared,
+                        uniq_ids(msgs),
+                        msgs,
+                        born,
+                        now,
+                        sizes,
+                        total,
+                        keyed,
+                    )
+                except DiskFullError as exc:
+                    full = exc
+                    slots[slot] = exc
+                    continue
+                except BaseException:
+                    # Not about this request (an I/O error): the call fails as a whole,
+                    # so none of it stays, unindexed, in the queues.
+                    if start >= 0:
+                        self._rollback_all(start)
+                    raise
+                if start < 0:
+                    start = parts.commitlog.batch_start
+                written.append((slot, prepared, offsets, qoff, store_ts, total))
+            if keyed:
+                try:
+                    parts.index.put_keys(keyed)
+                except BaseException as exc:
+                    # Typically a full disk for a new index file: take every request back,
+                    # so that none stays unindexed and unacknowledged in the queues.
+                    self._rollback_all(start)
+                    if not isinstance(exc, DiskFullError):
+                        raise
+                    for slot, *_ in written:
+                        slots[slot] = exc
+                    return slots
+        for slot, prepared, offsets, qoff, store_ts, total in written:
+            slots[slot] = self._results(prepared, offsets, qoff, store_ts, total)
+        if written and self._group_commit is not None:
+            self._group_commit.wait_flushed(end)
+        return slots
+
+    def _measure(self, prepared: list[Any]) -> tuple[list[int], int]:
+        """The records' sizes (empty for one record) and their sum; refuses oversized ones."""
+        if len(prepared) == 1:  # one message per put is common: skip the batch machinery
             sizes: list[int] = []
             total = biggest = size_of(prepared[0])
         else:
@@ -312,52 +427,81 @@ class MmapStore:
             biggest = max(sizes)
         if biggest > self._size_alarm:
             self._check_sizes(prepared)
-        born = cached_host_bytes(born_host) if born_host else None
+        return sizes, total
+
+    def _write_locked(
+        self,
+        topic: str,
+        queue_id: int,
+        prepared: list[Any],
+        uniqs: list[str | None] | None,
+        messages: Sequence[Message],
+        born: tuple[bytes, int] | None,
+        now: int,
+        sizes: list[int],
+        total: int,
+        deferred: list[Keyed] | None = None,
+    ) -> tuple[list[int], int, int, int]:
+        """Append and dispatch one queue's records (write lock held): their commit-log
+        offsets, the offset past the last, the first queue offset and the store time.
+        Nothing of them stays when it raises. With ``deferred``, their index entries are
+        added to it for the caller to write."""
         parts = self._parts
-        with self._write_lock:
-            if self._closed:
-                raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
-            cq = parts.queues.get((topic, queue_id))
-            if cq is None:
-                cq = parts.queue_for_write(topic, queue_id)
-            qoff = cq.max_offset
-            # One clock read per put; the wall clock stepping back must not show in the log.
-            last = parts.last_store_ts
-            store_ts = now if now >= last else last
-            if topic == SCHEDULE_TOPIC:  # held messages: their deliver time as tags code
-                prepared = batch.with_deliver_times(prepared, messages, parts.delays, store_ts)
-            # Files the units will need exist before the log is written (a full disk fails
-            # here, with nothing written). Mid-file, the file holding qoff - 1 is there.
-            into = qoff % cq.units_per_file
-            if into == 0 or into + count > cq.units_per_file:
-                cq.reserve(count)
-            commitlog = parts.commitlog
-            try:
-                chunks = commitlog.put_batch(
-                    prepared, total, queue_id, qoff, store_ts, self._store_host, born
-                )
-                offsets, end = self._dispatcher.put_batch(
-                    topic, cq, qoff, prepared, uniqs, chunks, sizes, total, store_ts
-                )
-            except BaseException:
-                # Typically a full disk when a consume-queue or index file had to grow:
-                # undo the batch so that nothing of it stays, half-dispatched, in the log.
-                self._rollback(cq, commitlog.batch_start)
-                raise
+        cq = parts.queues.get((topic, queue_id))
+        if cq is None:
+            cq = parts.queue_for_write(topic, queue_id)
+        qoff = cq.max_offset
+        # One clock read per put; the wall clock stepping back must not show in the log.
+        last = parts.last_store_ts
+        store_ts = now if now >= last else last
+        if topic == SCHEDULE_TOPIC:  # held messages: their deliver time as tags code
+            prepared = batch.with_deliver_times(prepared, messages, parts.delays, store_ts)
+        # Files the units will need exist before the log is written (a full disk fails
+        # here, with nothing written). Mid-file, the file holding qoff - 1 is there.
+        count = len(prepared)
+        into = qoff % cq.units_per_file
+        if into == 0 or into + count > cq.units_per_file:
+            cq.reserve(count)
+        commitlog = parts.commitlog
+        try:
+            chunks = commitlog.put_batch(
+                prepared, total, queue_id, qoff, store_ts, self._store_host, born
+            )
+            offsets, end = self._dispatcher.put_batch(
+                topic, cq, qoff, prepared, uniqs, chunks, sizes, total, store_ts, deferred
+            )
+        except BaseException:
+            # Typically a full disk when a consume-queue or index file had to grow:
+            # undo the batch so that nothing of it stays, half-dispatched, in the log.
+            self._rollback(cq, commitlog.batch_start)
+            raise
+        return offsets, end, qoff, store_ts
+
+    def _results(
+        self, prepared: list[Any], offsets: list[int], qoff: int, store_ts: int, total: int
+    ) -> list[PutResult]:
         prefix = self._msgid_prefix
-        if count == 1:
+        if len(prepared) == 1:
             phys = offsets[0]
-            results = [_make_put((f"{prefix}{phys:016X}", qoff, phys, store_ts, total))]
-        else:
-            results = batch.put_results(prefix, prepared, offsets, qoff, store_ts)
-        if self._group_commit is not None:
-            self._group_commit.wait_flushed(end)
-        return results
+            return [_make_put((f"{prefix}{phys:016X}", qoff, phys, store_ts, total))]
+        return batch.put_results(prefix, prepared, offsets, qoff, store_ts)
 
     def _rollback(self, cq: ConsumeQueue, start_phys: int) -> None:
         """Remove a failed batch (write lock held): units, index entries and records."""
         try:
             self._parts.rollback(cq, start_phys)
+        except Exception as exc:  # the original error is the one to report
+            log.error("put_rollback_failed", error=str(exc), offset=start_phys)
+
+    def _rollback_all(self, start_phys: int) -> None:
+        """Remove everything from ``start_phys`` on, in every queue (write lock held)."""
+        parts = self._parts
+        try:
+            for cq in parts.queues.values():
+                if cq.max_physical_offset >= start_phys:
+                    cq.truncate_dirty(start_phys)
+            parts.index.truncate(start_phys)
+            parts.commitlog.truncate(start_phys)
         except Exception as exc:  # the original error is the one to report
             log.error("put_rollback_failed", error=str(exc), offset=start_phys)
 

@@ -10,7 +10,9 @@ Modes:
   -1), ``sleep_ms`` apart; after each acknowledged batch print
   ``{"t", "q", "qo", "n", "co": [commit-log offsets], "ids": [...], "h": body hash}``.
   Message contents are a pure function of (topic, queue id, queue offset):
-  :func:`make_message`, which the tests import to check what they read.
+  :func:`make_message`, which the tests import to check what they read. With ``many``,
+  each round is one ``put_many`` of 1 to 4 such batches (a store's ``MultiQueuePut``), and
+  a line per batch is printed once it returns.
 - ``hold``: open the store for writing, print ``{"ready": pid}``, wait for stdin to close.
 - ``try_open``: open the store for writing; print ``{"opened": true}`` or
   ``{"error": class name, "message": text}``.
@@ -30,6 +32,7 @@ import structlog
 
 from mqcore import Kernel, Message
 from mqcore.message import PROPERTY_UNIQ_KEY
+from mqcore.storecaps import PutRequest
 
 
 def make_message(topic: str, queue_id: int, queue_offset: int) -> Message:
@@ -70,28 +73,44 @@ def _write(spec: dict[str, Any]) -> None:
     batches = spec.get("batches", -1)
     batch_max = spec.get("batch_max", 8)
     sleep = spec.get("sleep_ms", 0) / 1000.0
+    many = spec.get("many", False)
     with Kernel().open_store(spec["store"], spec["path"], **spec["options"]) as store:
         done = 0
         while batches < 0 or done < batches:
-            topic = rnd.choice(topics)
-            qid = rnd.randrange(queues)
-            start = store.max_offset(topic, qid)
-            msgs = [make_message(topic, qid, start + i) for i in range(rnd.randint(1, batch_max))]
-            if spec.get("uniq"):  # as a producer sends them: indexed like a key
-                for i, msg in enumerate(msgs):
-                    msg.properties[PROPERTY_UNIQ_KEY] = uniq_id(topic, qid, start + i)
-            results = store.put(topic, qid, msgs)
-            _emit(
-                {
-                    "t": topic,
-                    "q": qid,
-                    "qo": results[0].queue_offset,
-                    "n": len(results),
-                    "co": [r.commitlog_offset for r in results],
-                    "ids": [r.msg_id for r in results],
-                    "h": body_hash([m.body for m in msgs]),
-                }
-            )
+            requests = []
+            ends: dict[tuple[str, int], int] = {}
+            for _ in range(rnd.randint(1, 4) if many else 1):
+                topic = rnd.choice(topics)
+                qid = rnd.randrange(queues)
+                start = ends.get((topic, qid))
+                if start is None:
+                    start = store.max_offset(topic, qid)
+                count = rnd.randint(1, batch_max)
+                ends[topic, qid] = start + count
+                msgs = [make_message(topic, qid, start + i) for i in range(count)]
+                if spec.get("uniq"):  # as a producer sends them: indexed like a key
+                    for i, msg in enumerate(msgs):
+                        msg.properties[PROPERTY_UNIQ_KEY] = uniq_id(topic, qid, start + i)
+                requests.append(PutRequest(topic, qid, msgs))
+            if many:
+                slots = store.put_many(requests)
+            else:
+                (only,) = requests
+                slots = [store.put(only.topic, only.queue_id, only.messages)]
+            for request, results in zip(requests, slots, strict=True):
+                if not isinstance(results, list):
+                    raise results
+                _emit(
+                    {
+                        "t": request.topic,
+                        "q": request.queue_id,
+                        "qo": results[0].queue_offset,
+                        "n": len(results),
+                        "co": [r.commitlog_offset for r in results],
+                        "ids": [r.msg_id for r in results],
+                        "h": body_hash([m.body for m in request.messages]),
+                    }
+                )
             done += 1
             if sleep:
                 time.sleep(sleep)

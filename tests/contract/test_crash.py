@@ -27,6 +27,7 @@ import pytest
 from mqcore import codec
 from mqcore.message import PROPERTY_UNIQ_KEY
 from mqcore.store import GetStatus
+from mqcore.storecaps import MultiQueuePut
 
 CRASH_RUNS = int(os.environ.get("MQCORE_CRASH_RUNS", "5"))
 TOPICS = ["C1", "C2"]
@@ -42,8 +43,11 @@ def _acked(lines: str) -> list[dict[str, Any]]:
     return out
 
 
-def _kill_at_random(harness: Any, rnd: random.Random, run: int) -> list[dict[str, Any]]:
-    """Start a writer, let it acknowledge a random number of batches, SIGKILL it."""
+def _kill_at_random(
+    harness: Any, rnd: random.Random, run: int, many: bool = False
+) -> list[dict[str, Any]]:
+    """Start a writer, let it acknowledge a random number of batches, SIGKILL it (``many``:
+    the writer stores several batches per ``put_many``)."""
     flush_mode = "SYNC_FLUSH" if run % 2 else "ASYNC_FLUSH"
     harness_options = harness.options
     harness.options = {**harness_options, "flush_mode": flush_mode}
@@ -56,6 +60,7 @@ def _kill_at_random(harness: Any, rnd: random.Random, run: int) -> list[dict[str
             batch_max=8,
             seed=rnd.randrange(1 << 30),
             uniq=True,
+            many=many,
         )
     finally:
         harness.options = harness_options
@@ -133,13 +138,20 @@ def _verify(harness: Any, worker_module: Any, acked: list[dict[str, Any]]) -> No
 
 @pytest.mark.slow
 @pytest.mark.timeout(60 + 30 * CRASH_RUNS)
-def test_sigkill_loses_nothing_acknowledged(harness, worker_module):
-    """Kill a writer N times at random moments; after each, recovery keeps every ack."""
+@pytest.mark.parametrize("writes", ["put", "put_many"])
+def test_sigkill_loses_nothing_acknowledged(harness, worker_module, writes):
+    """Kill a writer N times at random moments; after each, recovery keeps every ack
+    (the writer's batches stored one put each, or several per put_many)."""
+    if writes == "put_many":
+        probe = harness.open()
+        probe.close()
+        if not isinstance(probe, MultiQueuePut):
+            pytest.skip(f"{type(probe).__name__} is no MultiQueuePut")
     seed = int(os.environ.get("MQCORE_CRASH_SEED", random.randrange(1 << 30)))
     rnd = random.Random(seed)
     all_acked: list[dict[str, Any]] = []
     for run in range(CRASH_RUNS):
-        acked = _kill_at_random(harness, rnd, run)
+        acked = _kill_at_random(harness, rnd, run, many=writes == "put_many")
         all_acked += acked
         try:
             _verify(harness, worker_module, all_acked)

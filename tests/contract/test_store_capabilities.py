@@ -19,6 +19,7 @@ from mqcore.storecaps import (
     CommitLogSource,
     ExpiringStore,
     LogPositionReporter,
+    MultiQueuePut,
     PreparedWriter,
     SpanReader,
     UnitReader,
@@ -27,6 +28,7 @@ from mqcore.uniqkey import uniq_ids
 
 ALL = {
     PreparedWriter,
+    MultiQueuePut,
     UnitReader,
     SpanReader,
     ExpiringStore,
@@ -38,7 +40,14 @@ ALL = {
 #: What each bundled store declares (a store registered by a plugin is checked on what it has).
 BUNDLED = {
     "mmap": ALL,
-    "lmdb": {PreparedWriter, UnitReader, SpanReader, ExpiringStore, LogPositionReporter},
+    "lmdb": {
+        PreparedWriter,
+        MultiQueuePut,
+        UnitReader,
+        SpanReader,
+        ExpiringStore,
+        LogPositionReporter,
+    },
 }
 BORN_TS = 1_700_000_000_123
 _SIZE = struct.Struct(">i")

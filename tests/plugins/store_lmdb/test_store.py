@@ -17,6 +17,7 @@ from mqcore.plugins.store_lmdb import layout
 from mqcore.plugins.store_lmdb.environment import Environment
 from mqcore.plugins.store_lmdb.store import OPTIONS, LmdbStore
 from mqcore.store import GetStatus
+from mqcore.storecaps import PutRequest
 
 
 def _open(path: Path, **options: object) -> LmdbStore:
@@ -90,6 +91,87 @@ def test_disk_full_becomes_disk_full_error(tmp_path, monkeypatch):
         assert [m.body for m in store.get("D", 0, 0).messages] == [b"kept"]
         (again,) = store.put("D", 0, [Message(topic="D", body=b"after")])
         assert again.queue_offset == 1
+
+
+def test_put_many_on_a_full_disk_stores_the_requests_before_it(tmp_path, monkeypatch):
+    """The disk fills during a put_many: the requests before the one that met it are
+    stored, that one and every later one hold the same DiskFullError, nothing of them is
+    stored, and writing resumes once there is room."""
+    with _open(tmp_path / "s") as store:
+        real_env = store._env.env
+        commits = []
+
+        class MaybeFullTxn:
+            """Write transactions 1 (all requests) and 3 (the second alone) fail at commit."""
+
+            def __init__(self, txn):
+                self.txn = txn
+
+            def __enter__(self):
+                return self.txn.__enter__()
+
+            def __exit__(self, *exc):
+                commits.append(1)
+                if exc[0] is None and len(commits) in (1, 3):
+                    self.txn.abort()
+                    raise lmdb.DiskError("mdb_txn_commit", errno.ENOSPC)
+                return self.txn.__exit__(*exc)
+
+        class FullEnv:
+            def __getattr__(self, name):
+                return getattr(real_env, name)
+
+            def begin(self, **kwargs):
+                txn = real_env.begin(**kwargs)
+                return MaybeFullTxn(txn) if kwargs.get("write") else txn
+
+        monkeypatch.setattr(store._env, "env", FullEnv())
+        slots = store.put_many(
+            [
+                PutRequest("F", 0, [Message(topic="F", body=b"a"), Message(topic="F", body=b"b")]),
+                PutRequest("F", 1, [Message(topic="F", body=b"lost")]),
+                PutRequest("F", 0, [Message(topic="F", body=b"lost too")]),
+            ]
+        )
+        assert len(commits) == 3  # the later request is not tried on the full disk
+        assert [r.queue_offset for r in slots[0]] == [0, 1]
+        assert isinstance(slots[1], errors.DiskFullError) and slots[2] is slots[1]
+        monkeypatch.undo()
+        assert [m.body for m in store.get("F", 0, 0).messages] == [b"a", b"b"]
+        assert store.max_offset("F", 1) == 0
+        (again,) = store.put_many([PutRequest("F", 0, [Message(topic="F", body=b"c")])])
+        assert [r.queue_offset for r in again] == [2]
+    with _open(tmp_path / "s") as store:
+        assert [m.body for m in store.get("F", 0, 0).messages] == [b"a", b"b", b"c"]
+        assert store.get("F", 0, 0).messages[2].commitlog_offset == again[0].commitlog_offset
+
+
+def test_put_many_is_one_write_transaction(tmp_path, monkeypatch):
+    """Requests to several queues, some new, one refused: one write transaction holds
+    them all, and a reopened store reads them back."""
+    with _open(tmp_path / "s", flush_mode="sync") as store:
+        store.put("W", 0, [Message(topic="W", body=b"before")])
+        real = store._env.write
+        calls = []
+
+        def counted(work, room=0):
+            calls.append(room)
+            return real(work, room=room)
+
+        monkeypatch.setattr(store._env, "write", counted)
+        bad = "W" * 200
+        slots = store.put_many(
+            [PutRequest("W", q, [Message(topic="W", body=b"q%d" % q)]) for q in range(4)]
+            + [PutRequest(bad, 0, [Message(topic=bad, body=b"no")])]
+            + [PutRequest("W", 0, [Message(topic="W", body=b"again")])]
+        )
+        assert len(calls) == 1
+        assert isinstance(slots[4], errors.InvalidArgumentError)
+        assert [r.queue_offset for r in slots[0] + slots[5]] == [1, 2]
+    with _open(tmp_path / "s") as store:
+        assert [m.body for m in store.get("W", 0, 0).messages] == [b"before", b"q0", b"again"]
+        assert [store.max_offset("W", q) for q in range(4)] == [3, 1, 1, 1]
+        assert store.queue_ids("W") == [0, 1, 2, 3]
 
 
 def _allocated(path: Path) -> int:

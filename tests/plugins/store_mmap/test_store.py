@@ -21,8 +21,10 @@ from mqcore.errors import (
 )
 from mqcore.message import Message
 from mqcore.plugins.store_mmap import MmapStore, indexfile, mappedfile
+from mqcore.plugins.store_mmap.consumequeue import ConsumeQueue
 from mqcore.plugins.store_mmap.options import MAX_BODY_SIZE, MmapStoreOptions
 from mqcore.store import FlushMode, GetStatus
+from mqcore.storecaps import PutRequest
 
 SMALL = {
     "segment_size": 4096,
@@ -319,6 +321,113 @@ def test_disk_full_loses_nothing_and_stays_readable(opened, monkeypatch):
     monkeypatch.undo()  # space freed: writing resumes
     store.put("T", 0, _msgs(1))
     assert store.max_offset("T", 0) == written + 1
+
+
+def test_put_many_on_a_full_disk_stores_the_requests_before_it(opened, monkeypatch):
+    """ENOSPC while a put_many rolls segments: whole requests up to the one that met it are
+    stored, that one and every later one hold the same DiskFullError and left nothing."""
+    store = opened()
+    store.put("T", 0, _msgs(2))
+    monkeypatch.setattr(
+        mappedfile, "_grow", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
+    )
+    requests = [PutRequest("T", i % 3, _msgs(3, size=400)) for i in range(30)]
+    slots = store.put_many(requests)
+    stored = [s for s in slots if isinstance(s, list)]
+    assert stored and len(stored) < len(slots)
+    assert all(isinstance(s, list) for s in slots[: len(stored)])  # whole requests, in order
+    first = slots[len(stored)]
+    assert isinstance(first, DiskFullError) and str(store.path) in str(first)
+    assert all(s is first for s in slots[len(stored) :])
+    end = max(r.commitlog_offset + r.size for s in stored for r in s)
+    assert store._parts.commitlog.max_offset in (end, (end // 4096 + 1) * 4096)
+    monkeypatch.undo()
+    for qid in range(3):
+        mine = [s for s, rq in zip(slots, requests, strict=True) if rq.queue_id == qid]
+        want = [r.queue_offset for s in mine if isinstance(s, list) for r in s]
+        got = store.get("T", qid, 0, max_count=1000).messages
+        assert [m.queue_offset for m in got] == ([0, 1] if qid == 0 else []) + want
+    store.put("T", 1, _msgs(1))
+
+
+def test_put_many_takes_every_request_back_when_the_index_is_full(opened, monkeypatch):
+    """The index entries of a put_many are written in one call after the records: when that
+    call meets a full disk, every request holds the error and nothing of them stays."""
+    store = opened()
+    store.put("T", 0, _msgs(2, keys="old"))
+    index = store._parts.index
+
+    def full(*args: Any) -> int:
+        raise DiskFullError(errno.ENOSPC, "disk full while growing the index")
+
+    monkeypatch.setattr(index, "put_keys", full)
+    requests = [PutRequest("T", i % 2, _msgs(3, keys=f"k{i}")) for i in range(4)]
+    slots = store.put_many(requests)
+    assert all(isinstance(s, DiskFullError) for s in slots) and len(set(map(id, slots))) == 1
+    assert (store.max_offset("T", 0), store.max_offset("T", 1)) == (2, 0)
+    monkeypatch.undo()
+    slots = store.put_many(requests)
+    assert [r.queue_offset for r in slots[2]] == [5, 6, 7]
+    assert [m.queue_offset for m in store.lookup("T", "k2")] == [5, 6, 7]
+    assert len(store.lookup("T", "old")) == 2
+
+
+def test_put_many_waits_for_one_flush_in_sync_flush(opened, monkeypatch):
+    """SYNC_FLUSH: a put_many of 8 requests to 8 queues waits once, for the end of the
+    last, and returns with all of it flushed."""
+    store = opened(flush_mode="sync", segment_size=1 << 20)
+    flusher = store._group_commit
+    waits: list[int] = []
+    real = flusher.wait_flushed
+
+    def counted(offset: int) -> None:
+        waits.append(offset)
+        real(offset)
+
+    monkeypatch.setattr(flusher, "wait_flushed", counted)
+    slots = store.put_many([PutRequest("S", q, _msgs(2)) for q in range(8)])
+    assert waits == [store._parts.commitlog.max_offset]
+    assert store.log_positions().flushed >= waits[0]
+    assert [r.queue_offset for s in slots for r in s] == [0, 1] * 8
+
+
+def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch):
+    """An error that is not about one request (here an I/O error appending the third
+    request's units) fails the whole put_many: none of its requests stays stored."""
+    store = opened()
+    store.put("T", 0, _msgs(1))
+    calls = []
+    real = ConsumeQueue.append_unit
+
+    def failing(self: Any, *args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(errno.EIO, "input/output error")
+        return real(self, *args)
+
+    monkeypatch.setattr(ConsumeQueue, "append_unit", failing)
+    with pytest.raises(OSError, match="input/output"):
+        store.put_many([PutRequest("T", q % 2, _msgs(1, keys=f"io{q}")) for q in range(4)])
+    monkeypatch.undo()
+    assert (store.max_offset("T", 0), store.max_offset("T", 1)) == (1, 0)
+    assert store.lookup("T", "io0") == []
+    (again,) = store.put_many([PutRequest("T", 1, _msgs(1))])
+    assert again[0].queue_offset == 0
+    assert store.get("T", 1, 0).messages[0].commitlog_offset == again[0].commitlog_offset
+
+
+def test_put_many_refuses_a_record_larger_than_a_segment_in_its_slot(opened):
+    store = opened()
+    slots = store.put_many(
+        [
+            PutRequest("T", 0, _msgs(1)),
+            PutRequest("T", 0, _msgs(1, size=5000)),
+            PutRequest("T", 0, _msgs(2)),
+        ]
+    )
+    assert isinstance(slots[1], InvalidArgumentError) and "segment" in str(slots[1])
+    assert [r.queue_offset for r in slots[0]] + [r.queue_offset for r in slots[2]] == [0, 1, 2]
+    assert store.max_offset("T", 0) == 3
 
 
 # --- transient store pool -----------------------------------------------------------------
