@@ -26,7 +26,7 @@ from mqcore.storecaps import MultiQueuePut, PutRequest
 # contract allows no import back, even for type checking.
 Broker = Any
 
-__all__ = ["SendRequest", "send_many"]
+__all__ = ["SendRequest", "send_many", "send_one"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +81,26 @@ def send_many(broker: Broker, requests: Sequence[SendRequest]) -> list[list[PutR
     return out
 
 
+def send_one(broker: Broker, r: SendRequest) -> list[PutResult]:
+    """``r`` through :meth:`~mqcore.broker.Broker.send_message`: its results, or its error."""
+    results: list[PutResult] = broker.send_message(
+        r.topic,
+        r.queue_id,
+        r.messages,
+        producer_group=r.producer_group,
+        born_timestamp=r.born_timestamp,
+        born_host=r.born_host,
+        reconsume_times=r.reconsume_times,
+        sys_flag=r.sys_flag,
+    )
+    return results
+
+
 def _single(broker: Broker, r: SendRequest) -> list[PutResult] | MQError:
     try:
-        results: list[PutResult] = broker.send_message(
-            r.topic,
-            r.queue_id,
-            r.messages,
-            producer_group=r.producer_group,
-            born_timestamp=r.born_timestamp,
-            born_host=r.born_host,
-            reconsume_times=r.reconsume_times,
-            sys_flag=r.sys_flag,
-        )
+        return send_one(broker, r)
     except MQError as exc:
         return exc
-    return results
 
 
 def _store(

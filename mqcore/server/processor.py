@@ -30,7 +30,7 @@ import mqcore.server.handlers_ha
 import mqcore.server.handlers_pop
 import mqcore.server.handlers_transaction  # noqa: F401
 from mqcore.batch import prepare_sent_batch
-from mqcore.broker.groupcommit import SendRequest
+from mqcore.broker.groupcommit import SendRequest, send_one
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
@@ -319,21 +319,17 @@ class BrokerProcessor:
 
     def _send_direct(self, req: RemotingCommand, h: Any, conn: Any) -> Reply | bytes:
         prepared = self._prepare_send(req, h, conn)
-        code, remark = ResponseCode.SUCCESS, None
-        try:
-            results = self.broker.send_message(
-                prepared.topic,
-                prepared.queue_id,
-                prepared.messages,
-                producer_group=prepared.producer_group,
-                born_timestamp=prepared.born_timestamp,
-                born_host=prepared.born_host,
-                reconsume_times=prepared.reconsume_times,
-                sys_flag=prepared.sys_flag,
-            )
-        except SlaveNotAcknowledgedError as exc:
-            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
+        results, code, remark = self._send_one(prepared)
         return self._send_frame(req, prepared, code, remark, results)
+
+    def _send_one(self, prepared: SendRequest) -> tuple[list[Any], int, str | None]:
+        """The single send ``prepared`` stored: its results, the answer's code and remark."""
+        try:
+            return send_one(self.broker, prepared), ResponseCode.SUCCESS, None
+        except SlaveNotAcknowledgedError as exc:
+            # Stored, without a slave's confirmation: RocketMQ answers the stored message's
+            # header with SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT as the code.
+            return exc.results, ResponseCode(exc.code), str(exc)
 
     def _send_frame(
         self,
@@ -498,22 +494,7 @@ class BrokerProcessor:
         if h.batch:  # a V1/V2 send whose header says it carries a batch
             return self._send_batch(req, h, conn)
         prepared = self._prepare_send(req, h, conn)
-        code, remark = ResponseCode.SUCCESS, None
-        try:
-            results = self.broker.send_message(
-                prepared.topic,
-                prepared.queue_id,
-                prepared.messages,
-                producer_group=prepared.producer_group,
-                born_timestamp=prepared.born_timestamp,
-                born_host=prepared.born_host,
-                reconsume_times=prepared.reconsume_times,
-                sys_flag=prepared.sys_flag,
-            )
-        except SlaveNotAcknowledgedError as exc:
-            # Stored, without a slave's confirmation: RocketMQ answers the stored message's
-            # header with SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT as the code.
-            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
+        results, code, remark = self._send_one(prepared)
         first = results[0]
         header = headers.SendMessageResponseHeader(
             msg_id=",".join(r.msg_id for r in results),
@@ -587,7 +568,7 @@ class BrokerProcessor:
                     sys_flag=sys_flag,
                 )
         except SlaveNotAcknowledgedError as exc:
-            # Stored, without a slave's confirmation (see _send).
+            # Stored, without a slave's confirmation (see _send_one).
             results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
         header = headers.SendMessageResponseHeader(
             msg_id=",".join(r.msg_id for r in results),
