@@ -342,7 +342,7 @@ class LmdbStore:
         if self.read_only:
             self._refuse_write()
         slots: list[list[PutResult] | MQError] = []
-        todo: list[tuple[int, bytes, PutRequest, list[Any], tuple[bytes, int] | None, int]] = []
+        todo: list[_PutTodo] = []
         for request in requests:
             slots.append([])
             try:
@@ -368,43 +368,21 @@ class LmdbStore:
         with self._lock:
             self._check_open()
             tail = _Tail(self)
-            staged = [
-                self._stage(
-                    tail,
-                    prefix,
-                    request.topic,
-                    request.queue_id,
-                    prepared,
-                    uniq_ids(request.messages),
-                    request.messages,
-                    born,
-                    now,
-                )
-                for _slot, prefix, request, prepared, born, now in todo
-            ]
+            staged = [self._stage_request(tail, entry) for entry in todo]
             try:
                 self._commit(staged, tail)
             except DiskFullError:
                 # One transaction each, so that what fits is stored and the rest refused
                 # as a put would be.
                 full: DiskFullError | None = None
-                for slot, prefix, request, prepared, born, now in todo:
+                for entry in todo:
+                    slot = entry[0]
                     if full is not None:
                         slots[slot] = full
                         continue
                     try:
                         alone = _Tail(self)
-                        one = self._stage(
-                            alone,
-                            prefix,
-                            request.topic,
-                            request.queue_id,
-                            prepared,
-                            uniq_ids(request.messages),
-                            request.messages,
-                            born,
-                            now,
-                        )
+                        one = self._stage_request(alone, entry)
                         self._commit([one], alone)
                     except DiskFullError as exc:
                         full = exc
@@ -415,6 +393,21 @@ class LmdbStore:
         for (slot, *_rest), done in zip(todo, staged, strict=True):
             slots[slot] = done.results
         return slots
+
+    def _stage_request(self, tail: _Tail, entry: _PutTodo) -> _Staged:
+        """:meth:`_stage` for one checked request of :meth:`put_many`."""
+        _slot, prefix, request, prepared, born, now = entry
+        return self._stage(
+            tail,
+            prefix,
+            request.topic,
+            request.queue_id,
+            prepared,
+            uniq_ids(request.messages),
+            request.messages,
+            born,
+            now,
+        )
 
     def _stage(
         self,
@@ -884,6 +877,11 @@ class _Tail:
         self.last_ts: int = store._last_ts
         self.cq_tail: bytes = store._cq_tail
         self.queue_next: dict[bytes, int] = {}
+
+
+# A request put_many stages: its slot, queue key prefix, request, prepared records, born
+# host bytes and store time.
+_PutTodo = tuple[int, bytes, PutRequest, list[Any], tuple[bytes, int] | None, int]
 
 
 class _Staged(NamedTuple):
