@@ -3,9 +3,8 @@ against its Python reference, and both against decoding the messages and prepari
 
 from __future__ import annotations
 
-import struct
-
 import pytest
+from batchwire import raw_batch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,15 +16,6 @@ from mqcore.uniqkey import uniq_ids
 from mqcore.validation import check_sent_message
 
 _HEAD = b"\x01T"  # the trailer's start for topic "T"
-
-
-def _raw_batch(entries: list[tuple[int, bytes, bytes]]) -> bytes:
-    out = b""
-    for flag, body, props in entries:
-        size = 20 + len(body) + 2 + len(props)
-        out += struct.pack(">iiiii", size, 0, 0, flag, len(body)) + body
-        out += struct.pack(">h", len(props)) + props
-    return out
 
 
 _NAMES = ["a", "b", "TAGS", "KEYS", "DELAY", "UNIQ_KEY", "WAIT", "TRAN_MSG", "TIMER_DELAY_MS"]
@@ -52,7 +42,7 @@ _RAW_BATCHES = st.lists(
         _PLAIN_TEXT | _PROPERTY_TEXT | st.binary(max_size=12),
     ),
     max_size=4,
-).map(_raw_batch)
+).map(raw_batch)
 
 _BODIES = (
     _RAW_BATCHES
@@ -105,7 +95,7 @@ def test_plain_batches_are_prepared_and_special_ones_are_not() -> None:
     """A plain batch is prepared (tags and keys after the other properties, as a decoded
     message's record holds them); a delayed, timer, transactional, refused or malformed one
     is left to the general path."""
-    plain = _raw_batch(
+    plain = raw_batch(
         [(0, b"x", b"KEYS\x01k1\x02UNIQ_KEY\x01AB\x02TAGS\x01t\x02a\x011\x02"), (3, b"yy", b"")]
     )
     got = batch.prepare_sent_batch(_HEAD, plain, 100, 7, 0, 1)
@@ -126,8 +116,8 @@ def test_plain_batches_are_prepared_and_special_ones_are_not() -> None:
         b"a\x011\x02a\x012\x02",
         b"\xc3\xa9\x011\x02",
     ):
-        assert batch.prepare_sent_batch(_HEAD, _raw_batch([(0, b"x", props)]), 100, 7, 0, 0) is None
-    assert batch.prepare_sent_batch(_HEAD, _raw_batch([(0, b"x" * 101, b"")]), 100, 7, 0, 0) is None
-    assert batch.prepare_sent_batch(_HEAD, _raw_batch([(0, b"", b"")]), 100, 7, 0, 0) is None
+        assert batch.prepare_sent_batch(_HEAD, raw_batch([(0, b"x", props)]), 100, 7, 0, 0) is None
+    assert batch.prepare_sent_batch(_HEAD, raw_batch([(0, b"x" * 101, b"")]), 100, 7, 0, 0) is None
+    assert batch.prepare_sent_batch(_HEAD, raw_batch([(0, b"", b"")]), 100, 7, 0, 0) is None
     assert batch.prepare_sent_batch(_HEAD, b"", 100, 7, 0, 0) is None
     assert batch.prepare_sent_batch(_HEAD, plain[:-1], 100, 7, 0, 0) is None

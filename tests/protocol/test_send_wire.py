@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+from batchwire import raw_batch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,15 +71,6 @@ def test_send_results_read_the_offset_as_decode_message_id(msg_id: str) -> None:
     assert _commitlog_offset(msg_id) == expected
 
 
-def _raw_batch(entries: list[tuple[int, bytes, bytes]]) -> bytes:
-    out = b""
-    for flag, body, props in entries:
-        size = 20 + len(body) + 2 + len(props)
-        out += struct.pack(">iiiii", size, 0, 0, flag, len(body)) + body
-        out += struct.pack(">h", len(props)) + props
-    return out
-
-
 _PROPERTY_TEXT = st.lists(
     st.tuples(
         st.sampled_from(["a", "TAGS", "KEYS", "DELAY", "UNIQ_KEY", "", "é"]),
@@ -95,7 +87,7 @@ _RAW_BATCHES = st.lists(
         _PROPERTY_TEXT | st.binary(max_size=12),
     ),
     max_size=4,
-).map(_raw_batch)
+).map(raw_batch)
 
 
 @given(

@@ -5,12 +5,12 @@ messages, Broker.send_message) stores and answers it, errors included."""
 from __future__ import annotations
 
 import random
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from batchwire import raw_batch
 
 from mqcore import Broker
 from mqcore.protocol import headers
@@ -27,17 +27,8 @@ class _Conn:
     remote_address = "127.0.0.1:40000"
 
 
-def _raw_batch(entries: list[tuple[int, bytes, bytes]]) -> bytes:
-    out = b""
-    for flag, body, props in entries:
-        size = 20 + len(body) + 2 + len(props)
-        out += struct.pack(">iiiii", size, 0, 0, flag, len(body)) + body
-        out += struct.pack(">h", len(props)) + props
-    return out
-
-
 def _plain(n: int, start: int = 0) -> bytes:
-    return _raw_batch(
+    return raw_batch(
         [
             (i % 3, b"body-%d" % i * (1 + i % 4), b"UNIQ_KEY\x01U%08d\x02" % i)
             for i in range(start, start + n)
@@ -53,7 +44,7 @@ _CASES: list[tuple[str, int, bytes, int]] = [
     (
         "T",
         2,
-        _raw_batch(
+        raw_batch(
             [
                 (0, b"x", b"KEYS\x01k1 k2\x02UNIQ_KEY\x01AB\x02TAGS\x01TagA\x02c\x013\x02"),
                 (7, b"yy", b"TAGS\x01\x02KEYS\x01\x02WAIT\x01true\x02"),  # empty tag and key
@@ -62,16 +53,16 @@ _CASES: list[tuple[str, int, bytes, int]] = [
         ),
         0,
     ),
-    ("T", 3, _raw_batch([(0, b"x", b"a\x011\x02a\x012\x02")]), 0),  # a name twice
-    ("T", 3, _raw_batch([(0, b"x", "é\x01ü\x02".encode())]), 0),  # non-ASCII
-    ("T", 0, _raw_batch([(0, b"x", b"a\x011")]), 0),  # no final separator
-    ("T", 0, _raw_batch([(0, b"x", b"DELAY\x012\x02")]), 0),  # delayed: the schedule topic
-    ("T", 0, _raw_batch([(0, b"x", b"TIMER_DELIVER_MS\x011700000000000\x02")]), 0),  # a timer
-    ("T", 0, _raw_batch([(0, b"x", b"TRAN_MSG\x01true\x02PGROUP\x01pg\x02")]), 0),  # a half
-    ("T", 0, _raw_batch([(0, b"x", b"REAL_TOPIC\x01X\x02")]), 0),  # refused property
-    ("T", 0, _raw_batch([(0, b"x", b"a\x01\x01b\x02")]), 0),  # a separator in a value
-    ("T", 0, _raw_batch([(0, b"", b"")]), 0),  # empty body
-    ("T", 0, _raw_batch([(0, b"x" * 1025, b"")]), 0),  # over max_message_size
+    ("T", 3, raw_batch([(0, b"x", b"a\x011\x02a\x012\x02")]), 0),  # a name twice
+    ("T", 3, raw_batch([(0, b"x", "é\x01ü\x02".encode())]), 0),  # non-ASCII
+    ("T", 0, raw_batch([(0, b"x", b"a\x011")]), 0),  # no final separator
+    ("T", 0, raw_batch([(0, b"x", b"DELAY\x012\x02")]), 0),  # delayed: the schedule topic
+    ("T", 0, raw_batch([(0, b"x", b"TIMER_DELIVER_MS\x011700000000000\x02")]), 0),  # a timer
+    ("T", 0, raw_batch([(0, b"x", b"TRAN_MSG\x01true\x02PGROUP\x01pg\x02")]), 0),  # a half
+    ("T", 0, raw_batch([(0, b"x", b"REAL_TOPIC\x01X\x02")]), 0),  # refused property
+    ("T", 0, raw_batch([(0, b"x", b"a\x01\x01b\x02")]), 0),  # a separator in a value
+    ("T", 0, raw_batch([(0, b"", b"")]), 0),  # empty body
+    ("T", 0, raw_batch([(0, b"x" * 1025, b"")]), 0),  # over max_message_size
     ("T", 0, _plain(2)[:-3], 0),  # truncated
     ("T", 0, b"", 0),  # no message
     ("T", 9, _plain(1), 0),  # queue out of range
@@ -81,7 +72,7 @@ _CASES: list[tuple[str, int, bytes, int]] = [
     ("bad topic!", 0, _plain(1), 0),
     ("X" * 200, 0, _plain(1), 0),
     ("Auto", 1, _plain(2), 0),  # auto-created
-    ("%RETRY%g", 0, _raw_batch([(0, b"x", b"RETRY_TOPIC\x01T\x02UNIQ_KEY\x01R1\x02")]), 0),
+    ("%RETRY%g", 0, raw_batch([(0, b"x", b"RETRY_TOPIC\x01T\x02UNIQ_KEY\x01R1\x02")]), 0),
     ("T", 1, _plain(64, 100), 0),
 ]
 
@@ -191,7 +182,7 @@ def test_a_plain_batch_takes_the_prepared_path(
     assert len(ids) == 4 and reply.ext_fields["queueOffset"] == "0"
     found = new.broker.store.lookup("T", "U00000002")
     assert [m.body for m in found] == [b"body-2" * 3]
-    special = _raw_batch([(0, b"x", b"DELAY\x011\x02")])
+    special = raw_batch([(0, b"x", b"DELAY\x011\x02")])
     reply = new.process(_request(RequestCode.SEND_BATCH_MESSAGE, "T", 0, special, 0), _Conn())
     assert reply.code == ResponseCode.SUCCESS and len(calls) == 1
 
