@@ -548,6 +548,72 @@ static int out_string(Out *o, PyObject *s)
     return 0;
 }
 
+/* Start a JSON header in ``o``: room for the frame's two length words (out_frame writes
+ * them), then the fields every header this module writes opens with, up to "flag". 0 done,
+ * -1 error. */
+static int out_open(Out *o, long long code, long language, long long version, long long opaque,
+                    long long flag)
+{
+    o->buf = o->small;
+    o->len = 8;
+    o->cap = sizeof(o->small);
+    char fixed[200];
+    int n = snprintf(fixed, sizeof(fixed),
+                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
+                     "\"flag\":%lld",
+                     code, LANGUAGES[language], version, opaque, flag);
+    return out_raw(o, fixed, n);
+}
+
+/* ,"remark":... when ``remark`` is not None. 0 done, -1 error, 1 punt. */
+static int out_remark(Out *o, PyObject *remark)
+{
+    if (remark == Py_None)
+        return 0;
+    if (out_raw(o, ",\"remark\":", 10) < 0)
+        return -1;
+    return out_string(o, remark);
+}
+
+/* An encoder's result, ``o`` freed: with rc 0 the frame (its length words written for a
+ * body of ``body_len`` bytes); None with rc 1 or a header the frame cannot hold (the
+ * reference's to write or refuse); NULL with rc -1 (the error set). */
+static PyObject *out_frame(Out *o, int rc, Py_ssize_t body_len)
+{
+    PyObject *result = NULL;
+    Py_ssize_t header_len = o->len - 8;
+    if (rc == 0 && (header_len > 0xFFFFFF || 4 + header_len + body_len > INT32_MAX))
+        rc = 1;
+    if (rc == 0) {
+        put_be32((unsigned char *)o->buf, (uint32_t)(4 + header_len + body_len));
+        put_be32((unsigned char *)o->buf + 4, (uint32_t)header_len);
+        result = PyBytes_FromStringAndSize(o->buf, o->len);
+    } else if (rc > 0) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    if (o->buf != o->small)
+        PyMem_Free(o->buf);
+    return result;
+}
+
+/* objs[0..n) into out as long longs; 0 when one is not an int or is past int64 (the
+ * reference's to encode). */
+static int long_longs(PyObject *const *objs, int n, long long *out)
+{
+    for (int i = 0; i < n; i++) {
+        if (!PyLong_Check(objs[i]))
+            return 0;
+        int overflow;
+        out[i] = PyLong_AsLongLongAndOverflow(objs[i], &overflow);
+        if (overflow || (out[i] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* encode_json_head(code, language, version, opaque, flag, remark, ext_fields, body_len) ->
  * bytes | None: the frame's two length words and its JSON header, the bytes
  * RemotingCommand.encode_parts writes (its reference). None: a value the reference must
@@ -562,16 +628,8 @@ static PyObject *encode_json_head(PyObject *self, PyObject *args)
         return NULL;
     long long nums[4];
     PyObject *num_objs[4] = {code_o, version_o, opaque_o, flag_o};
-    for (int i = 0; i < 4; i++) {
-        if (!PyLong_Check(num_objs[i]))
-            Py_RETURN_NONE;
-        int overflow;
-        nums[i] = PyLong_AsLongLongAndOverflow(num_objs[i], &overflow);
-        if (overflow || (nums[i] == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
-    }
+    if (!long_longs(num_objs, 4, nums))
+        Py_RETURN_NONE;
     if (!PyLong_Check(lang_o))
         Py_RETURN_NONE;
     long language = PyLong_AsLong(lang_o);
@@ -584,64 +642,34 @@ static PyObject *encode_json_head(PyObject *self, PyObject *args)
     if (ext != Py_None && !PyDict_CheckExact(ext))
         Py_RETURN_NONE;
     Out o;
-    o.buf = o.small;
-    o.len = 8; /* the length words, written last */
-    o.cap = sizeof(o.small);
-    PyObject *result = NULL;
     int rc;
-    char fixed[200];
-    int n = snprintf(fixed, sizeof(fixed),
-                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
-                     "\"flag\":%lld",
-                     nums[0], LANGUAGES[language], nums[1], nums[2], nums[3]);
-    if (out_raw(&o, fixed, n) < 0)
-        goto done;
-    if (remark != Py_None) {
-        if (out_raw(&o, ",\"remark\":", 10) < 0)
-            goto done;
-        if ((rc = out_string(&o, remark)) != 0)
-            goto stop;
-    }
+    if ((rc = out_open(&o, nums[0], language, nums[1], nums[2], nums[3])) != 0)
+        goto end;
+    if ((rc = out_remark(&o, remark)) != 0)
+        goto end;
     if (ext != Py_None) {
-        if (out_raw(&o, ",\"extFields\":{", 14) < 0)
-            goto done;
+        if ((rc = out_raw(&o, ",\"extFields\":{", 14)) != 0)
+            goto end;
         Py_ssize_t i = 0;
         PyObject *key, *value;
         int first = 1;
         while (PyDict_Next(ext, &i, &key, &value)) {
-            if (!first && out_raw(&o, ",", 1) < 0)
-                goto done;
+            if (!first && (rc = out_raw(&o, ",", 1)) != 0)
+                goto end;
             first = 0;
             if ((rc = out_string(&o, key)) != 0)
-                goto stop;
-            if (out_raw(&o, ":", 1) < 0)
-                goto done;
+                goto end;
+            if ((rc = out_raw(&o, ":", 1)) != 0)
+                goto end;
             if ((rc = out_string(&o, value)) != 0)
-                goto stop;
+                goto end;
         }
-        if (out_raw(&o, "}", 1) < 0)
-            goto done;
+        if ((rc = out_raw(&o, "}", 1)) != 0)
+            goto end;
     }
-    if (out_raw(&o, ",\"serializeTypeCurrentRPC\":\"JSON\"}", 34) < 0)
-        goto done;
-    Py_ssize_t header_len = o.len - 8;
-    if (header_len > 0xFFFFFF || 4 + header_len + body_len > INT32_MAX) {
-        rc = 1;
-        goto stop;
-    }
-    put_be32((unsigned char *)o.buf, (uint32_t)(4 + header_len + body_len));
-    put_be32((unsigned char *)o.buf + 4, (uint32_t)header_len);
-    result = PyBytes_FromStringAndSize(o.buf, o.len);
-    goto done;
-stop:
-    if (rc > 0) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
-done:
-    if (o.buf != o.small)
-        PyMem_Free(o.buf);
-    return result;
+    rc = out_raw(&o, ",\"serializeTypeCurrentRPC\":\"JSON\"}", 34);
+end:
+    return out_frame(&o, rc, body_len);
 }
 
 
@@ -696,53 +724,29 @@ static PyObject *encode_request_head(PyObject *self, PyObject *args)
     if (language < 0 || language >= N_LANGUAGES || PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(values))
         Py_RETURN_NONE;
     Out o;
-    o.buf = o.small;
-    o.len = 8;
-    o.cap = sizeof(o.small);
-    PyObject *result = NULL;
-    int rc = 0;
-    char fixed[200];
-    int n = snprintf(fixed, sizeof(fixed),
-                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
-                     "\"flag\":%lld,\"extFields\":{",
-                     code, LANGUAGES[language], version, opaque, flag);
-    if (out_raw(&o, fixed, n) < 0)
-        goto done;
+    int rc;
+    if ((rc = out_open(&o, code, language, version, opaque, flag)) != 0)
+        goto end;
+    if ((rc = out_raw(&o, ",\"extFields\":{", 14)) != 0)
+        goto end;
     int first = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
         PyObject *v = PyTuple_GET_ITEM(values, i);
         if (v == Py_None)
             continue;
-        if (!first && out_raw(&o, ",", 1) < 0)
-            goto done;
+        if (!first && (rc = out_raw(&o, ",", 1)) != 0)
+            goto end;
         first = 0;
         if ((rc = out_string(&o, PyTuple_GET_ITEM(names, i))) != 0)
-            goto stop;
-        if (out_raw(&o, ":", 1) < 0)
-            goto done;
+            goto end;
+        if ((rc = out_raw(&o, ":", 1)) != 0)
+            goto end;
         if ((rc = out_field(&o, v)) != 0)
-            goto stop;
+            goto end;
     }
-    if (out_raw(&o, "},\"serializeTypeCurrentRPC\":\"JSON\"}", 35) < 0)
-        goto done;
-    Py_ssize_t header_len = o.len - 8;
-    if (header_len > 0xFFFFFF || 4 + header_len + body_len > INT32_MAX) {
-        rc = 1;
-        goto stop;
-    }
-    put_be32((unsigned char *)o.buf, (uint32_t)(4 + header_len + body_len));
-    put_be32((unsigned char *)o.buf + 4, (uint32_t)header_len);
-    result = PyBytes_FromStringAndSize(o.buf, o.len);
-    goto done;
-stop:
-    if (rc > 0) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
-done:
-    if (o.buf != o.small)
-        PyMem_Free(o.buf);
-    return result;
+    rc = out_raw(&o, "},\"serializeTypeCurrentRPC\":\"JSON\"}", 35);
+end:
+    return out_frame(&o, rc, body_len);
 }
 
 /* A str field's text as an integer in [low, high] (the generated header reader's int()),
@@ -863,16 +867,8 @@ static PyObject *encode_send_answer(PyObject *self, PyObject *args)
         return NULL;
     long long nums[6];
     PyObject *num_objs[6] = {code_o, version_o, opaque_o, queue_id_o, queue_offset_o, lang_o};
-    for (int i = 0; i < 6; i++) {
-        if (!PyLong_Check(num_objs[i]))
-            Py_RETURN_NONE;
-        int overflow;
-        nums[i] = PyLong_AsLongLongAndOverflow(num_objs[i], &overflow);
-        if (overflow || (nums[i] == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
-    }
+    if (!long_longs(num_objs, 6, nums))
+        Py_RETURN_NONE;
     if (nums[5] < 0 || nums[5] >= N_LANGUAGES)
         Py_RETURN_NONE;
     /* The values the Python writer would refuse or convert are its to handle. */
@@ -885,58 +881,29 @@ static PyObject *encode_send_answer(PyObject *self, PyObject *args)
     if (txn != Py_None && !PyUnicode_CheckExact(txn))
         Py_RETURN_NONE;
     Out o;
-    o.buf = o.small;
-    o.len = 8; /* the length words, written last */
-    o.cap = sizeof(o.small);
-    PyObject *result = NULL;
     int rc;
-    char fixed[200];
-    int n = snprintf(fixed, sizeof(fixed),
-                     "{\"code\":%lld,\"language\":\"%s\",\"version\":%lld,\"opaque\":%lld,"
-                     "\"flag\":1",
-                     nums[0], LANGUAGES[nums[5]], nums[1], nums[2]);
-    if (out_raw(&o, fixed, n) < 0)
-        goto done;
-    if (remark != Py_None) {
-        if (out_raw(&o, ",\"remark\":", 10) < 0)
-            goto done;
-        if ((rc = out_string(&o, remark)) != 0)
-            goto stop;
-    }
-    if (out_raw(&o, ",\"extFields\":{\"msgId\":", 22) < 0)
-        goto done;
+    if ((rc = out_open(&o, nums[0], (long)nums[5], nums[1], nums[2], 1)) != 0)
+        goto end;
+    if ((rc = out_remark(&o, remark)) != 0)
+        goto end;
+    if ((rc = out_raw(&o, ",\"extFields\":{\"msgId\":", 22)) != 0)
+        goto end;
     if ((rc = out_string(&o, msg_id)) != 0)
-        goto stop;
-    n = snprintf(fixed, sizeof(fixed), ",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\"", nums[3],
-                 nums[4]);
-    if (out_raw(&o, fixed, n) < 0)
-        goto done;
+        goto end;
+    char fixed[100];
+    int n = snprintf(fixed, sizeof(fixed), ",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\"",
+                     nums[3], nums[4]);
+    if ((rc = out_raw(&o, fixed, n)) != 0)
+        goto end;
     if (txn != Py_None) {
-        if (out_raw(&o, ",\"transactionId\":", 17) < 0)
-            goto done;
+        if ((rc = out_raw(&o, ",\"transactionId\":", 17)) != 0)
+            goto end;
         if ((rc = out_string(&o, txn)) != 0)
-            goto stop;
+            goto end;
     }
-    if (out_raw(&o, "},\"serializeTypeCurrentRPC\":\"JSON\"}", 35) < 0)
-        goto done;
-    Py_ssize_t header_len = o.len - 8;
-    if (header_len > 0xFFFFFF) {
-        rc = 1;
-        goto stop;
-    }
-    put_be32((unsigned char *)o.buf, (uint32_t)(4 + header_len));
-    put_be32((unsigned char *)o.buf + 4, (uint32_t)header_len);
-    result = PyBytes_FromStringAndSize(o.buf, o.len);
-    goto done;
-stop:
-    if (rc > 0) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
-done:
-    if (o.buf != o.small)
-        PyMem_Free(o.buf);
-    return result;
+    rc = out_raw(&o, "},\"serializeTypeCurrentRPC\":\"JSON\"}", 35);
+end:
+    return out_frame(&o, rc, 0);
 }
 
 static PyMethodDef methods[] = {
