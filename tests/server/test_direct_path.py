@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from countingstore import CountingStore
 
 from mqcore import Broker, speedups
 from mqcore.message import Message, format_properties
@@ -20,7 +21,6 @@ from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.send import encode_batch
 from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from mqcore.server.processor import BrokerProcessor
-from mqcore.storecaps import MultiQueuePut
 
 
 class _Conn:
@@ -246,43 +246,13 @@ def test_a_slave_refuses_on_both_paths(
     assert [_wire(r, a) for r, a in zip(reqs, answers, strict=True)] == want
 
 
-class _CountingStore:
-    """The broker's store, with its put_many calls counted (a MultiQueuePut whatever the
-    store: one put a request when the store has no put_many of its own)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.groups: list[int] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def put_many(self, requests: Any) -> list[Any]:
-        self.groups.append(len(requests))
-        if isinstance(self._inner, MultiQueuePut):
-            return self._inner.put_many(requests)
-        out: list[Any] = []
-        for r in requests:
-            try:
-                out.append(
-                    self._inner.put(
-                        r.topic, r.queue_id, r.messages, born_timestamp=r.born_timestamp,
-                        born_host=r.born_host, reconsume_times=r.reconsume_times,
-                        **({"sys_flag": r.sys_flag} if r.sys_flag else {}),
-                    )
-                )  # fmt: skip
-            except Exception as exc:  # the slot's own error
-                out.append(exc)
-        return out
-
-
 def test_group_commit_answers_each_as_the_generic_path(
     pair: tuple[BrokerProcessor, BrokerProcessor],
 ) -> None:
     """A group of mixed requests: each answered as alone through the generic path, in order;
     the plain sends between two requests served otherwise share one put_many."""
     reference, direct = pair
-    counting = _CountingStore(direct.broker.store)
+    counting = CountingStore(direct.broker.store)
     direct.broker.store = counting  # type: ignore[assignment]
     conn = _Conn()
     requests = _requests()
@@ -311,7 +281,7 @@ def test_one_refused_send_among_good_ones(
     """A too-large and a bad-topic send in a group get their own errors; the rest are stored
     in one put_many and answered SUCCESS with their own offsets."""
     _, direct = pair
-    counting = _CountingStore(direct.broker.store)
+    counting = CountingStore(direct.broker.store)
     direct.broker.store = counting  # type: ignore[assignment]
     conn = _Conn()
     reqs = [_send(body=b"m%d" % i, queue_id=1) for i in range(5)]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from countingstore import CountingStore
 from mqserve import ServeProcess
 from mqtest import wait_until
 
@@ -21,7 +22,6 @@ from mqcore.protocol import headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.remoting.command import RemotingCommand
 from mqcore.server import Server
-from mqcore.storecaps import MultiQueuePut
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,35 +63,6 @@ def _read_answers(sock: socket.socket, count: int) -> list[RemotingCommand]:
     return out
 
 
-class _CountingStore:
-    """The served broker's store with each put_many's size recorded (one put a request when
-    the store has no put_many of its own)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.groups: list[int] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def put_many(self, requests: Any) -> list[Any]:
-        self.groups.append(len(requests))
-        if isinstance(self._inner, MultiQueuePut):
-            return self._inner.put_many(requests)
-        out: list[Any] = []
-        for r in requests:
-            try:
-                out.append(
-                    self._inner.put(
-                        r.topic, r.queue_id, r.messages, born_timestamp=r.born_timestamp,
-                        born_host=r.born_host, reconsume_times=r.reconsume_times,
-                    )
-                )  # fmt: skip
-            except Exception as exc:  # the slot's own error
-                out.append(exc)
-        return out
-
-
 @pytest.fixture
 def served(tmp_path: Path, store_name: str) -> Iterator[Server]:
     """An in-process server with topic T (4 queues) and a small body limit."""
@@ -109,7 +80,7 @@ def _connect(address: str, n: int) -> list[socket.socket]:
 def test_pipelined_sends_from_several_connections_share_one_put_many(served: Server) -> None:
     """Four connections pipeline six sends each (one too large) while the loop is held: all
     of them arrive in one wake-up, 23 are stored by one put_many, each answer is its own."""
-    counting = _CountingStore(served.broker.store)
+    counting = CountingStore(served.broker.store)
     served.broker.store = counting  # type: ignore[assignment]
     socks = _connect(served.address, 4)
     try:
