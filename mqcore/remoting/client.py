@@ -506,6 +506,15 @@ class RemotingClient:
         """
         deadline = time.monotonic() + timeout
         self._prepare(cmd)
+        answer = self._call(addr, cmd, deadline, timeout)
+        assert answer.__class__ is RemotingCommand  # a command's answer is a command
+        return answer
+
+    def _call(
+        self, addr: str, cmd: RemotingCommand | PreparedRequest, deadline: float, timeout: float
+    ) -> RemotingCommand | Answer:
+        """The answer to ``cmd`` (prepared for sending): the direct call when nobody reads
+        ``addr``'s connection, else the request's future (:meth:`_invoke_waiting`)."""
         conn = self._conns.get(addr)
         if conn is None or conn.closed:
             conn = self._connection(addr)
@@ -516,7 +525,6 @@ class RemotingClient:
                 conn.end_lead()
             if answer is None:
                 raise self._timeout(addr, cmd.code, timeout)
-            assert answer.__class__ is RemotingCommand  # a command's answer is a command
             return answer
         return self._invoke_waiting(conn, addr, cmd, deadline, timeout)
 
@@ -556,19 +564,7 @@ class RemotingClient:
                 "a prepared request cannot be signed: this client has credentials, so send "
                 "a RemotingCommand with invoke()"
             )
-        deadline = time.monotonic() + timeout
-        conn = self._conns.get(addr)
-        if conn is None or conn.closed:
-            conn = self._connection(addr)
-        if conn.lead_now():
-            try:
-                answer = conn.call(request, deadline)
-            finally:
-                conn.end_lead()
-            if answer is None:
-                raise self._timeout(addr, request.code, timeout)
-            return answer
-        return self._invoke_waiting(conn, addr, request, deadline, timeout)
+        return self._call(addr, request, time.monotonic() + timeout, timeout)
 
     def invoke_retry_busy(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """:meth:`invoke`, sending ``cmd`` again while the server answers SYSTEM_BUSY.
