@@ -781,7 +781,10 @@ class RemotingServer:
             return
         self._in_flight += 1
         code = cmd.code
-        if code in self.group_codes:
+        # Group codes run on the loop like inline ones: a code taken off inline_codes (a
+        # processor that may block on it, or one swapped in without process_group) is not
+        # gathered either.
+        if code in self.group_codes and code in self.inline_codes:
             # Gathered with the other single sends this wake-up of the loop brings (from any
             # connection), stored in one write and answered after it (_commit_group).
             self._group.append((cmd, conn))
@@ -815,8 +818,12 @@ class RemotingServer:
         for conn in conns.values():
             conn._flush_scheduled = True  # the answers leave in one write each, below
         try:
+            serve_group = getattr(self.processor, "process_group", None)
             try:
-                results: list[Any] = self.processor.process_group(group)  # type: ignore[union-attr]
+                if serve_group is not None:
+                    results: list[Any] = serve_group(group)
+                else:  # the processor was replaced by one that serves requests one by one
+                    results = [self._serve_alone(cmd, conn) for cmd, conn in group]
             except Exception as exc:
                 results = [self._error_answer(cmd, exc) for cmd, _ in group]
             for (cmd, conn), result in zip(group, results, strict=True):
@@ -824,6 +831,15 @@ class RemotingServer:
         finally:
             for conn in conns.values():
                 conn._flush()
+
+    def _serve_alone(self, cmd: RemotingCommand, conn: ServerConnection) -> Any:
+        processor = self.processor
+        if processor is None:
+            return NotImplemented
+        try:
+            return getattr(processor, "process_frame", processor.process)(cmd, conn)
+        except Exception as exc:
+            return self._error_answer(cmd, exc)
 
     def _work(
         self, processor: RemotingProcessor, cmd: RemotingCommand, conn: ServerConnection

@@ -527,3 +527,16 @@ def test_cancelled_futures_do_not_break_the_connection(
         assert client.invoke(addr, _cmd(ECHO, b"alive"), 5).body == b"alive"
         assert all(f.cancelled() or f.result(5).code == 0 for f in futures)
     assert server.find_connection("canceller") is conn  # the same connection throughout
+
+
+def test_group_codes_of_a_processor_without_process_group_are_served_one_by_one(
+    server: RemotingServer, client: RemotingClient, addr: str
+) -> None:
+    """A processor swapped in without ``process_group`` (or a code taken off the inline
+    codes) is never handed a group: its requests are answered one by one as before."""
+    server.inline_codes = frozenset({ECHO})
+    server.group_codes = frozenset({ECHO})
+    futures = [client.invoke_async(addr, _cmd(ECHO, b"%d" % i), 5) for i in range(20)]
+    assert [f.result(10).body for f in futures] == [b"%d" % i for i in range(20)]
+    server.inline_codes = frozenset()  # a processor that may block on it: not gathered
+    assert client.invoke(addr, _cmd(ECHO, b"alone"), 5).body == b"alone"
