@@ -176,9 +176,10 @@ put_entries(PyObject *self, PyObject *args)
                 new_slots++;
             }
             long long diff = 0;
-            if (begin_ts > 0) {
-                long long d = ts - begin_ts;
-                diff = d < 0 ? 0 : d / 1000;
+            /* Times from a damaged file may be anywhere in a long: subtract only when
+             * ts >= begin_ts > 0, where the difference cannot overflow (else it is 0). */
+            if (begin_ts > 0 && ts > begin_ts) {
+                diff = (ts - begin_ts) / 1000;
                 if (diff > INT_MAX32)
                     diff = INT_MAX32;
             }

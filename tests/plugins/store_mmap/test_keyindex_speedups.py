@@ -126,3 +126,28 @@ def test_no_speedups_environment_variable_selects_python():
     env.pop("MQCORE_NO_SPEEDUPS")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "True", out.stderr
+
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.sampled_from(["T", "\U0001f600q"]), keys_st, INT64, INT64), max_size=6
+    ),
+    count=st.integers(min_value=1, max_value=LIMIT),
+    last_phy=INT64,
+    begin_ts=st.sampled_from([0, 1, 1_700_000_000_000, 2**63 - 1]) | INT64,
+)
+def test_c_loop_agrees_at_the_ends_of_a_java_long(records, count, last_phy, begin_ts):
+    """Offsets and store times anywhere in a Java long (a damaged commit log holds any):
+    the C loop's time difference does not overflow, and it writes what the Python loop
+    writes."""
+    args = (0, -1, last_phy, SLOTS, ENTRIES_AT, LIMIT, count, 5, begin_ts, 7, 9)
+    want_map = bytearray(SIZE)
+    want = py_put_entries(want_map, records, *args)
+    got_map = bytearray(SIZE)
+    got = keyindex.put_entries(got_map, records, *args)
+    assert got == want
+    assert got_map == want_map
