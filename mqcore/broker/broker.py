@@ -638,6 +638,30 @@ class Broker:
                     born_host=born_host,
                     reconsume_times=reconsume_times,
                 )
+        results = self._store_put(
+            topic,
+            queue_id,
+            messages,
+            born_timestamp=born_timestamp,
+            born_host=born_host,
+            reconsume_times=reconsume_times,
+            sys_flag=sys_flag,
+        )
+        self._stored(topic, queue_id, results)
+        return results
+
+    def _store_put(
+        self,
+        topic: str,
+        queue_id: int,
+        messages: Sequence[Message],
+        *,
+        born_timestamp: int | None,
+        born_host: str | None,
+        reconsume_times: int,
+        sys_flag: int,
+    ) -> list[PutResult]:
+        """The store's ``put`` of plain messages (what follows a put is :meth:`_stored`)."""
         # Passed only when set: a store written before the option need not know it.
         extra = {"sys_flag": sys_flag} if sys_flag else {}
         results: list[PutResult] = self.store.put(
@@ -649,7 +673,6 @@ class Broker:
             reconsume_times=reconsume_times,
             **extra,
         )
-        self._stored(topic, queue_id, results)
         return results
 
     def _stored(self, topic: str, queue_id: int, results: list[PutResult]) -> None:

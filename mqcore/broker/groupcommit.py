@@ -132,17 +132,16 @@ def _store(
     else:
         outcomes = []
         for _, r in pending:
-            extra = {"sys_flag": r.sys_flag} if r.sys_flag else {}
             try:
                 outcomes.append(
-                    store.put(
+                    broker._store_put(
                         r.topic,
                         r.queue_id,
                         r.messages,
                         born_timestamp=r.born_timestamp,
                         born_host=r.born_host,
                         reconsume_times=r.reconsume_times,
-                        **extra,
+                        sys_flag=r.sys_flag,
                     )
                 )
             except MQError as exc:
