@@ -267,12 +267,18 @@ class BrokerProcessor:
 
     def process(self, req: RemotingCommand, connection: Any) -> Reply:
         """The answer to ``req``: a command, an awaitable of one (a held pull), or None."""
-        access = self.access
-        if access is not None:  # before anything of the request is read or served
-            refused = access.refuse(req, getattr(connection, "remote_address", ""))
-            if refused is not None:
-                return refused
+        refused = self._refused(req, connection)
+        if refused is not None:
+            return refused
         return self._generic(req, connection)
+
+    def _refused(self, req: RemotingCommand, connection: Any) -> RemotingCommand | None:
+        """The ACL's refusal of ``req`` (None: allowed, or no ACL), asked before anything of
+        the request is read or served."""
+        access = self.access
+        if access is None:
+            return None
+        return access.refuse(req, getattr(connection, "remote_address", ""))
 
     def _generic(self, req: RemotingCommand, connection: Any) -> Reply:
         """:meth:`process` past the ACL check: the table's handler with the typed header."""
@@ -304,11 +310,9 @@ class BrokerProcessor:
         direct = self._direct.get(req.code) if self.direct else None
         if direct is None or req.serialize_type is not SerializeType.JSON:
             return self.process(req, connection)
-        access = self.access
-        if access is not None:
-            refused = access.refuse(req, getattr(connection, "remote_address", ""))
-            if refused is not None:
-                return refused
+        refused = self._refused(req, connection)
+        if refused is not None:
+            return refused
         fields = direct[1].read_plain(req.ext_fields)
         if fields is None or fields.get("batch"):
             return self._generic(req, connection)
@@ -363,7 +367,6 @@ class BrokerProcessor:
             return [self.process_frame(req, conn)]
         answers: list[Reply | bytes] = [None] * len(items)
         gathered: list[tuple[int, RemotingCommand, SendRequest]] = []
-        access = self.access
         for i, (req, conn) in enumerate(items):
             code = req.code
             if (
@@ -375,11 +378,10 @@ class BrokerProcessor:
                 gathered = []
                 answers[i] = self.process_frame(req, conn)
                 continue
-            if access is not None:
-                refused = access.refuse(req, getattr(conn, "remote_address", ""))
-                if refused is not None:
-                    answers[i] = refused
-                    continue
+            refused = self._refused(req, conn)
+            if refused is not None:
+                answers[i] = refused
+                continue
             header_cls = _SINGLE_SEND_HEADERS[code]
             try:
                 fields = header_cls.read_plain(req.ext_fields)
