@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -185,6 +185,10 @@ class Broker:
         self.store_name = store
         try:
             self.topics = TopicManager(self.data_dir / "config" / "topics.json")
+            # topic -> (topic table version, write queue count) of a topic that passed the
+            # destination checks at that version (see _check_destination)
+            self._destinations: dict[str, tuple[int, int]] = {}
+            self._prepared_writer: tuple[Any, bool] = (None, False)
             self.offsets = ConsumerOffsetManager(self.data_dir / "config" / "consumerOffset.json")
             self.offsets.load()
             self.delay = DelayService(
@@ -684,6 +688,15 @@ class Broker:
         if hook.get_hookimpls():
             hook(topic=topic, queue_id=queue_id, results=results)
 
+    def takes_prepared(self) -> bool:
+        """Whether the store is a :class:`~mqcore.storecaps.PreparedWriter` (for
+        :meth:`send_prepared`); asked once per store object, as a runtime protocol check
+        costs more than the send it decides."""
+        known = self._prepared_writer
+        if known[0] is not self.store:
+            known = self._prepared_writer = (self.store, isinstance(self.store, PreparedWriter))
+        return known[1]
+
     def send_prepared(
         self,
         topic: str,
@@ -702,12 +715,12 @@ class Broker:
         errors. The store must be a :class:`~mqcore.storecaps.PreparedWriter`.
         """
         self._check_destination(topic, queue_id)
-        store = self.store
-        if not isinstance(store, PreparedWriter):
+        if not self.takes_prepared():
             raise InvalidArgumentError(
                 f"store {self.store_name!r} has no put_prepared(); send the messages with "
                 "send_message()"
             )
+        store = cast(PreparedWriter, self.store)
         results = store.put_prepared(topic, queue_id, prepared, uniqs, born_host=born_host)
         self._stored(topic, queue_id, results)
         if isinstance(self.ha, HAMaster):
@@ -725,6 +738,28 @@ class Broker:
                 "takes no writes; send to its master",
                 code=ResponseCode.SERVICE_NOT_AVAILABLE,
             )
+        # The checks of the topic itself are asked once per version of the topic table: any
+        # change to it (a topic created, updated, its permission changed, deleted) bumps the
+        # version, and an entry of an older version is asked again. The version is read
+        # before the table, so an entry never outlives the change it raced with.
+        version = self.topics.version
+        known = self._destinations.get(topic)
+        if known is not None and known[0] == version:
+            writable = known[1]
+        else:
+            writable = self._topic_writable(topic)
+            if self.topics.version == version:
+                self._destinations[topic] = (version, writable)
+        if not 0 <= queue_id < writable:
+            raise BrokerError(
+                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"writeQueueNums:[{writable}]",
+                code=ResponseCode.SYSTEM_ERROR,
+            )
+
+    def _topic_writable(self, topic: str) -> int:
+        """The write queue count of ``topic`` once it passed :meth:`_check_destination`'s
+        checks of a topic (created when allowed); raises their errors."""
         validate_topic(topic)
         if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(pop_wire.REVIVE_TOPIC_PREFIX):
             raise MessageIllegalError(
@@ -742,12 +777,7 @@ class Broker:
             )
         if cfg is None or not cfg.writable:
             cfg = self.topics.require(topic, write=True)
-        if not 0 <= queue_id < cfg.write_queue_nums:
-            raise BrokerError(
-                f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
-                f"writeQueueNums:[{cfg.write_queue_nums}]",
-                code=ResponseCode.SYSTEM_ERROR,
-            )
+        return cfg.write_queue_nums
 
     # -- pull --------------------------------------------------------------------------------
 

@@ -16,11 +16,12 @@ import contextlib
 import functools
 import json
 import random
+import struct
 import time
 import zlib
 from collections.abc import Callable, Sequence
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -316,6 +317,10 @@ class BrokerProcessor:
         fields = direct[1].read_plain(req.ext_fields)
         if fields is None or fields.get("batch"):
             return self._generic(req, connection)
+        if direct[0] is BrokerProcessor._send_direct:
+            answer = self._send_prepared_single(req, fields, connection)
+            if answer is not _TAKE_GENERAL:
+                return cast("Reply | bytes", answer)
         try:
             return direct[0](self, req, _fields(direct[1], fields), connection)  # type: ignore[no-any-return]
         except MQError as exc:
@@ -325,6 +330,72 @@ class BrokerProcessor:
         prepared = self._prepare_send(req, h, conn)
         results, code, remark = self._send_one(prepared)
         return self._send_frame(req, prepared, code, remark, results)
+
+    def _send_prepared_single(
+        self, req: RemotingCommand, fields: dict[str, Any], conn: Any
+    ) -> Reply | bytes | object:
+        """A plain single send served as a one-message batch is: its body and properties
+        straight to a prepared record (:func:`mqcore.batch.prepare_sent_batch`, in C), stored
+        by :meth:`Broker.send_prepared <mqcore.broker.Broker.send_prepared>`, with no header
+        object and no :class:`~mqcore.message.Message`. :data:`_TAKE_GENERAL` when the send
+        is not plain (a system topic, any queue asked for, no body, a property the broker
+        reads, a store without ``put_prepared``): :meth:`_send_direct` serves it. The answers
+        and the stored records are the reference's (tests/server/test_direct_path.py)."""
+        broker = self.broker
+        topic: str = fields["topic"]
+        queue_id: int = fields["queue_id"]
+        body = req.body
+        if (
+            not body
+            or queue_id < 0
+            or topic[:1] == "%"  # retry, DLQ: the broker's own handling
+            or topic == TIMER_TOPIC
+            or not broker.takes_prepared()
+        ):
+            return _TAKE_GENERAL
+        name = topic.encode()
+        raw = (fields.get("properties") or "").encode()
+        if not 0 < len(name) <= MAX_TOPIC_LENGTH or len(raw) > _MAX_PROPS_LEN:
+            return _TAKE_GENERAL
+        # The send as the one message of a SEND_BATCH_MESSAGE body (size, magic and body CRC
+        # are not read by the batch reader), so its C reader checks and prepares it.
+        entry = b"".join(
+            (
+                _BATCH_HEAD.pack(
+                    _BATCH_FIXED + len(body) + len(raw), 0, 0, fields["flag"], len(body)
+                ),
+                body,
+                _PROPS_LEN.pack(len(raw)),
+                raw,
+            )
+        )
+        got = prepare_sent_batch(
+            bytes((len(name),)) + name,
+            entry,
+            broker.config.max_message_size,
+            fields["born_timestamp"],
+            fields.get("reconsume_times") or 0,
+            fields["sys_flag"] & _SYS_FLAG_KEPT,
+        )
+        if got is None:
+            return _TAKE_GENERAL
+        prepared, uniqs = got
+        code, remark = ResponseCode.SUCCESS, None
+        try:
+            results = broker.send_prepared(
+                topic, queue_id, prepared, uniqs, born_host=_born_host(conn)
+            )
+        except SlaveNotAcknowledgedError as exc:
+            # Stored, without a slave's confirmation (see _send_one).
+            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
+        except MQError as exc:
+            return _error_reply(req, exc)
+        if req.is_oneway:
+            return None
+        first = results[0]
+        return encode_send_answer(
+            code, req.opaque, remark, first.msg_id, queue_id, first.queue_offset, uniqs[0]
+        )
 
     def _send_one(self, prepared: SendRequest) -> tuple[list[Any], int, str | None]:
         """The single send ``prepared`` stored: its results, the answer's code and remark."""
@@ -883,6 +954,13 @@ def _fields(cls: type[headers.CommandHeader], read: dict[str, Any]) -> SimpleNam
 _DEFAULTS: dict[type, dict[str, Any]] = {}
 
 # The codes process_group gathers, and their request headers.
+#: what _send_prepared_single gives a send it leaves to the reference path
+_TAKE_GENERAL = object()
+_BATCH_HEAD = struct.Struct(">iiiii")  # a batch message: size, magic, body CRC, flag, body size
+_PROPS_LEN = struct.Struct(">h")
+_BATCH_FIXED = _BATCH_HEAD.size + _PROPS_LEN.size
+_MAX_PROPS_LEN = 0x7FFF  # a batch message's properties length is a signed short
+
 _SINGLE_SEND_HEADERS: dict[int, type[headers.CommandHeader]] = {
     RequestCode.SEND_MESSAGE: headers.SendMessageRequestHeader,
     RequestCode.SEND_MESSAGE_V2: SendMessageRequestHeaderV2,
