@@ -706,6 +706,135 @@ static Py_ssize_t sent_pairs(const char *p, Py_ssize_t n, PyObject *special, sen
     return count;
 }
 
+/* One sent message's prepared record (the tuple mqcore.codec.prepare makes), with its UNIQ_KEY
+ * (a new reference, None when it has none) in *uniq_out; Py_None (a new reference) when the
+ * message is not plain (see prepare_sent_batch's doc); NULL on error. */
+static PyObject *sent_record(const char *head, Py_ssize_t head_len, const char *body_p,
+                             Py_ssize_t body_len, const char *props, Py_ssize_t props_len,
+                             long flag, long long limit, PyObject *born, PyObject *reconsume,
+                             PyObject *sys_flag, long long header_size, PyObject *crc32,
+                             PyObject *special, PyObject **uniq_out)
+{
+    sent_pair pairs[SENT_MAX_PROPERTIES];
+    *uniq_out = NULL;
+    if (body_len == 0 || body_len > limit)
+        Py_RETURN_NONE;
+    Py_ssize_t count = sent_pairs(props, props_len, special, pairs);
+    if (count < 0)
+        Py_RETURN_NONE;
+    const sent_pair *tags = NULL, *keys = NULL, *uniq = NULL;
+    Py_ssize_t text_len = 0;
+    for (Py_ssize_t j = 0; j < count; j++) {
+        const sent_pair *q = &pairs[j];
+        if (q->name_len == 4 && memcmp(q->name, "TAGS", 4) == 0)
+            tags = q;
+        else if (q->name_len == 4 && memcmp(q->name, "KEYS", 4) == 0)
+            keys = q;
+        else {
+            if (q->name_len == 8 && memcmp(q->name, "UNIQ_KEY", 8) == 0)
+                uniq = q;
+            text_len += q->item_len + 1;
+        }
+    }
+    /* an empty tag or key is no field: the record leaves it out */
+    if (tags != NULL && tags->item_len == 5)
+        tags = NULL;
+    if (keys != NULL && keys->item_len == 5)
+        keys = NULL;
+    if (tags != NULL)
+        text_len += tags->item_len + 1;
+    if (keys != NULL)
+        text_len += keys->item_len + 1;
+    PyObject *trailer = PyBytes_FromStringAndSize(NULL, head_len + 2 + text_len);
+    if (trailer == NULL)
+        return NULL;
+    char *t = PyBytes_AS_STRING(trailer);
+    memcpy(t, head, (size_t)head_len);
+    t += head_len;
+    *t++ = (char)((text_len >> 8) & 0xFF);
+    *t++ = (char)(text_len & 0xFF);
+    for (Py_ssize_t j = 0; j < count; j++) {
+        const sent_pair *q = &pairs[j];
+        if (q == tags || q == keys ||
+            (q->name_len == 4 && (memcmp(q->name, "TAGS", 4) == 0 || memcmp(q->name, "KEYS", 4) == 0)))
+            continue;
+        memcpy(t, q->item, (size_t)q->item_len);
+        t += q->item_len;
+        *t++ = '\x02';
+    }
+    if (tags != NULL) {
+        memcpy(t, tags->item, (size_t)tags->item_len);
+        t += tags->item_len;
+        *t++ = '\x02';
+    }
+    if (keys != NULL) {
+        memcpy(t, keys->item, (size_t)keys->item_len);
+        t += keys->item_len;
+        *t++ = '\x02';
+    }
+    PyObject *body = PyBytes_FromStringAndSize(body_p, body_len);
+    PyObject *crc = body == NULL ? NULL : PyObject_CallOneArg(crc32, body);
+    unsigned long crc_value = crc == NULL ? 0 : PyLong_AsUnsignedLongMask(crc);
+    Py_XDECREF(crc);
+    PyObject *item = NULL;
+    if (crc != NULL && !(crc_value == (unsigned long)-1 && PyErr_Occurred()))
+        item = PyTuple_New(11);
+    PyObject *keys_obj = NULL;
+    if (item != NULL) {
+        if (keys != NULL)
+            keys_obj = PyUnicode_DecodeASCII(keys->item + 5, keys->item_len - 5, "strict");
+        else {
+            keys_obj = Py_None;
+            Py_INCREF(Py_None);
+        }
+    }
+    PyObject *zero = item ? PyLong_FromLong(0) : NULL;
+    PyObject *fields[11] = {
+        PyLong_FromLongLong(header_size + body_len + head_len + 2 + text_len),
+        body,
+        trailer,
+        item ? PyLong_FromUnsignedLong(crc_value & 0x7FFFFFFFUL) : NULL,
+        item ? PyLong_FromLong(flag) : NULL,
+        sys_flag,
+        born,
+        reconsume,
+        zero,
+        item ? PyLong_FromLong(tags ? java_hash((const unsigned char *)tags->item + 5,
+                                                tags->item_len - 5)
+                                    : 0)
+             : NULL,
+        keys_obj,
+    };
+    int bad = item == NULL;
+    for (int f = 0; f < 11; f++) {
+        if (fields[f] == NULL) {
+            bad = 1;
+            continue;
+        }
+        if (f >= 5 && f <= 7)
+            Py_INCREF(fields[f]); /* the borrowed ones */
+        if (item != NULL)
+            PyTuple_SET_ITEM(item, f, fields[f]);
+        else
+            Py_DECREF(fields[f]);
+    }
+    if (bad) {
+        Py_XDECREF(item);
+        return NULL;
+    }
+    PyObject *uniq_obj = uniq == NULL ? Py_None
+                                      : PyUnicode_DecodeASCII(uniq->item + 9, uniq->item_len - 9,
+                                                              "strict");
+    if (uniq_obj == NULL) {
+        Py_DECREF(item);
+        return NULL;
+    }
+    if (uniq == NULL)
+        Py_INCREF(Py_None);
+    *uniq_out = uniq_obj;
+    return item;
+}
+
 static PyObject *speedups_prepare_sent_batch(PyObject *self, PyObject *args)
 {
     const char *head;
@@ -725,10 +854,9 @@ static PyObject *speedups_prepare_sent_batch(PyObject *self, PyObject *args)
         return NULL;
     const unsigned char *buf = (const unsigned char *)view.buf;
     Py_ssize_t pos = 0, end = view.len;
-    PyObject *out = PyList_New(0), *uniqs = PyList_New(0), *zero = PyLong_FromLong(0);
+    PyObject *out = PyList_New(0), *uniqs = PyList_New(0);
     PyObject *result = NULL;
-    sent_pair pairs[SENT_MAX_PROPERTIES];
-    if (out == NULL || uniqs == NULL || zero == NULL)
+    if (out == NULL || uniqs == NULL)
         goto done;
     while (pos < end) {
         if (end - pos < 22)
@@ -744,121 +872,22 @@ static PyObject *speedups_prepare_sent_batch(PyObject *self, PyObject *args)
         Py_ssize_t stop = props_at + 2 + props_len;
         if (props_len < 0 || stop != pos + size || stop > end)
             goto punt;
-        if (body_len == 0 || body_len > limit)
-            goto punt;
-        const char *props = (const char *)buf + props_at + 2;
-        Py_ssize_t count = sent_pairs(props, props_len, special, pairs);
-        if (count < 0)
-            goto punt;
-        const sent_pair *tags = NULL, *keys = NULL, *uniq = NULL;
-        Py_ssize_t text_len = 0;
-        for (Py_ssize_t j = 0; j < count; j++) {
-            const sent_pair *q = &pairs[j];
-            if (q->name_len == 4 && memcmp(q->name, "TAGS", 4) == 0)
-                tags = q;
-            else if (q->name_len == 4 && memcmp(q->name, "KEYS", 4) == 0)
-                keys = q;
-            else {
-                if (q->name_len == 8 && memcmp(q->name, "UNIQ_KEY", 8) == 0)
-                    uniq = q;
-                text_len += q->item_len + 1;
-            }
-        }
-        /* an empty tag or key is no field: the record leaves it out */
-        if (tags != NULL && tags->item_len == 5)
-            tags = NULL;
-        if (keys != NULL && keys->item_len == 5)
-            keys = NULL;
-        if (tags != NULL)
-            text_len += tags->item_len + 1;
-        if (keys != NULL)
-            text_len += keys->item_len + 1;
-        PyObject *trailer = PyBytes_FromStringAndSize(NULL, head_len + 2 + text_len);
-        if (trailer == NULL)
+        PyObject *uniq_obj;
+        PyObject *item = sent_record(head, head_len, (const char *)buf + body_at, body_len,
+                                     (const char *)buf + props_at + 2, props_len, flag, limit,
+                                     born, reconsume, sys_flag, header_size, crc32, special,
+                                     &uniq_obj);
+        if (item == NULL)
             goto done;
-        char *t = PyBytes_AS_STRING(trailer);
-        memcpy(t, head, (size_t)head_len);
-        t += head_len;
-        *t++ = (char)((text_len >> 8) & 0xFF);
-        *t++ = (char)(text_len & 0xFF);
-        for (Py_ssize_t j = 0; j < count; j++) {
-            const sent_pair *q = &pairs[j];
-            if (q == tags || q == keys || (q->name_len == 4 && (memcmp(q->name, "TAGS", 4) == 0 ||
-                                                                memcmp(q->name, "KEYS", 4) == 0)))
-                continue;
-            memcpy(t, q->item, (size_t)q->item_len);
-            t += q->item_len;
-            *t++ = '\x02';
+        if (item == Py_None) {
+            Py_DECREF(item);
+            goto punt;
         }
-        if (tags != NULL) {
-            memcpy(t, tags->item, (size_t)tags->item_len);
-            t += tags->item_len;
-            *t++ = '\x02';
-        }
-        if (keys != NULL) {
-            memcpy(t, keys->item, (size_t)keys->item_len);
-            t += keys->item_len;
-            *t++ = '\x02';
-        }
-        PyObject *body = PyBytes_FromStringAndSize((const char *)buf + body_at, body_len);
-        PyObject *crc = body == NULL ? NULL : PyObject_CallOneArg(crc32, body);
-        unsigned long crc_value = crc == NULL ? 0 : PyLong_AsUnsignedLongMask(crc);
-        Py_XDECREF(crc);
-        PyObject *item = NULL;
-        if (crc != NULL && !(crc_value == (unsigned long)-1 && PyErr_Occurred()))
-            item = PyTuple_New(11);
-        PyObject *keys_obj = NULL;
-        if (item != NULL) {
-            if (keys != NULL)
-                keys_obj = PyUnicode_DecodeASCII(keys->item + 5, keys->item_len - 5, "strict");
-            else {
-                keys_obj = Py_None;
-                Py_INCREF(Py_None);
-            }
-        }
-        PyObject *fields[11] = {
-            PyLong_FromLongLong(header_size + body_len + head_len + 2 + text_len),
-            body,
-            trailer,
-            item ? PyLong_FromUnsignedLong(crc_value & 0x7FFFFFFFUL) : NULL,
-            item ? PyLong_FromLong(flag) : NULL,
-            sys_flag,
-            born,
-            reconsume,
-            zero,
-            item ? PyLong_FromLong(tags ? java_hash((const unsigned char *)tags->item + 5,
-                                                    tags->item_len - 5)
-                                        : 0)
-                 : NULL,
-            keys_obj,
-        };
-        int bad = item == NULL;
-        for (int f = 0; f < 11; f++) {
-            if (fields[f] == NULL) {
-                bad = 1;
-                continue;
-            }
-            if (f >= 5 && f <= 8)
-                Py_INCREF(fields[f]); /* the borrowed ones */
-            if (item != NULL)
-                PyTuple_SET_ITEM(item, f, fields[f]);
-            else
-                Py_DECREF(fields[f]);
-        }
-        if (bad) {
-            Py_XDECREF(item);
-            goto done;
-        }
-        PyObject *uniq_obj = uniq == NULL ? Py_None
-                                          : PyUnicode_DecodeASCII(uniq->item + 9,
-                                                                  uniq->item_len - 9, "strict");
-        if (uniq == NULL)
-            Py_INCREF(Py_None);
-        int appended = uniq_obj == NULL ? -1 : PyList_Append(out, item);
+        int appended = PyList_Append(out, item);
         Py_DECREF(item);
         if (appended == 0)
             appended = PyList_Append(uniqs, uniq_obj);
-        Py_XDECREF(uniq_obj);
+        Py_DECREF(uniq_obj);
         if (appended < 0)
             goto done;
         pos = stop;
@@ -873,8 +902,69 @@ punt:
 done:
     Py_XDECREF(out);
     Py_XDECREF(uniqs);
-    Py_XDECREF(zero);
     PyBuffer_Release(&view);
+    return result;
+}
+
+/* --- a single send straight to a prepared record (mqcore.server.sendlane) ------------------ */
+
+PyDoc_STRVAR(prepare_sent_single_doc,
+"prepare_sent_single(topic, body, properties, flag, limit, born_timestamp, reconsume_times,\n"
+"                    sys_flag, header_size, crc32, special) -> (prepared, uniq) or None\n\n"
+"The prepared record of a plain single send (its header's fields and its body) and its\n"
+"UNIQ_KEY; None for any other send (mqcore.server.sendlane.py_prepare_sent_single is the\n"
+"reference).");
+
+static PyObject *speedups_prepare_sent_single(PyObject *self, PyObject *args)
+{
+    PyObject *topic, *body, *props, *flag_obj, *born, *reconsume, *sys_flag, *crc32, *special;
+    long long limit, header_size;
+    if (!PyArg_ParseTuple(args, "UOOOLOOOLOO!", &topic, &body, &props, &flag_obj, &limit, &born,
+                          &reconsume, &sys_flag, &header_size, &crc32, &PyTuple_Type, &special))
+        return NULL;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(special); j++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(special, j))) {
+            PyErr_SetString(PyExc_TypeError, "prepare_sent_single: special names are bytes");
+            return NULL;
+        }
+    /* A valid topic is ASCII; anything else is the reference path's to refuse. */
+    Py_ssize_t name_len = PyUnicode_GET_LENGTH(topic);
+    if (!PyUnicode_IS_ASCII(topic) || name_len < 1 || name_len > 127)
+        Py_RETURN_NONE;
+    const char *text = "";
+    Py_ssize_t text_len = 0;
+    if (props != Py_None) {
+        if (!PyUnicode_CheckExact(props) || !PyUnicode_IS_ASCII(props))
+            Py_RETURN_NONE;
+        text = (const char *)PyUnicode_DATA(props);
+        text_len = PyUnicode_GET_LENGTH(props);
+        if (text_len > 0x7FFF) /* a batch message's properties length is a signed short */
+            Py_RETURN_NONE;
+    }
+    int overflow = 0;
+    long long flag = PyLong_Check(flag_obj) ? PyLong_AsLongLongAndOverflow(flag_obj, &overflow)
+                                            : 0;
+    if (!PyLong_Check(flag_obj) || overflow || flag < INT32_MIN || flag > INT32_MAX) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    char head[128];
+    head[0] = (char)name_len;
+    memcpy(head + 1, PyUnicode_DATA(topic), (size_t)name_len);
+    Py_buffer view;
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *uniq;
+    PyObject *item = sent_record(head, name_len + 1, (const char *)view.buf, view.len, text,
+                                 text_len, (long)flag, limit, born, reconsume, sys_flag,
+                                 header_size, crc32, special, &uniq);
+    PyBuffer_Release(&view);
+    if (item == NULL || item == Py_None)
+        return item;
+    PyObject *result = PyTuple_Pack(2, item, uniq);
+    Py_DECREF(item);
+    Py_DECREF(uniq);
     return result;
 }
 
@@ -884,6 +974,7 @@ static PyMethodDef methods[] = {
     {"encode_batch", speedups_encode_batch, METH_VARARGS, encode_batch_doc},
     {"message_from_wire", speedups_message_from_wire, METH_VARARGS, message_from_wire_doc},
     {"prepare_sent_batch", speedups_prepare_sent_batch, METH_VARARGS, prepare_sent_batch_doc},
+    {"prepare_sent_single", speedups_prepare_sent_single, METH_VARARGS, prepare_sent_single_doc},
     {"read_fields", read_fields, METH_VARARGS,
      "read_fields(ext, plan) -> a header's keyword arguments, or None when the Python reader "
      "must read it (see mqcore.protocol.fields)."},

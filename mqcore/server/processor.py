@@ -16,7 +16,6 @@ import contextlib
 import functools
 import json
 import random
-import struct
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -58,6 +57,7 @@ from mqcore.record.sysflag import COMPRESSED_FLAG
 from mqcore.remoting.command import RemotingCommand, SerializeType
 from mqcore.remoting.send_answer import encode_send_answer
 from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
+from mqcore.server.sendlane import prepare_sent_single
 from mqcore.store import TIMER_TOPIC
 from mqcore.storecaps import PreparedWriter
 
@@ -334,13 +334,14 @@ class BrokerProcessor:
     def _send_prepared_single(
         self, req: RemotingCommand, fields: dict[str, Any], conn: Any
     ) -> Reply | bytes | object:
-        """A plain single send served as a one-message batch is: its body and properties
-        straight to a prepared record (:func:`mqcore.batch.prepare_sent_batch`, in C), stored
-        by :meth:`Broker.send_prepared <mqcore.broker.Broker.send_prepared>`, with no header
-        object and no :class:`~mqcore.message.Message`. :data:`_TAKE_GENERAL` when the send
-        is not plain (a system topic, any queue asked for, no body, a property the broker
-        reads, a store without ``put_prepared``): :meth:`_send_direct` serves it. The answers
-        and the stored records are the reference's (tests/server/test_direct_path.py)."""
+        """A plain single send served as a one-message batch is: its header's fields and
+        body straight to a prepared record (:func:`~mqcore.server.sendlane.prepare_sent_single`,
+        in C), stored by :meth:`Broker.send_prepared <mqcore.broker.Broker.send_prepared>`,
+        with no header object and no :class:`~mqcore.message.Message`. :data:`_TAKE_GENERAL`
+        when the send is not plain (a system topic, any queue asked for, no body, a property
+        the broker reads, a store without ``put_prepared``): :meth:`_send_direct` serves it.
+        The answers and the stored records are the reference's
+        (tests/server/test_direct_path.py)."""
         broker = self.broker
         topic: str = fields["topic"]
         queue_id: int = fields["queue_id"]
@@ -353,25 +354,11 @@ class BrokerProcessor:
             or not broker.takes_prepared()
         ):
             return _TAKE_GENERAL
-        name = topic.encode()
-        raw = (fields.get("properties") or "").encode()
-        if not 0 < len(name) <= MAX_TOPIC_LENGTH or len(raw) > _MAX_PROPS_LEN:
-            return _TAKE_GENERAL
-        # The send as the one message of a SEND_BATCH_MESSAGE body (size, magic and body CRC
-        # are not read by the batch reader), so its C reader checks and prepares it.
-        entry = b"".join(
-            (
-                _BATCH_HEAD.pack(
-                    _BATCH_FIXED + len(body) + len(raw), 0, 0, fields["flag"], len(body)
-                ),
-                body,
-                _PROPS_LEN.pack(len(raw)),
-                raw,
-            )
-        )
-        got = prepare_sent_batch(
-            bytes((len(name),)) + name,
-            entry,
+        got = prepare_sent_single(
+            topic,
+            body,
+            fields.get("properties"),
+            fields["flag"],
             broker.config.max_message_size,
             fields["born_timestamp"],
             fields.get("reconsume_times") or 0,
@@ -379,11 +366,11 @@ class BrokerProcessor:
         )
         if got is None:
             return _TAKE_GENERAL
-        prepared, uniqs = got
+        record, uniq = got
         code, remark = ResponseCode.SUCCESS, None
         try:
             results = broker.send_prepared(
-                topic, queue_id, prepared, uniqs, born_host=_born_host(conn)
+                topic, queue_id, [record], [uniq], born_host=_born_host(conn)
             )
         except SlaveNotAcknowledgedError as exc:
             # Stored, without a slave's confirmation (see _send_one).
@@ -394,7 +381,7 @@ class BrokerProcessor:
             return None
         first = results[0]
         return encode_send_answer(
-            code, req.opaque, remark, first.msg_id, queue_id, first.queue_offset, uniqs[0]
+            code, req.opaque, remark, first.msg_id, queue_id, first.queue_offset, uniq
         )
 
     def _send_one(self, prepared: SendRequest) -> tuple[list[Any], int, str | None]:
@@ -956,10 +943,6 @@ _DEFAULTS: dict[type, dict[str, Any]] = {}
 # The codes process_group gathers, and their request headers.
 #: what _send_prepared_single gives a send it leaves to the reference path
 _TAKE_GENERAL = object()
-_BATCH_HEAD = struct.Struct(">iiiii")  # a batch message: size, magic, body CRC, flag, body size
-_PROPS_LEN = struct.Struct(">h")
-_BATCH_FIXED = _BATCH_HEAD.size + _PROPS_LEN.size
-_MAX_PROPS_LEN = 0x7FFF  # a batch message's properties length is a signed short
 
 _SINGLE_SEND_HEADERS: dict[int, type[headers.CommandHeader]] = {
     RequestCode.SEND_MESSAGE: headers.SendMessageRequestHeader,
