@@ -688,6 +688,20 @@ class Broker:
         if hook.get_hookimpls():
             hook(topic=topic, queue_id=queue_id, results=results)
 
+    def _stored_group(self, puts: Sequence[tuple[str, int, list[PutResult]]]) -> None:
+        """:meth:`_stored` of several puts of one write (group commit): each queue's pulls
+        woken once, the slaves once, the stored hook once per put."""
+        notify = self.waiters.notify
+        for key in dict.fromkeys((topic, queue_id) for topic, queue_id, _ in puts):
+            notify(key)
+        ha = self.ha
+        if isinstance(ha, HAMaster):
+            ha.notify()
+        hook = self.kernel.hook.mqcore_messages_stored
+        if hook.get_hookimpls():
+            for topic, queue_id, results in puts:
+                hook(topic=topic, queue_id=queue_id, results=results)
+
     def takes_prepared(self) -> bool:
         """Whether the store is a :class:`~mqcore.storecaps.PreparedWriter` (for
         :meth:`send_prepared`); asked once per store object, as a runtime protocol check

@@ -147,11 +147,14 @@ def _store(
             except MQError as exc:
                 outcomes.append(exc)
     stored: list[PutResult] = []
+    puts: list[tuple[str, int, list[PutResult]]] = []
     for (i, r), outcome in zip(pending, outcomes, strict=True):
         out[i] = outcome
         if not isinstance(outcome, MQError):
-            broker._stored(r.topic, r.queue_id, outcome)
+            puts.append((r.topic, r.queue_id, outcome))
             stored.extend(outcome)
+    if puts:
+        broker._stored_group(puts)
     ha = broker.ha
     if isinstance(ha, HAMaster) and stored:
         ha.after_put(stored)  # an ASYNC master: wakes the writers to the slaves once

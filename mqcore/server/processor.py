@@ -407,7 +407,7 @@ class BrokerProcessor:
             code,
             req.opaque,
             remark,
-            ",".join(r.msg_id for r in results),
+            results[0].msg_id if len(results) == 1 else ",".join(r.msg_id for r in results),
             prepared.queue_id,
             results[0].queue_offset,
             # As a RocketMQ broker answers every single send: the message's unique id.

@@ -16,7 +16,7 @@ from countingstore import CountingStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqcore import Broker, speedups
+from mqcore import Broker, hookimpl, speedups
 from mqcore.message import Message, format_properties
 from mqcore.protocol import headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
@@ -382,3 +382,36 @@ def test_a_plain_single_send_is_stored_as_a_prepared_record(
     assert calls[0] == "put_prepared" and "put_prepared" not in calls[1:]
     got = direct.broker.pull_message("chk", "T", 0, 0, 8).messages[0]
     assert (got.tags, got.keys, got.properties["UNIQ_KEY"]) == ("t", "k", uniq[9:41])
+
+
+class _StoredLog:
+    """A plugin that notes each stored put the broker reports."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[str, int, list[int]]] = []
+
+    @hookimpl
+    def mqcore_messages_stored(self, topic: str, queue_id: int, results: Any) -> None:
+        self.puts.append((topic, queue_id, [r.queue_offset for r in results]))
+
+
+def test_a_group_wakes_each_queue_and_reports_each_put(
+    pair: tuple[BrokerProcessor, BrokerProcessor],
+) -> None:
+    """After a group's one write: the parked pulls of every queue it wrote to are woken, and
+    the stored hook hears of each send on its own (as after sends stored one by one)."""
+    _, direct = pair
+    broker = direct.broker
+    stored = _StoredLog()
+    broker.kernel.pm.register(stored, name="stored-log")
+    woken: list[int] = []
+    for q in (1, 2, 3):
+        key = ("T", q)
+        assert broker.waiters.park(key, broker.waiters.sequence(key), lambda q=q: woken.append(q))
+    conn = _Conn()
+    reqs = [_send(body=b"g%d" % i, queue_id=1 + i % 2) for i in range(5)]
+    answers = direct.process_group([(r, conn) for r in reqs])
+    assert [_wire(r, a)[0] for r, a in zip(reqs, answers, strict=True)] == [0] * 5  # type: ignore[index]
+    assert sorted(woken) == [1, 2]  # queue 3 had no message: its pull stays parked
+    assert stored.puts == [("T", 1, [0]), ("T", 2, [0]), ("T", 1, [1]), ("T", 2, [1]),
+                           ("T", 1, [2])]  # fmt: skip
