@@ -147,14 +147,14 @@ def _store(
             except MQError as exc:
                 outcomes.append(exc)
     stored: list[PutResult] = []
-    puts: list[tuple[str, int, list[PutResult]]] = []
+    done: list[tuple[str, int, list[PutResult]]] = []
     for (i, r), outcome in zip(pending, outcomes, strict=True):
         out[i] = outcome
         if not isinstance(outcome, MQError):
-            puts.append((r.topic, r.queue_id, outcome))
+            done.append((r.topic, r.queue_id, outcome))
             stored.extend(outcome)
-    if puts:
-        broker._stored_group(puts)
+    if done:
+        broker._stored_group(done)
     ha = broker.ha
     if isinstance(ha, HAMaster) and stored:
         ha.after_put(stored)  # an ASYNC master: wakes the writers to the slaves once
