@@ -382,6 +382,9 @@ def test_a_plain_single_send_is_stored_as_a_prepared_record(
     assert calls[0] == "put_prepared" and "put_prepared" not in calls[1:]
     got = direct.broker.pull_message("chk", "T", 0, 0, 8).messages[0]
     assert (got.tags, got.keys, got.properties["UNIQ_KEY"]) == ("t", "k", uniq[9:41])
+    # Indexed as a put of the message is: by its key and by its unique id.
+    assert [m.body for m in direct.broker.query_message("T", "k")] == [b"hello"]
+    assert direct.broker.query_message_by_uniq_key("T", uniq[9:41]).body == b"hello"
 
 
 class _StoredLog:
