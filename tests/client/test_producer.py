@@ -71,17 +71,22 @@ def test_failed_send_is_retried_on_another_queue(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    real = broker.send_message
 
-    def flaky(topic, queue_id, msgs, **kw):  # type: ignore[no-untyped-def]
-        calls.append(queue_id)
-        if len(calls) < 3:
-            # A refusal the producer retries elsewhere (a SYSTEM_BUSY is waited out on the
-            # same broker by the remote transport, within the call's timeout).
-            raise BrokerError("failed", code=ResponseCode.SYSTEM_ERROR)
-        return real(topic, queue_id, msgs, **kw)
+    def flaky(real):  # type: ignore[no-untyped-def]
+        def store(topic, queue_id, *args, **kw):  # type: ignore[no-untyped-def]
+            calls.append(queue_id)
+            if len(calls) < 3:
+                # A refusal the producer retries elsewhere (a SYSTEM_BUSY is waited out on
+                # the same broker by the remote transport, within the call's timeout).
+                raise BrokerError("failed", code=ResponseCode.SYSTEM_ERROR)
+            return real(topic, queue_id, *args, **kw)
 
-    monkeypatch.setattr(broker, "send_message", flaky)
+        return store
+
+    # Both ways the broker stores a send: send_message, and send_prepared (which a server
+    # uses for a plain single send or batch).
+    monkeypatch.setattr(broker, "send_message", flaky(broker.send_message))
+    monkeypatch.setattr(broker, "send_prepared", flaky(broker.send_prepared))
     with Producer("pg", broker=broker) as p:
         r = p.send(Message(topic="T", body=b"x"))
     assert len(calls) == 3 and len(set(calls)) == 3 and r.message_queue.queue_id == calls[-1]
