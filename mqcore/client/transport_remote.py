@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 import zlib
+from binascii import a2b_hex
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from typing import Any
@@ -214,14 +215,14 @@ def _commitlog_offsets(joined: str, ids: list[str]) -> list[int]:
     """The commit-log offsets of a send's comma-joined offset message ids (-1 for one that
     is not an offset id): every id decoded in one call when all are 32 hex digits."""
     if set(map(len, ids)) == {32}:
-        digits = joined.replace(",", "")
-        if digits.isascii() and digits.isalnum():
-            try:
-                raw = bytes.fromhex(digits)
-            except ValueError:
-                pass
-            else:
-                return [offset for _, _, offset in _MSGID_FIELDS.iter_unpack(raw)]
+        try:
+            # a2b_hex takes hex digits only (no blank, no sign, ASCII): a fifth of the cost
+            # of str.isalnum on the joined ids, which a batch's answer spent most time in.
+            raw = a2b_hex(joined.replace(",", ""))
+        except ValueError:  # binascii.Error is one
+            pass
+        else:
+            return [offset for _, _, offset in _MSGID_FIELDS.iter_unpack(raw)]
     return [_commitlog_offset(msg_id) for msg_id in ids]
 
 
