@@ -226,6 +226,22 @@ def _commitlog_offsets(joined: str, ids: list[str]) -> list[int]:
     return [_commitlog_offset(msg_id) for msg_id in ids]
 
 
+def _put_results(joined: str, queue_offset: int) -> list[PutResult]:
+    """The results a send's answer names: one per comma-separated id of ``joined``, their
+    queue offsets counting from ``queue_offset``."""
+    ids = joined.split(",")
+    n = len(ids)
+    # tuple.__new__ over ready rows: a namedtuple's own __new__ is a Python call per result.
+    return list(
+        map(_new_tuple, repeat(PutResult, n),
+            zip(ids, range(queue_offset, queue_offset + n), _commitlog_offsets(joined, ids),
+                repeat(0, n), repeat(0, n), strict=True))
+    )  # fmt: skip
+
+
+_new_tuple = tuple.__new__
+
+
 class RemoteTransport:
     """:class:`~mqcore.client.api.BrokerAPI` over TCP to ``mqcore serve`` or RocketMQ.
 
@@ -680,6 +696,9 @@ class RemoteTransport:
         else:
             body = encode_batch(list(messages))
             properties, flag, code, batch = "", 0, RequestCode.SEND_BATCH_MESSAGE, True
+            if self.client.credentials is None and not self._closed:
+                return self._send_prepared(mq, addr, producer_group, born_timestamp,
+                                           0, 0, "", body, batch=True)  # fmt: skip
         header = headers.SendMessageRequestHeaderV2(
             producer_group=producer_group,
             topic=mq.topic,
@@ -710,17 +729,19 @@ class RemoteTransport:
         flag: int,
         properties: str,
         body: bytes,
+        batch: bool = False,
     ) -> list[PutResult]:
-        """A single SEND_MESSAGE_V2 encoded in one call and its answer read in one call
+        """A single SEND_MESSAGE_V2 (or, with ``batch``, a SEND_BATCH_MESSAGE of an
+        encoded batch ``body``) encoded in one call and its answer read in one call
         (:func:`~mqcore.remoting.command.encode_request_head`, the direct call): the same
         frame and results as the header object and :meth:`send_results` give. A refusal
         or an answer of another shape is read by :meth:`send_results`; a busy answer is
         sent again as :meth:`_call` does."""
         # The values in _SEND_V2_NAMES's order: a..j, then k (unitMode), m (batch), l.
         values = (producer_group, mq.topic, DEFAULT_TOPIC, 4, mq.queue_id, sys_flag,
-                  born_timestamp, flag, properties, 0, False, False, None)  # fmt: skip
+                  born_timestamp, flag, properties, 0, False, batch, None)  # fmt: skip
         opaque = next_opaque()
-        code = RequestCode.SEND_MESSAGE_V2
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         head = encode_request_head(code, opaque, _SEND_V2_NAMES, values, len(body))
         request = PreparedRequest(code, opaque, head, body, _SEND_ANSWER_PLAN)
         try:
@@ -730,7 +751,7 @@ class RemoteTransport:
                     producer_group=producer_group, topic=mq.topic, default_topic=DEFAULT_TOPIC,
                     default_topic_queue_nums=4, queue_id=mq.queue_id, sys_flag=sys_flag,
                     born_timestamp=born_timestamp, flag=flag, properties=properties,
-                    reconsume_times=0,
+                    reconsume_times=0, batch=batch,
                 )  # fmt: skip
                 answer = self._call(addr, code, header, body)
         except RemotingConnectError:
@@ -739,13 +760,15 @@ class RemoteTransport:
         if isinstance(answer, RemotingCommand):
             return self.send_results(answer)
         status, _, _, remark, (msg_id, queue_id, queue_offset, transaction_id), _ = answer
-        if status != ResponseCode.SUCCESS or "," in msg_id:
-            # Stored without a slave's confirmation (or several ids): the general reading.
+        if status != ResponseCode.SUCCESS:
+            # Stored without a slave's confirmation: the general reading.
             sent = headers.SendMessageResponseHeader(
                 msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offset,
                 transaction_id=transaction_id,
             )  # fmt: skip
             return self.send_results(RemotingCommand.response(status, remark, sent))
+        if "," in msg_id:
+            return _put_results(msg_id, queue_offset)
         return [PutResult(msg_id, queue_offset, _commitlog_offset(msg_id), 0, 0)]
 
     def send_batch_async(
@@ -806,11 +829,7 @@ class RemoteTransport:
             ResponseCode.FLUSH_SLAVE_TIMEOUT,
         )
         h = resp.read_header(headers.SendMessageResponseHeader)
-        ids = h.msg_id.split(",")
-        out = list(
-            map(PutResult, ids, range(h.queue_offset, h.queue_offset + len(ids)),
-                _commitlog_offsets(h.msg_id, ids), repeat(0), repeat(0))
-        )  # fmt: skip
+        out = _put_results(h.msg_id, h.queue_offset)
         if resp.code != ResponseCode.SUCCESS:  # stored by a SYNC_MASTER, no slave confirmed
             raise SlaveNotAcknowledgedError(
                 resp.remark or f"stored without a slave's confirmation (code {resp.code})",
