@@ -684,6 +684,9 @@ class Broker:
         if hook.get_hookimpls():
             hook(topic=topic, queue_id=queue_id, results=results)
 
+    #: The store :meth:`send_prepared` last found to be a PreparedWriter.
+    _prepared_writer: Any = None
+
     def send_prepared(
         self,
         topic: str,
@@ -703,11 +706,13 @@ class Broker:
         """
         self._check_destination(topic, queue_id)
         store = self.store
-        if not isinstance(store, PreparedWriter):
+        # Asked once per store: a runtime Protocol check costs some µs a batch.
+        if store is not self._prepared_writer and not isinstance(store, PreparedWriter):
             raise InvalidArgumentError(
                 f"store {self.store_name!r} has no put_prepared(); send the messages with "
                 "send_message()"
             )
+        self._prepared_writer = store
         results = store.put_prepared(topic, queue_id, prepared, uniqs, born_host=born_host)
         self._stored(topic, queue_id, results)
         if isinstance(self.ha, HAMaster):

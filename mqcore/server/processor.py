@@ -573,11 +573,22 @@ class BrokerProcessor:
             # Stored, without a slave's confirmation (see _send_one).
             results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
         header = headers.SendMessageResponseHeader(
-            msg_id=",".join(r.msg_id for r in results),
+            msg_id=",".join([r.msg_id for r in results]),
             queue_id=queue_id,
             queue_offset=results[0].queue_offset,
         )
         return RemotingCommand.response(code, remark, header, None, to=req)
+
+    #: The store :meth:`_takes_prepared` last asked about, and its answer.
+    _prepared_store: tuple[Any, bool] | None = None
+
+    def _takes_prepared(self, store: Any) -> bool:
+        """Whether ``store`` is a :class:`~mqcore.storecaps.PreparedWriter`, asked once per
+        store: a runtime Protocol check looks up each of its members (some µs a batch)."""
+        known = self._prepared_store
+        if known is None or known[0] is not store:
+            known = self._prepared_store = (store, isinstance(store, PreparedWriter))
+        return known[1]
 
     def _prepared_batch(
         self, req: RemotingCommand, h: Any, sys_flag: int
@@ -586,7 +597,7 @@ class BrokerProcessor:
         path (see :func:`mqcore.batch.prepare_sent_batch`)."""
         broker = self.broker
         topic = h.topic
-        if not isinstance(broker.store, PreparedWriter) or topic == TIMER_TOPIC:
+        if topic == TIMER_TOPIC or not self._takes_prepared(broker.store):
             return None
         name = topic.encode()
         if not 0 < len(name) <= MAX_TOPIC_LENGTH:
