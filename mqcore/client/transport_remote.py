@@ -77,7 +77,8 @@ COMPRESS_OVER = 4096  # RocketMQ's compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5  # RocketMQ's zipCompressLevel default
 DEFAULT_TOPIC = "TBW102"
 _RECORD_SIZE = struct.Struct(">I")  # a stored record's first word: its size
-_MSGID_FIELDS = struct.Struct(">4siq")  # an offset message id: store ip, port, offset
+#: ">{2n}q" by n: n offset message ids as raw bytes, each two longs (store host, offset)
+_LONGS: dict[int, struct.Struct] = {}
 ROUTE_TTL_S = 30.0  # RocketMQ's pollNameServerInterval
 CALL_TIMEOUT_S = 3.0
 PULL_TIMEOUT_MARGIN_S = 15.0  # a held pull may take its suspend time, plus this
@@ -222,7 +223,11 @@ def _commitlog_offsets(joined: str, ids: list[str]) -> list[int]:
         except ValueError:  # binascii.Error is one
             pass
         else:
-            return [offset for _, _, offset in _MSGID_FIELDS.iter_unpack(raw)]
+            # Each id is two big-endian longs (store host, offset): all read in one unpack.
+            words = _LONGS.get(len(ids))
+            if words is None:
+                words = _LONGS[len(ids)] = struct.Struct(f">{2 * len(ids)}q")
+            return list(words.unpack(raw)[1::2])
     return [_commitlog_offset(msg_id) for msg_id in ids]
 
 
