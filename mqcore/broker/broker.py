@@ -713,7 +713,9 @@ class Broker:
                 "send_message()"
             )
         self._prepared_writer = store
-        results = store.put_prepared(topic, queue_id, prepared, uniqs, born_host=born_host)
+        results: list[PutResult] = store.put_prepared(
+            topic, queue_id, prepared, uniqs, born_host=born_host
+        )
         self._stored(topic, queue_id, results)
         if isinstance(self.ha, HAMaster):
             # A SYNC_MASTER raises SlaveNotAcknowledgedError (with the results) here.

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from mqcore import speedups
 from mqcore.codec import decode_message_id
 from mqcore.errors import (
     BrokerClosedError,
@@ -233,7 +234,21 @@ def _commitlog_offsets(joined: str, ids: list[str]) -> list[int]:
 
 def _put_results(joined: str, queue_offset: int) -> list[PutResult]:
     """The results a send's answer names: one per comma-separated id of ``joined``, their
-    queue offsets counting from ``queue_offset``."""
+    queue offsets counting from ``queue_offset``, their commit-log offsets read from the
+    ids (-1 for an id that is not an offset message id).
+
+    In one C call when the speedups are built and every id is an offset message id;
+    :func:`py_put_results` is the reference, and reads the rest."""
+    if _c_answer_results is not None and joined.__class__ is str and queue_offset.__class__ is int:
+        got = _c_answer_results(PutResult, joined, queue_offset)
+        if got is not None:
+            return got  # type: ignore[no-any-return]
+    return py_put_results(joined, queue_offset)
+
+
+def py_put_results(joined: str, queue_offset: int) -> list[PutResult]:
+    """:func:`_put_results` in Python (the reference for the C ``answer_results`` of
+    ``mqcore._codec``)."""
     ids = joined.split(",")
     n = len(ids)
     # tuple.__new__ over ready rows: a namedtuple's own __new__ is a Python call per result.
@@ -245,6 +260,8 @@ def _put_results(joined: str, queue_offset: int) -> list[PutResult]:
 
 
 _new_tuple = tuple.__new__
+_codec = speedups.load("codec")
+_c_answer_results = None if _codec is None else _codec.answer_results
 
 
 class RemoteTransport:

@@ -175,3 +175,43 @@ def test_encode_batch_in_c_agrees_with_the_python_reference(
             return type(exc)
 
     assert outcome(send.encode_batch) == outcome(send.py_encode_batch)
+
+
+_OFFSET_ID = st.text(alphabet="0123456789ABCDEFabcdef", min_size=32, max_size=32)
+
+
+@given(
+    ids=st.lists(
+        _OFFSET_ID
+        | st.text(alphabet="0123456789ABCDEF ,g+é", max_size=33)
+        | st.text(alphabet="0123456789ABCDEF", min_size=31, max_size=33),
+        min_size=1,
+        max_size=6,
+    ),
+    queue_offset=st.integers(0, 2**40)
+    | st.integers(2**63 - 8, 2**63 + 8)
+    | st.integers(-(2**63) - 8, -(2**63) + 8),
+)
+def test_a_send_answers_results_in_c_agree_with_the_python_reference(
+    ids: list[str], queue_offset: int
+) -> None:
+    """The C reader of a send answer's ids builds the results py_put_results builds (same
+    type, same fields), or leaves the answer to it."""
+    from mqcore import speedups
+    from mqcore.client import transport_remote
+    from mqcore.store import PutResult
+
+    joined = ",".join(ids)
+    expected = transport_remote.py_put_results(joined, queue_offset)
+    got = transport_remote._put_results(joined, queue_offset)
+    assert got == expected
+    assert [type(r) for r in got] == [PutResult] * len(expected)
+    codec = speedups.load("codec")
+    if codec is not None:
+        direct = codec.answer_results(PutResult, joined, queue_offset)
+        plain = all(len(i) == 32 and all(c in "0123456789ABCDEFabcdef" for c in i) for i in ids)
+        if plain and -(2**63) <= queue_offset <= 2**63 - 1 - len(ids):
+            assert direct == expected  # the C code reads every plain answer itself
+            assert [type(r) for r in direct] == [PutResult] * len(expected)
+        else:
+            assert direct is None
