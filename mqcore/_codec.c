@@ -631,7 +631,7 @@ static PyObject *speedups_answer_results(PyObject *self, PyObject *args)
     if ((len + 1) % 33 != 0)
         Py_RETURN_NONE;
     Py_ssize_t n = (len + 1) / 33;
-    if (queue_offset > LLONG_MAX - n)
+    if (queue_offset > LLONG_MAX - (n - 1)) /* the last one past a long */
         Py_RETURN_NONE;
     for (Py_ssize_t i = 0; i < len; i++) {
         if (i % 33 == 32) {
