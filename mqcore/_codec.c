@@ -587,11 +587,115 @@ fail:
     return NULL;
 }
 
+/* --- a send answer's results (mqcore.client.transport_remote) -------------------------- */
+
+PyDoc_STRVAR(answer_results_doc,
+"answer_results(cls, joined, queue_offset) -> list | None\n\n"
+"The results a send's answer names: ``cls((id, queue_offset + i, offset, 0, 0))`` for\n"
+"each comma-separated id of ``joined``, ``offset`` its last 16 hex digits as a signed\n"
+"long (what transport_remote.py_put_results builds). None when an id is not 32 ASCII hex\n"
+"digits or an offset does not fit a long: the Python reference reads those.");
+
+static int hex_value(Py_UCS1 c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+static PyObject *speedups_answer_results(PyObject *self, PyObject *args)
+{
+    PyTypeObject *cls;
+    PyObject *joined, *qobj;
+    if (!PyArg_ParseTuple(args, "O!UO!:answer_results", &PyType_Type, &cls, &joined,
+                          &PyLong_Type, &qobj))
+        return NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "answer_results: cls must be a tuple subclass");
+        return NULL;
+    }
+    int overflow = 0;
+    long long queue_offset = PyLong_AsLongLongAndOverflow(qobj, &overflow);
+    if (queue_offset == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || !PyUnicode_IS_ASCII(joined))
+        Py_RETURN_NONE;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(joined);
+    const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(joined);
+    /* n ids of 32 digits and n - 1 commas, each digit a hex digit: checked before anything
+     * is allocated. */
+    if ((len + 1) % 33 != 0)
+        Py_RETURN_NONE;
+    Py_ssize_t n = (len + 1) / 33;
+    if (queue_offset > LLONG_MAX - (n - 1)) /* the last one past a long */
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (i % 33 == 32) {
+            if (chars[i] != ',')
+                Py_RETURN_NONE;
+        }
+        else if (hex_value(chars[i]) < 0) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0);
+    if (zero == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Py_UCS1 *id = chars + 33 * i;
+        uint64_t u = 0;
+        for (int k = 16; k < 32; k++)
+            u = (u << 4) | (uint64_t)hex_value(id[k]);
+        PyObject *msg_id = PyUnicode_New(32, 127);
+        if (msg_id == NULL)
+            goto fail;
+        memcpy(PyUnicode_1BYTE_DATA(msg_id), id, 32);
+        PyObject *qoff = PyLong_FromLongLong(queue_offset + i);
+        PyObject *off = qoff ? PyLong_FromLongLong((long long)(int64_t)u) : NULL;
+        PyObject *result = off ? new_result(cls) : NULL;
+        if (result == NULL) {
+            Py_DECREF(msg_id);
+            Py_XDECREF(qoff);
+            Py_XDECREF(off);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(result, 0, msg_id);
+        PyTuple_SET_ITEM(result, 1, qoff);
+        PyTuple_SET_ITEM(result, 2, off);
+        PyTuple_SET_ITEM(result, 3, Py_NewRef(zero));
+        PyTuple_SET_ITEM(result, 4, Py_NewRef(zero));
+#if PY_VERSION_HEX >= 0x030E0000
+        /* As put_results: through tuple.__new__, which sets up the hash cache of 3.14. */
+        PyObject *args1 = PyTuple_Pack(1, result);
+        Py_DECREF(result);
+        result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
+        Py_XDECREF(args1);
+        if (result == NULL)
+            goto fail;
+#endif
+        PyList_SET_ITEM(out, i, result);
+    }
+    Py_DECREF(zero);
+    return out;
+fail:
+    Py_XDECREF(zero);
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"prepare", speedups_prepare, METH_VARARGS, prepare_doc},
     {"pack", speedups_pack, METH_VARARGS, pack_doc},
     {"units", speedups_units, METH_VARARGS, units_doc},
     {"put_results", speedups_put_results, METH_VARARGS, put_results_doc},
+    {"answer_results", speedups_answer_results, METH_VARARGS, answer_results_doc},
     {NULL, NULL, 0, NULL},
 };
 

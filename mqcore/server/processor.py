@@ -59,7 +59,6 @@ from mqcore.remoting.send_answer import encode_send_answer
 from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
 from mqcore.server.sendlane import prepare_sent_single
 from mqcore.store import TIMER_TOPIC
-from mqcore.storecaps import PreparedWriter
 
 if TYPE_CHECKING:
     from mqcore.broker.broker import Broker
@@ -631,7 +630,7 @@ class BrokerProcessor:
             # Stored, without a slave's confirmation (see _send_one).
             results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
         header = headers.SendMessageResponseHeader(
-            msg_id=",".join(r.msg_id for r in results),
+            msg_id=",".join([r.msg_id for r in results]),
             queue_id=queue_id,
             queue_offset=results[0].queue_offset,
         )
@@ -644,7 +643,7 @@ class BrokerProcessor:
         path (see :func:`mqcore.batch.prepare_sent_batch`)."""
         broker = self.broker
         topic = h.topic
-        if not isinstance(broker.store, PreparedWriter) or topic == TIMER_TOPIC:
+        if topic == TIMER_TOPIC or not broker.takes_prepared():
             return None
         name = topic.encode()
         if not 0 < len(name) <= MAX_TOPIC_LENGTH:

@@ -139,3 +139,87 @@ def test_a_prepared_pull_reads_its_answer_header(
     )  # fmt: skip
     assert request.ext_fields == header.to_ext_fields()
     assert len(processor.seen) == 2  # the busy answer was waited out
+
+
+_BATCH_IDS = ",".join(f"7F00000100002A9F{offset:016X}" for offset in (1234, 2300, 3366))
+
+
+def test_a_prepared_batch_writes_what_the_header_object_writes(
+    scripted: tuple[Scripted, RemoteTransport], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch goes prepared (not through the header object's call) as SEND_BATCH_MESSAGE
+    with the V2 header's fields (batch true) and the encoded batch as body; its results are
+    what send_results reads of the same answer."""
+    from mqcore.protocol.send import decode_batch, encode_batch
+
+    processor, remote = scripted
+
+    def general(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the batch took the general call")
+
+    monkeypatch.setattr(remote, "_call", general)
+    answer = RemotingCommand.response(
+        ResponseCode.SUCCESS,
+        header=headers.SendMessageResponseHeader(msg_id=_BATCH_IDS, queue_id=3, queue_offset=40),
+    )
+    processor.script[RequestCode.SEND_BATCH_MESSAGE] = [answer]
+    mq = MessageQueue("T", "broker-a", 3)
+    msgs = [Message(topic="T", body=b"b%d" % i, tags="A", properties={"x": "1"}) for i in range(3)]
+    results = remote.send_message(mq, msgs, producer_group="pg", born_timestamp=1700000000000)
+    assert [(r.msg_id, r.queue_offset, r.commitlog_offset) for r in results] == [
+        (i, 40 + n, offset)
+        for n, (i, offset) in enumerate(zip(_BATCH_IDS.split(","), (1234, 2300, 3366), strict=True))
+    ]
+    assert results == RemoteTransport.send_results(answer)
+    assert all(type(r) is type(results[0]) for r in results)
+    (request,) = processor.seen
+    header = request.read_header(headers.SendMessageRequestHeaderV2)
+    assert (header.topic, header.queue_id, header.batch, header.born_timestamp) == (
+        "T", 3, True, 1700000000000
+    )  # fmt: skip
+    assert request.ext_fields == header.to_ext_fields()
+    assert bytes(request.body or b"") == encode_batch(msgs)
+    assert [m.body for m in decode_batch("T", bytes(request.body or b""))] == [b"b0", b"b1", b"b2"]
+
+
+def test_a_busy_batch_is_sent_again_as_a_batch(scripted: tuple[Scripted, RemoteTransport]) -> None:
+    processor, remote = scripted
+    stored = RemotingCommand.response(
+        ResponseCode.SUCCESS,
+        header=headers.SendMessageResponseHeader(msg_id=_BATCH_IDS, queue_id=0, queue_offset=5),
+    )
+    processor.script[RequestCode.SEND_BATCH_MESSAGE] = [_busy(), stored]
+    mq = MessageQueue("T", "broker-a", 0)
+    msgs = [Message(topic="T", body=b"x") for _ in range(3)]
+    results = remote.send_message(mq, msgs, producer_group="pg", born_timestamp=1)
+    assert [r.queue_offset for r in results] == [5, 6, 7]
+    assert len(processor.seen) == 2
+    assert processor.seen[1].read_header(headers.SendMessageRequestHeaderV2).batch is True
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [(ResponseCode.MESSAGE_ILLEGAL, BrokerError), (ResponseCode.FLUSH_SLAVE_TIMEOUT, None)],
+)
+def test_a_batch_answer_other_than_success_reads_as_on_the_general_path(
+    scripted: tuple[Scripted, RemoteTransport], code: int, error: type[Exception] | None
+) -> None:
+    """A refusal raises the general path's error; a SYNC_MASTER's stored-unconfirmed answer
+    raises SlaveNotAcknowledgedError carrying every message's result."""
+    from mqcore.errors import SlaveNotAcknowledgedError
+
+    processor, remote = scripted
+    answer = RemotingCommand.response(
+        code,
+        "no",
+        header=headers.SendMessageResponseHeader(msg_id=_BATCH_IDS, queue_id=0, queue_offset=5),
+    )
+    processor.script[RequestCode.SEND_BATCH_MESSAGE] = [answer]
+    mq = MessageQueue("T", "broker-a", 0)
+    msgs = [Message(topic="T", body=b"x") for _ in range(3)]
+    with pytest.raises(error or SlaveNotAcknowledgedError) as caught:
+        remote.send_message(mq, msgs, producer_group="pg", born_timestamp=1)
+    assert caught.value.code == code
+    if error is None:
+        assert isinstance(caught.value, SlaveNotAcknowledgedError)
+        assert [r.queue_offset for r in caught.value.results] == [5, 6, 7]

@@ -123,7 +123,7 @@ def test_decode_batch_in_c_agrees_with_the_python_reference(data: bytes) -> None
 @given(
     ids=st.lists(
         st.text(alphabet="0123456789ABCDEFabcdef", min_size=32, max_size=32)
-        | st.text(alphabet="0123456789ABCDEF ,g", max_size=33)
+        | st.text(alphabet="0123456789ABCDEF ,g+é", max_size=33)
         | st.text(alphabet="0123456789ABCDEF", min_size=31, max_size=33),
         min_size=1,
         max_size=5,
@@ -175,3 +175,71 @@ def test_encode_batch_in_c_agrees_with_the_python_reference(
             return type(exc)
 
     assert outcome(send.encode_batch) == outcome(send.py_encode_batch)
+
+
+_OFFSET_ID = st.text(alphabet="0123456789ABCDEFabcdef", min_size=32, max_size=32)
+
+
+@given(
+    ids=st.lists(
+        _OFFSET_ID
+        | st.text(alphabet="0123456789ABCDEF ,g+é", max_size=33)
+        | st.text(alphabet="0123456789ABCDEF", min_size=31, max_size=33),
+        min_size=1,
+        max_size=6,
+    ),
+    queue_offset=st.integers(0, 2**40)
+    | st.integers(2**63 - 8, 2**63 + 8)
+    | st.integers(-(2**63) - 8, -(2**63) + 8),
+)
+def test_a_send_answers_results_in_c_agree_with_the_python_reference(
+    ids: list[str], queue_offset: int
+) -> None:
+    """The C reader of a send answer's ids builds the results py_put_results builds (same
+    type, same fields), or leaves the answer to it."""
+    from mqcore import speedups
+    from mqcore.client import transport_remote
+    from mqcore.store import PutResult
+
+    joined = ",".join(ids)
+    expected = transport_remote.py_put_results(joined, queue_offset)
+    got = transport_remote._put_results(joined, queue_offset)
+    assert got == expected
+    assert [type(r) for r in got] == [PutResult] * len(expected)
+    codec = speedups.load("codec")
+    if codec is not None:
+        direct = codec.answer_results(PutResult, joined, queue_offset)
+        plain = all(len(i) == 32 and all(c in "0123456789ABCDEFabcdef" for c in i) for i in ids)
+        if plain and -(2**63) <= queue_offset <= 2**63 - len(ids):
+            assert direct == expected  # the C code reads every plain answer itself
+            assert [type(r) for r in direct] == [PutResult] * len(expected)
+        else:
+            assert direct is None
+
+
+def test_the_c_answer_reader_refuses_arguments_of_the_wrong_type() -> None:
+    """answer_results checks what it is given: a class that is not a tuple, an answer that
+    is not text, an offset that is not an int are refused; a joined text beyond ASCII, or
+    a length that is not n ids and commas, is left to the reference."""
+    import pytest
+
+    from mqcore import speedups
+    from mqcore.store import PutResult
+
+    codec = speedups.load("codec")
+    if codec is None:
+        pytest.skip("the codec speedups are not in use")
+    one = "7F00000100002A9F00000000000004D2"
+    with pytest.raises(TypeError):
+        codec.answer_results(dict, one, 0)
+    with pytest.raises(TypeError):
+        codec.answer_results(PutResult, one.encode(), 0)
+    with pytest.raises(TypeError):
+        codec.answer_results(PutResult, one, 1.0)
+    for text in (one[:-1] + "é", one[:-1] + "\u20ac", one + ",", "," + one, one + one, ""):
+        assert codec.answer_results(PutResult, text, 0) is None
+    # The second of two ids counts past a long; one alone is the last long.
+    assert codec.answer_results(PutResult, f"{one},{one}", 2**63 - 1) is None
+    assert codec.answer_results(PutResult, one, 2**63 - 1) == [
+        PutResult(one, 2**63 - 1, 1234, 0, 0)
+    ]

@@ -13,6 +13,7 @@ import pytest
 from batchwire import raw_batch
 
 from mqcore import Broker
+from mqcore.errors import InvalidArgumentError
 from mqcore.protocol import headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.transaction import HALF_TOPIC
@@ -221,3 +222,37 @@ def test_a_sync_master_without_a_slave_answers_the_stored_batch(tmp_path: Path) 
         assert got[0] == got[1]
         assert got[0][0] == ResponseCode.SLAVE_NOT_AVAILABLE
         assert len(got[0][2]["msgId"].split(",")) == 3
+
+
+class _PlainStore:
+    """A store without put_prepared: every other call goes to the wrapped one."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "put_prepared":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_batch_follows_a_store_swapped_for_one_without_put_prepared(
+    pair: tuple[BrokerProcessor, BrokerProcessor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether the store takes prepared records is asked once per store, not once ever:
+    after the store changes to one without put_prepared, a plain batch takes the general
+    path (no AttributeError), and the prepared path again once the store has it back."""
+    new, _ = pair
+    broker = new.broker
+    first = new.process(_request(RequestCode.SEND_BATCH_MESSAGE, "T", 0, _plain(2), 0), _Conn())
+    assert first.code == ResponseCode.SUCCESS
+    inner = broker.store
+    monkeypatch.setattr(broker, "store", _PlainStore(inner))
+    reply = new.process(_request(RequestCode.SEND_BATCH_MESSAGE, "T", 0, _plain(2, 2), 0), _Conn())
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    assert reply.ext_fields["queueOffset"] == "2"
+    with pytest.raises(InvalidArgumentError, match="has no put_prepared"):
+        broker.send_prepared("T", 0, [], None)
+    monkeypatch.setattr(broker, "store", inner)
+    third = new.process(_request(RequestCode.SEND_BATCH_MESSAGE, "T", 0, _plain(1, 4), 0), _Conn())
+    assert third.code == ResponseCode.SUCCESS and third.ext_fields["queueOffset"] == "4"
