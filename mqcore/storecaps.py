@@ -130,6 +130,8 @@ class ExpiringStore(Protocol):
 
     def delete_expired_files(self, now: float | None = None) -> int:
         """One retention pass; returns how many units of storage (segments, batches) went.
+        A direct call is a manual delete: expired data goes at any hour (the store's own
+        cleaner waits for its delete hours; see :mod:`mqcore.retentionrules`).
 
         ``now`` (seconds since the epoch, default the current time) is for tests.
         """

@@ -4,9 +4,13 @@ The rules are RocketMQ's CleanCommitLogService and CleanConsumeQueueService, wit
 batch (one ``commitlog`` item) in place of a segment file:
 
 - a batch is *expired* when its store timestamp (all its records share one) is more than
-  ``file_reserved_time_hours`` old; expired batches are deleted oldest first;
-- while the disk holding the store is fuller than ``disk_max_used_space_ratio`` percent,
-  the oldest batches are deleted whatever their age;
+  ``file_reserved_time_hours`` old; the cleaner deletes expired batches, oldest first, in
+  the ``delete_when`` hours, or at any hour while the disk holding the store is fuller than
+  ``disk_max_used_space_ratio`` percent; a manual pass (a direct ``delete_expired_files()``)
+  deletes them at any hour;
+- only while the disk is fuller than ``disk_space_clean_forcibly_ratio`` percent are the
+  oldest batches deleted whatever their age, until the disk is back within it
+  (:mod:`mqcore.retentionrules` holds these rules, shared with the mmap store);
 - the newest batch is always kept (it tells a reopened writer where the log ends).
 
 Deleting a batch deletes, in the same write transaction, its consume-queue item (one per
@@ -42,6 +46,7 @@ from mqcore.logs import get_logger
 from mqcore.message import MessageExt
 from mqcore.plugins.store_lmdb import layout
 from mqcore.record.layout import POS_STORE_TIMESTAMP
+from mqcore.retentionrules import plan
 from mqcore.uniqkey import record_index_keys
 
 if TYPE_CHECKING:
@@ -122,6 +127,12 @@ class RetentionHost(Protocol):
     def disk_max_used_space_ratio(self) -> float: ...
 
     @property
+    def disk_space_clean_forcibly_ratio(self) -> float: ...
+
+    @property
+    def delete_when(self) -> str: ...
+
+    @property
     def _env(self) -> Environment: ...
 
     @property
@@ -133,17 +144,16 @@ class RetentionHost(Protocol):
     @property
     def _stopping(self) -> threading.Event: ...
 
-    def delete_expired_files(self, now: float | None = None) -> int:
+    def delete_expired_files(self, now: float | None = None, *, scheduled: bool = False) -> int:
         """One retention pass (see :meth:`.store.LmdbStore.delete_expired_files`)."""
         ...
 
 
-def delete_expired(store: RetentionHost, now: float) -> Pass:
-    """One retention pass over ``store`` at time ``now`` (seconds since the epoch)."""
+def delete_expired(store: RetentionHost, now: float, *, manual: bool = True) -> Pass:
+    """One retention pass over ``store`` at time ``now`` (seconds since the epoch);
+    ``manual``: a direct call, else the cleaner's pass."""
     done = Pass()
     reserved = store.file_reserved_time_hours * 3600.0
-    # Batches stored before ``cutoff`` (ms) are expired; infinite hours: none ever is.
-    cutoff = int((now - reserved) * 1000) if math.isfinite(reserved) else -(2**63)
     env = store._env
     with store._lock:
         if store._closed or store._stopping.is_set():
@@ -157,8 +167,21 @@ def delete_expired(store: RetentionHost, now: float) -> Pass:
     if oldest is None:
         return done  # at most one batch: it is kept
     used, capacity = disk_space(store.path)
-    # Bytes to free for the disk to be within the ratio (<= 0: no pressure).
-    over = used - reusable - capacity * store.disk_max_used_space_ratio / 100.0
+    rules = plan(
+        used=used - reusable,
+        capacity=capacity,
+        now=now,
+        manual=manual,
+        max_used_ratio=store.disk_max_used_space_ratio,
+        clean_forcibly_ratio=store.disk_space_clean_forcibly_ratio,
+        delete_when=store.delete_when,
+    )
+    # Batches stored before ``cutoff`` (ms) are expired; infinite hours: none ever is, and
+    # outside the delete hours of a cleaner's pass none is deleted for its age.
+    expiring = rules.expired and math.isfinite(reserved)
+    cutoff = int((now - reserved) * 1000) if expiring else -(2**63)
+    # Bytes to free whatever their age, for the disk to be within the forcible ratio.
+    over = rules.force_over
     if oldest >= cutoff and over <= 0:
         return done  # the usual pass: no write transaction at all
     while True:
@@ -193,6 +216,7 @@ def delete_expired(store: RetentionHost, now: float) -> Pass:
             bytes=done.bytes,
             expired=done.expired,
             disk_full=done.batches - done.expired,
+            expired_by=rules.reason or None,
             min_commitlog_offset=done.min_offset,
         )
     return done
@@ -271,7 +295,8 @@ def _delete_keys(txn: Any, env: Environment, view: Any, base: int, tprefix: byte
 
 
 class Cleaner:
-    """The cleaner thread: a retention pass every ``interval`` seconds at ``clock()``."""
+    """The cleaner thread: a scheduled retention pass every ``interval`` seconds at
+    ``clock()``."""
 
     def __init__(
         self,
@@ -295,7 +320,8 @@ class Cleaner:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self._store.delete_expired_files(None if self._clock is None else self._clock())
+                now = None if self._clock is None else self._clock()
+                self._store.delete_expired_files(now, scheduled=True)
             except Exception as exc:  # retention must never take the store down
                 log.error("lmdb_retention_failed", path=str(self._store.path), error=str(exc))
 

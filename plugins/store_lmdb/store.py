@@ -12,8 +12,8 @@ A ``read_only`` store reads one snapshot (a long-lived read transaction), a cons
 prefix of what the writer committed, until :meth:`LmdbStore.refresh` starts a new one.
 
 A writable store runs retention (:mod:`.retention`) on a cleaner thread every 10 seconds,
-with the mmap store's options and defaults (``file_reserved_time_hours``,
-``disk_max_used_space_ratio``).
+with the mmap store's options and defaults (``file_reserved_time_hours``, ``delete_when``,
+``disk_max_used_space_ratio``, ``disk_space_clean_forcibly_ratio``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from mqcore.plugins.store_lmdb import layout, retention, scan
 from mqcore.plugins.store_lmdb.environment import SLACK_PAGES, Environment, Syncer, corrupted
 from mqcore.record.layout import HEADER_SIZE, POS_STORE_TIMESTAMP
 from mqcore.record.prepared import Prepared, keys_of
+from mqcore.retentionrules import normalize_delete_when
 from mqcore.spans import RawSpans
 from mqcore.store import (
     DEFAULT_MAX_BYTES,
@@ -82,6 +83,8 @@ OPTIONS: dict[str, Any] = {
     "message_delay_level": DEFAULT_MESSAGE_DELAY_LEVEL,
     "file_reserved_time_hours": 72,
     "disk_max_used_space_ratio": 75,
+    "disk_space_clean_forcibly_ratio": 85,
+    "delete_when": "04",
     "check_crc_on_read": False,
 }
 
@@ -144,11 +147,19 @@ class LmdbStore:
         self.file_reserved_time_hours = _number(
             "file_reserved_time_hours", opts["file_reserved_time_hours"]
         )
-        #: Above this disk usage (percent), retention deletes the oldest batches regardless
-        #: of age (RocketMQ's diskMaxUsedSpaceRatio).
+        #: Above this disk usage (percent), the cleaner deletes expired batches at any hour
+        #: (RocketMQ's diskMaxUsedSpaceRatio).
         self.disk_max_used_space_ratio = _ratio(
             "disk_max_used_space_ratio", opts["disk_max_used_space_ratio"]
         )
+        #: Above this disk usage (percent), retention deletes the oldest batches regardless
+        #: of age (RocketMQ's diskSpaceCleanForciblyRatio).
+        self.disk_space_clean_forcibly_ratio = _ratio(
+            "disk_space_clean_forcibly_ratio", opts["disk_space_clean_forcibly_ratio"]
+        )
+        #: Hours (local time) in which the cleaner deletes expired batches, "HH;HH"
+        #: (RocketMQ's deleteWhen).
+        self.delete_when = normalize_delete_when(opts["delete_when"])
 
         self._lock = threading.RLock()
         self._closed = False
@@ -779,15 +790,19 @@ class LmdbStore:
 
     # -- retention ----------------------------------------------------------------------
 
-    def delete_expired_files(self, now: float | None = None) -> int:
-        """One retention pass (the cleaner thread runs one every 10 s); returns the number of
-        batches deleted. Named as the mmap store's method; LMDB deletes batches, not files.
+    def delete_expired_files(self, now: float | None = None, *, scheduled: bool = False) -> int:
+        """One retention pass; returns the number of batches deleted. Named as the mmap
+        store's method; LMDB deletes batches, not files. A direct call is a manual delete:
+        expired batches go at any hour. The cleaner thread runs a ``scheduled`` pass every
+        10 s, which deletes expired batches only in the ``delete_when`` hours or above
+        ``disk_max_used_space_ratio`` (see :mod:`mqcore.retentionrules`).
 
         ``now`` (seconds since the epoch, default the current time) is for tests.
         """
         if self._closed or self.read_only:
             return 0
-        return retention.delete_expired(self, time.time() if now is None else now).batches
+        now = time.time() if now is None else now
+        return retention.delete_expired(self, now, manual=not scheduled).batches
 
     # -- lifecycle ----------------------------------------------------------------------
 

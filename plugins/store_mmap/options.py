@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from mqcore.errors import InvalidArgumentError
+from mqcore.retentionrules import normalize_delete_when
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, FlushMode, parse_delay_levels
 
 __all__ = ["MAX_BODY_SIZE", "MIN_SEGMENT_SIZE", "MmapStoreOptions"]
@@ -57,7 +58,15 @@ class MmapStoreOptions:
     #: writers (0 = flush as soon as one waits, as RocketMQ's GroupCommitService)
     group_commit_delay_ms: float = attrs.field(default=1.0, validator=_at_least(0))
     file_reserved_time_hours: float = attrs.field(default=72, validator=_at_least(0))
+    #: Above this disk usage (percent) expired segments go at any hour, not only in the
+    #: ``delete_when`` hours (RocketMQ's ``diskMaxUsedSpaceRatio``).
     disk_max_used_space_ratio: float = attrs.field(default=75, validator=_ratio)
+    #: Above this disk usage (percent) the oldest segments go whatever their age (RocketMQ's
+    #: ``diskSpaceCleanForciblyRatio``).
+    disk_space_clean_forcibly_ratio: float = attrs.field(default=85, validator=_ratio)
+    #: Hours (local time) in which the cleaner deletes expired segments, "HH" or "HH;HH"
+    #: (RocketMQ's ``deleteWhen``).
+    delete_when: str = attrs.field(default="04", converter=normalize_delete_when)
     transient_store_pool: bool = attrs.field(default=False, converter=bool)
     #: Prefault commit-log pages ahead of the writer on a background thread (RocketMQ's
     #: ``warmMappedFileEnable``, also off by default): on kernels that map file pages in

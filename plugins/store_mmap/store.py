@@ -111,7 +111,10 @@ class MmapStore:
     - ``group_commit_delay_ms`` (1.0): SYNC_FLUSH, longest hold of a group commit for the
       usual number of concurrent writers to queue up (0: flush at once).
     - ``file_reserved_time_hours`` (72): retention of commit-log segments (by file mtime).
-    - ``disk_max_used_space_ratio`` (75): delete oldest segments while the disk is fuller.
+    - ``delete_when`` (``"04"``): hours in which the cleaner deletes expired segments.
+    - ``disk_max_used_space_ratio`` (75): above it, expired segments go at any hour.
+    - ``disk_space_clean_forcibly_ratio`` (85): above it, the oldest segments go whatever
+      their age (see :mod:`mqcore.retentionrules`).
     - ``transient_store_pool`` (False): write into memory buffers committed to the files by
       a background thread (ASYNC_FLUSH only; a crash loses up to 200 ms of puts).
     - ``index_hash_slots`` (5 000 000), ``index_max_entries`` (20 000 000): key index size.
@@ -983,19 +986,18 @@ class MmapStore:
 
     # --- retention --------------------------------------------------------------------
 
-    def delete_expired_files(self, now: float | None = None) -> int:
-        """Retention pass (the cleaner thread runs it every 10 s); returns segments deleted.
+    def delete_expired_files(self, now: float | None = None, *, scheduled: bool = False) -> int:
+        """Retention pass; returns segments deleted. A direct call is a manual delete:
+        expired segments go at any hour. The cleaner thread runs a ``scheduled`` pass every
+        10 s, which deletes expired segments only in the ``delete_when`` hours or above
+        ``disk_max_used_space_ratio`` (see :mod:`mqcore.retentionrules`).
 
         ``now`` (seconds since the epoch) is for tests.
         """
         if self._closed or self.read_only:
             return 0
-        opts = self.options
         count = retention.expired_count(
-            self._parts,
-            time.time() if now is None else now,
-            opts.file_reserved_time_hours,
-            opts.disk_max_used_space_ratio,
+            self._parts, time.time() if now is None else now, self.options, manual=not scheduled
         )
         if not count:
             return 0

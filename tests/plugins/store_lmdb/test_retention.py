@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from mqcore import Kernel, Message, errors
 from mqcore.plugins.store_lmdb import retention
@@ -40,6 +42,18 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     monkeypatch.setattr(store_module, "_now_ms", fake)
     monkeypatch.setattr(retention, "disk_space", lambda path: (0, 100))
     return fake
+
+
+def _hour(seconds: float) -> int:
+    """The local hour of ``seconds`` since the epoch (what delete_when is matched with)."""
+    return time.localtime(seconds).tm_hour
+
+
+def _at_hour(after: float, hour: int) -> float:
+    """The first ``hour``:30 local time after ``after`` (seconds since the epoch)."""
+    t = time.localtime(after)
+    at = time.mktime((t.tm_year, t.tm_mon, t.tm_mday, hour, 30, 0, 0, 0, -1))
+    return at if at >= after else at + 24 * 3600
 
 
 def _open(path: Path, **options: Any) -> Any:
@@ -84,7 +98,18 @@ def test_options_are_validated(tmp_path):
     with _open(tmp_path / "s") as store:
         assert store.file_reserved_time_hours == 72
         assert store.disk_max_used_space_ratio == 75
+        assert store.disk_space_clean_forcibly_ratio == 85
+        assert store.delete_when == "04"
+    with _open(tmp_path / "s", delete_when="4;16") as store:
+        assert store.delete_when == "04;16"
     for name, value in [
+        ("disk_space_clean_forcibly_ratio", 0),
+        ("disk_space_clean_forcibly_ratio", 100.5),
+        ("disk_space_clean_forcibly_ratio", None),
+        ("delete_when", "25"),
+        ("delete_when", "04;x"),
+        ("delete_when", -1),
+        ("delete_when", [4]),
         ("file_reserved_time_hours", -1),
         ("file_reserved_time_hours", "72"),
         ("file_reserved_time_hours", True),
@@ -199,19 +224,77 @@ def test_reserved_hours_option(tmp_path, clock):
         assert store.min_offset("R", 0) == 12
 
 
-def test_disk_pressure_deletes_regardless_of_age(store, clock, monkeypatch):
-    """Over disk_max_used_space_ratio, the oldest batches go until enough is freed."""
-    batch = len(store._env.begin().get(b"\0" * 8, db=store._env.log))
-    capacity = 1000 * batch
-    used = capacity * 75 // 100 + 5 * batch // 2  # two and a half batches over 75 %
+def _fake_disk(monkeypatch: pytest.MonkeyPatch, used: float, capacity: float) -> None:
     monkeypatch.setattr(retention, "disk_space", lambda path: (used, capacity))
     monkeypatch.setattr(retention, "reusable_bytes", lambda env, txn: 0)
-    # Nothing is expired (the newest batch is 1 h old), yet three batches go.
-    assert store.delete_expired_files(clock.seconds_after(6)) == 3
+
+
+def _batch_size(store: Any) -> int:
+    return len(store._env.begin().get(b"\0" * 8, db=store._env.log))
+
+
+def test_disk_above_the_forcible_ratio_deletes_regardless_of_age(store, clock, monkeypatch):
+    """Over disk_space_clean_forcibly_ratio, the oldest batches go until enough is freed."""
+    batch = _batch_size(store)
+    capacity = 1000 * batch
+    # Two and a half batches over 85 %.
+    _fake_disk(monkeypatch, capacity * 85 // 100 + 5 * batch // 2, capacity)
+    # Nothing is expired (the newest batch is 1 h old), yet three batches go, in the
+    # cleaner's pass too, at an hour that is not a delete hour.
+    now = _at_hour(clock.seconds_after(6), 10)
+    assert store.delete_expired_files(now, scheduled=True) == 3
     assert (store.min_offset("R", 0), store.min_offset("R", 1)) == (6, 3)
     # At a ratio the disk is within, nothing more goes.
-    store.disk_max_used_space_ratio = 80
+    store.disk_space_clean_forcibly_ratio = 90
+    assert store.delete_expired_files(now) == 0
+
+
+def test_disk_between_the_ratios_deletes_nothing_young(store, clock, monkeypatch):
+    """A disk at 78 % (over 75, under 85) deletes no batch younger than the reserved time,
+    whether the pass is manual or the cleaner's."""
+    batch = _batch_size(store)
+    capacity = 1000 * batch
+    _fake_disk(monkeypatch, capacity * 78 // 100, capacity)
     assert store.delete_expired_files(clock.seconds_after(6)) == 0
+    for hour in (4, 10):
+        assert (
+            store.delete_expired_files(_at_hour(clock.seconds_after(6), hour), scheduled=True) == 0
+        )
+    assert (store.min_offset("R", 0), store.min_offset("R", 1)) == (0, 0)
+
+
+def test_the_cleaner_deletes_expired_batches_in_the_delete_hours(store, clock):
+    """Under disk_max_used_space_ratio, the cleaner's pass deletes expired batches only in a
+    delete_when hour; a manual pass at any hour."""
+    # At T0 + 74.5 h the batches of hours 0..2 are older than 72 h.
+    now = clock.seconds_after(74.5)
+    other = (_hour(now) + 12) % 24
+    store.delete_when = f"{other:02d};{(other + 1) % 24:02d}"
+    assert store.delete_expired_files(now, scheduled=True) == 0
+    assert store.min_offset("R", 0) == 0
+    store.delete_when = f"{other:02d};{_hour(now):02d}"
+    assert store.delete_expired_files(now, scheduled=True) == 6
+    assert (store.min_offset("R", 0), store.min_offset("R", 1)) == (9, 9)
+    # A manual pass, at an hour that is no delete hour: the batches of hour 3 go too.
+    later = clock.seconds_after(75.5)
+    store.delete_when = f"{(_hour(later) + 12) % 24:02d}"
+    assert store.delete_expired_files(later) == 2
+    assert (store.min_offset("R", 0), store.min_offset("R", 1)) == (12, 12)
+
+
+def test_the_cleaner_deletes_expired_batches_at_any_hour_above_the_ratio(store, clock, monkeypatch):
+    """Over disk_max_used_space_ratio (and under the forcible one), the cleaner's pass
+    deletes the expired batches at any hour, and no young one."""
+    batch = _batch_size(store)
+    capacity = 1000 * batch
+    _fake_disk(monkeypatch, capacity * 78 // 100, capacity)
+    store.delete_when = str((_hour(clock.seconds_after(75.5)) + 12) % 24)
+    with capture_logs() as logs:
+        # At T0 + 75.5 h the batches of hours 0..3 are older than 72 h.
+        assert store.delete_expired_files(clock.seconds_after(75.5), scheduled=True) == 8
+    assert (store.min_offset("R", 0), store.min_offset("R", 1)) == (12, 12)
+    (event,) = [e for e in logs if e["event"] == "lmdb_retention_deleted"]
+    assert (event["expired"], event["disk_full"], event["expired_by"]) == (8, 0, "disk_ratio")
 
 
 def test_freed_pages_count_as_free_space(tmp_path, clock, monkeypatch):
@@ -225,7 +308,7 @@ def test_freed_pages_count_as_free_space(tmp_path, clock, monkeypatch):
         with store._env.begin() as txn:
             free = retention.reusable_bytes(store._env, txn)
         capacity = 1000 * batch
-        used = capacity * 75 // 100 + free + 3 * batch  # three batches over 75 %
+        used = capacity * 85 // 100 + free + 3 * batch  # three batches over 85 %
         monkeypatch.setattr(retention, "disk_space", lambda path: (used, capacity))
         assert store.delete_expired_files(clock.seconds_after(6)) == 3
         with store._env.begin() as txn:
@@ -269,7 +352,8 @@ def test_cleaner_thread_runs_and_stops_on_close(tmp_path, clock, monkeypatch):
     """The cleaner thread runs passes on its interval and clock; close joins it."""
     monkeypatch.setattr(retention, "CLEAN_INTERVAL", 0.02)
     monkeypatch.setattr(retention, "CLOCK", lambda: clock.seconds_after(1000))
-    store = _open(tmp_path / "s")
+    # The cleaner's passes delete expired batches in the delete hours: make it one.
+    store = _open(tmp_path / "s", delete_when=_hour(clock.seconds_after(1000)))
     try:
         _fill(store, clock)
         thread = store._cleaner._thread

@@ -11,8 +11,10 @@ from typing import Any
 
 import attrs
 import pytest
+from structlog.testing import capture_logs
 
 from mqcore import Kernel
+from mqcore.errors import InvalidArgumentError
 from mqcore.message import Message
 from mqcore.plugins.store_mmap import retention
 from mqcore.store import GetStatus
@@ -25,8 +27,36 @@ OPTIONS = {
     # The real disk is shared with other processes: only the tests that fake its usage
     # may trigger disk-pressure deletions.
     "disk_max_used_space_ratio": 100,
+    "disk_space_clean_forcibly_ratio": 100,
 }
 HOUR = 3600.0
+Usage = namedtuple("Usage", "total used free")
+
+
+def _fake_disk(monkeypatch: pytest.MonkeyPatch, used: int, capacity: int) -> None:
+    """The disk holding the store has ``used`` of ``capacity`` bytes in use. Its total is
+    larger, as on file systems that reserve blocks: those count as neither."""
+    monkeypatch.setattr(
+        retention.shutil,
+        "disk_usage",
+        lambda path: Usage(capacity + 10**9, used, capacity - used),
+    )
+
+
+def _at_hour(hour: int) -> float:
+    """Tomorrow at ``hour``:30 local time, in seconds since the epoch (what passes take)."""
+    t = time.localtime(time.time() + 24 * HOUR)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, hour, 30, 0, 0, 0, -1))
+
+
+def _rules(store: Any, **options: Any) -> None:
+    """RocketMQ's default ratios (75, 85) and delete hour (04) unless given otherwise."""
+    defaults = {
+        "disk_max_used_space_ratio": 75,
+        "disk_space_clean_forcibly_ratio": 85,
+        "delete_when": "04",
+    }
+    store.options = attrs.evolve(store.options, **{**defaults, **options})
 
 
 @pytest.fixture
@@ -107,21 +137,94 @@ def test_the_segment_being_written_is_never_deleted(store):
     assert store.get("R", 0, result[0].queue_offset).messages[0].body == b"later"
 
 
-def test_disk_pressure_deletes_regardless_of_age(store, monkeypatch):
-    """Over disk_max_used_space_ratio, the oldest segments go until usage is below it."""
-    files = store._parts.commitlog.files
-    usage = namedtuple("usage", "total used free")
-    total = 1000 * 4096
-    # 75 % of used + free is the limit; pretend to be two segments above it. ``total`` is
-    # larger than used + free, as on file systems that reserve blocks: those do not count.
-    used = int(total * 0.75) + 2 * 4096 - 1
-    monkeypatch.setattr(
-        retention.shutil, "disk_usage", lambda path: usage(total + 10**9, used, total - used)
-    )
-    store.options = attrs.evolve(store.options, disk_max_used_space_ratio=75)
-    assert retention.disk_used_ratio(store.path) > 75
+def test_disk_above_the_forcible_ratio_deletes_regardless_of_age(store, monkeypatch):
+    """Over disk_space_clean_forcibly_ratio, the oldest segments go until usage is within it."""
+    starts = [mf.file_from_offset for mf in store._parts.commitlog.files]
+    capacity = 1000 * 4096
+    # 85 % of used + free is the limit; pretend to be two segments above it.
+    _fake_disk(monkeypatch, capacity * 85 // 100 + 2 * 4096 - 1, capacity)
+    _rules(store)
+    assert retention.disk_used_ratio(store.path) > 85
     assert store.delete_expired_files() == 2
-    assert store._parts.commitlog.min_offset == files[2].file_from_offset
+    assert store._parts.commitlog.min_offset == starts[2]
+    # The cleaner's pass, at an hour that is not a delete hour, forces segments out too
+    # (the faked disk is as full as before).
+    _rules(store, delete_when="10")
+    assert store.delete_expired_files(_at_hour(3), scheduled=True) == 2
+    assert store._parts.commitlog.min_offset == starts[4]
+
+
+def test_disk_between_the_ratios_deletes_nothing_young(store, monkeypatch):
+    """A disk at 78 % (over 75, under 85) deletes no segment younger than the reserved time,
+    whether the pass is manual or the cleaner's."""
+    capacity = 1000 * 4096
+    _fake_disk(monkeypatch, capacity * 78 // 100, capacity)
+    _rules(store)
+    before = len(store._parts.commitlog.files)
+    assert store.delete_expired_files() == 0
+    assert store.delete_expired_files(_at_hour(10), scheduled=True) == 0
+    assert store.delete_expired_files(_at_hour(4), scheduled=True) == 0
+    assert len(store._parts.commitlog.files) == before
+    assert store.min_offset("R", 0) == 0
+
+
+def test_the_cleaner_deletes_expired_segments_in_the_delete_hours(store, monkeypatch):
+    """Under disk_max_used_space_ratio, the cleaner's pass deletes expired segments only in
+    a delete_when hour; a manual pass at any hour."""
+    capacity = 1000 * 4096
+    _fake_disk(monkeypatch, capacity // 2, capacity)
+    _rules(store, delete_when="04;16")
+    starts = [mf.file_from_offset for mf in store._parts.commitlog.files]
+    _age(store, 3, 100)
+    assert store.delete_expired_files(_at_hour(10), scheduled=True) == 0
+    assert store.delete_expired_files(_at_hour(3), scheduled=True) == 0
+    assert store._parts.commitlog.min_offset == starts[0]
+    assert store.delete_expired_files(_at_hour(16), scheduled=True) == 3
+    _age(store, 1, 100)
+    assert store.delete_expired_files(_at_hour(4), scheduled=True) == 1
+    _age(store, 1, 100)
+    assert store.delete_expired_files(_at_hour(10)) == 1  # manual
+    assert store._parts.commitlog.min_offset == starts[5]
+
+
+def test_the_cleaner_deletes_expired_segments_at_any_hour_above_the_ratio(store, monkeypatch):
+    """Over disk_max_used_space_ratio (and under the forcible one), the cleaner's pass
+    deletes the expired segments at any hour, and no young one."""
+    capacity = 1000 * 4096
+    _fake_disk(monkeypatch, capacity * 78 // 100, capacity)
+    _rules(store)
+    files = store._parts.commitlog.files
+    kept = files[3].file_from_offset
+    _age(store, 3, 100)
+    with capture_logs() as logs:
+        assert store.delete_expired_files(_at_hour(10), scheduled=True) == 3
+    assert store._parts.commitlog.min_offset == kept
+    expiring = [e for e in logs if e["event"] == "segment_expiring"]
+    assert [(e["reason"], e["expired_by"]) for e in expiring] == [("expired", "disk_ratio")] * 3
+
+
+def test_retention_options_are_validated(tmp_path):
+    """The ratios and delete_when have RocketMQ's defaults; wrong values fail at open."""
+    with Kernel(autoload=False).open_store("mmap", tmp_path / "s", segment_size=4096) as s:
+        assert s.options.disk_max_used_space_ratio == 75
+        assert s.options.disk_space_clean_forcibly_ratio == 85
+        assert s.options.delete_when == "04"
+    with Kernel(autoload=False).open_store(
+        "mmap", tmp_path / "s", segment_size=4096, delete_when=" 16;4 "
+    ) as s:
+        assert s.options.delete_when == "04;16"
+    for name, value in [
+        ("disk_space_clean_forcibly_ratio", 0),
+        ("disk_space_clean_forcibly_ratio", 101),
+        ("disk_space_clean_forcibly_ratio", "85"),
+        ("delete_when", "24"),
+        ("delete_when", "4am"),
+        ("delete_when", ""),
+        ("delete_when", 4.0),
+        ("delete_when", True),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=name):
+            Kernel(autoload=False).open_store("mmap", tmp_path / "bad", **{name: value})
 
 
 def test_reopen_after_retention_keeps_min_offsets(store, tmp_path):
@@ -146,9 +249,9 @@ def test_cleaner_thread_runs_and_stops_with_the_store(tmp_path, monkeypatch):
     calls = []
     real = retention.expired_count
 
-    def counting(parts: Any, now: float, *limits: float) -> int:
-        calls.append(now)
-        return real(parts, now, *limits)
+    def counting(parts: Any, now: float, options: Any, *, manual: bool = True) -> int:
+        calls.append(manual)
+        return real(parts, now, options, manual=manual)
 
     monkeypatch.setattr(retention, "expired_count", counting)
     with Kernel(autoload=False).open_store("mmap", tmp_path / "s", **OPTIONS) as s:
@@ -157,6 +260,7 @@ def test_cleaner_thread_runs_and_stops_with_the_store(tmp_path, monkeypatch):
         while not calls:
             assert time.monotonic() < deadline, "the cleaner never ran"
             time.sleep(0.01)
+    assert not calls[0]  # the cleaner's pass is a scheduled one, not a manual delete
     thread_names = [t.name for t in __import__("threading").enumerate()]
     assert "mqcore-mmap-clean" not in thread_names
 
