@@ -28,5 +28,6 @@ setup(
         speedups("mqcore.plugins._delay_timer", "plugins/_delay_timer.c"),
         speedups("mqcore.contrib.spark._arrow", "contrib/spark/_arrow.c"),
         speedups("mqcore.plugins.store_mmap._keyindex", "plugins/store_mmap/_keyindex.c"),
+        speedups("mqcore.plugins.store_mmap._put", "plugins/store_mmap/_put.c"),
     ]
 )

@@ -34,6 +34,7 @@ EXTENSIONS = {
     "timer": "mqcore.plugins._delay_timer",  # the timer wheel's enqueue loop and slots
     "spark": "mqcore.contrib.spark._arrow",  # the Spark source's columns, the sink's records
     "keyindex": "mqcore.plugins.store_mmap._keyindex",  # the mmap store's key-index entries
+    "storeput": "mqcore.plugins.store_mmap._put",  # the mmap store's records and units of a put
 }
 
 

@@ -90,15 +90,8 @@ class Dispatcher:
                     offsets += part
                     i += n
                 units = b"".join(map(_pack_unit, offsets, sizes, map(tags_code_of, prepared)))
-            if uniqs is not None or any(map(keys_of, prepared)):
-                keyed = [
-                    (topic, index_keys(keys, uniq), phys, store_ts)
-                    for keys, uniq, phys in zip(
-                        map(keys_of, prepared), uniqs or repeat(None), offsets, strict=False
-                    )
-                    if keys or uniq
-                ]
             cq.append_units(queue_offset, units)
+            keyed = _keyed(topic, prepared, uniqs, offsets, store_ts)
         # Keys last: recovery re-indexes what the index lags behind the queues.
         if keyed:
             if deferred is not None:
@@ -108,6 +101,26 @@ class Dispatcher:
         self.parts.last_store_ts = store_ts
         return offsets, end
 
+    def put_written(
+        self,
+        topic: str,
+        prepared: list[Any],
+        uniqs: list[str | None] | None,
+        offsets: list[int],
+        store_ts: int,
+        deferred: list[Keyed] | None = None,
+    ) -> None:
+        """Finish a batch whose records and units a put has written itself (see
+        :mod:`.fastput`): its index entries (into ``deferred`` when given, as
+        :meth:`put_batch` does) and the store's last store time."""
+        keyed = _keyed(topic, prepared, uniqs, offsets, store_ts)
+        if keyed:
+            if deferred is not None:
+                deferred += keyed
+            else:
+                self.parts.index.put_keys(keyed)
+        self.parts.last_store_ts = store_ts
+
     def from_log(self, *, index_after: int = -1, advice: str) -> LogDispatch:
         """A dispatch of records read back from the commit log, in log order.
 
@@ -116,6 +129,31 @@ class Dispatcher:
         (what to do about it).
         """
         return LogDispatch(self.parts, index_after, advice)
+
+
+def _keyed(
+    topic: str,
+    prepared: list[Any],
+    uniqs: list[str | None] | None,
+    offsets: list[int],
+    store_ts: int,
+) -> list[Keyed] | None:
+    """The index entries of a batch written at ``offsets`` (None when it has no key)."""
+    if len(prepared) == 1:
+        keys = prepared[0][10]
+        if not keys and not uniqs:
+            return None
+        found = index_keys(keys, uniqs[0] if uniqs else None)
+        return [(topic, found, offsets[0], store_ts)] if found else None
+    if uniqs is None and not any(map(keys_of, prepared)):
+        return None
+    return [
+        (topic, index_keys(keys, uniq), phys, store_ts)
+        for keys, uniq, phys in zip(
+            map(keys_of, prepared), uniqs or repeat(None), offsets, strict=False
+        )
+        if keys or uniq
+    ]
 
 
 class LogDispatch:

@@ -69,7 +69,7 @@ from mqcore.storecaps import LogPositions, PutRequest
 from mqcore.storekind import check_store_kind
 from mqcore.uniqkey import record_index_keys, uniq_ids
 
-from . import queueends, recovery, replica, retention
+from . import fastput, queueends, recovery, replica, retention
 from .checkpoint import StoreCheckpoint, create_abort_marker, remove_abort_marker
 from .consumequeue import ConsumeQueue
 from .dispatch import Dispatcher, Keyed
@@ -467,6 +467,17 @@ class MmapStore:
             cq.reserve(count)
         commitlog = parts.commitlog
         try:
+            # The common case in one C call (records and units); the Python path otherwise.
+            done = None
+            if topic != SCHEDULE_TOPIC:  # held messages take the reference path
+                done = fastput.append(
+                    commitlog, cq, prepared, total, queue_id, qoff, store_ts, self._store_host,
+                    born,
+                )  # fmt: skip
+            if done is not None:
+                offsets, end = done
+                self._dispatcher.put_written(topic, prepared, uniqs, offsets, store_ts, deferred)
+                return offsets, end, qoff, store_ts
             chunks = commitlog.put_batch(
                 prepared, total, queue_id, qoff, store_ts, self._store_host, born
             )

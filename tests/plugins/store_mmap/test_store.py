@@ -20,8 +20,9 @@ from mqcore.errors import (
     StoreLockedError,
 )
 from mqcore.message import Message
-from mqcore.plugins.store_mmap import MmapStore, indexfile, mappedfile
+from mqcore.plugins.store_mmap import MmapStore, fastput, indexfile, mappedfile
 from mqcore.plugins.store_mmap.consumequeue import ConsumeQueue
+from mqcore.plugins.store_mmap.dispatch import Dispatcher
 from mqcore.plugins.store_mmap.options import MAX_BODY_SIZE, MmapStoreOptions
 from mqcore.store import FlushMode, GetStatus
 from mqcore.storecaps import PutRequest
@@ -391,13 +392,20 @@ def test_put_many_waits_for_one_flush_in_sync_flush(opened, monkeypatch):
     assert [r.queue_offset for s in slots for r in s] == [0, 1] * 8
 
 
-def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch):
-    """An error that is not about one request (here an I/O error appending the third
-    request's units) fails the whole put_many: none of its requests stays stored."""
+@pytest.mark.parametrize("path", ["python", "c"])
+def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch, path):
+    """An error that is not about one request (here an I/O error dispatching the third
+    request: its units on the Python path, its index entries after the C write) fails the
+    whole put_many: none of its requests stays stored."""
+    if path == "c" and not fastput.SPEEDUPS:
+        pytest.skip("the C write of a put is not built or turned off")
     store = opened()
     store.put("T", 0, _msgs(1))
     calls = []
-    real = ConsumeQueue.append_unit
+    if path == "python":
+        monkeypatch.setattr(fastput, "_c", None)
+    cls, name = (ConsumeQueue, "append_unit") if path == "python" else (Dispatcher, "put_written")
+    real = getattr(cls, name)
 
     def failing(self: Any, *args: Any) -> Any:
         calls.append(1)
@@ -405,7 +413,7 @@ def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch):
             raise OSError(errno.EIO, "input/output error")
         return real(self, *args)
 
-    monkeypatch.setattr(ConsumeQueue, "append_unit", failing)
+    monkeypatch.setattr(cls, name, failing)
     with pytest.raises(OSError, match="input/output"):
         store.put_many([PutRequest("T", q % 2, _msgs(1, keys=f"io{q}")) for q in range(4)])
     monkeypatch.undo()

@@ -1,0 +1,220 @@
+/* Optional C write of an mmap store put (mqcore.plugins.store_mmap.fastput).
+ *
+ * append() does, in one call under the store's write lock, what CommitLog.put_batch,
+ * Dispatcher.put_batch and ConsumeQueue.append_unit(s) do for the common case of a put:
+ * the records of a prepared batch stamped straight into the free space of the commit log's
+ * current mapped segment (no intermediate bytes object), then their consume-queue units
+ * written into the queue's current file, each unit's tags code and offset before its size,
+ * so that another process reads it as free space until it is whole. The caller checked that
+ * nothing rolls (segment, queue file) and advances the Python counters itself; the Python
+ * path (codec.pack, append_units) is the reference and writes the same bytes.
+ */
+
+#include "speedups.h"
+
+/* Item ``i`` of a prepared list (borrowed), checked to be a tuple in Prepared's layout. */
+static PyObject *
+item_at(PyObject *prepared, Py_ssize_t i)
+{
+    PyObject *item = PyList_GET_ITEM(prepared, i);
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != P_FIELDS) {
+        PyErr_Format(PyExc_TypeError,
+                     "prepared item %zd is not a %d-field tuple from codec.prepare()", i,
+                     P_FIELDS);
+        return NULL;
+    }
+    PyObject *body = PyTuple_GET_ITEM(item, P_BODY);
+    PyObject *trailer = PyTuple_GET_ITEM(item, P_TRAILER);
+    if (!PyBytes_Check(body) || !PyBytes_Check(trailer)) {
+        PyErr_Format(PyExc_TypeError, "prepared item %zd: body and trailer must be bytes", i);
+        return NULL;
+    }
+    return item;
+}
+
+#define MIDDLE_SIZE (POS_BODY_LENGTH - POS_SYS_FLAG)
+
+PyDoc_STRVAR(append_doc,
+"append(segment, position, prepared, queue_id, queue_offset, commitlog_offset,\n"
+"       store_timestamp, store_ip, store_port, born_ip, born_port, queue_map,\n"
+"       queue_position) -> (offsets, end)\n\n"
+"Write the records of ``prepared`` into ``segment`` (a writable map) from ``position``\n"
+"(the record at commit-log offset ``commitlog_offset``), as codec.pack lays them out, then\n"
+"their 20-byte units into ``queue_map`` from byte ``queue_position``. Returns each record's\n"
+"commit-log offset and the offset just past the last. Raises ValueError, writing nothing,\n"
+"when either does not fit.");
+
+static PyObject *
+put_append(PyObject *self, PyObject *args)
+{
+    PyObject *seg_obj, *prepared, *cq_obj;
+    Py_ssize_t wpos, cq_pos;
+    int32_t queue_id, store_port, born_port;
+    long long qoff, phys, store_ts;
+    const char *store_ip, *born_ip;
+    Py_ssize_t store_ip_len, born_ip_len;
+    if (!PyArg_ParseTuple(args, "OnO!iLLLy#iy#iOn:append", &seg_obj, &wpos, &PyList_Type,
+                          &prepared, &queue_id, &qoff, &phys, &store_ts, &store_ip,
+                          &store_ip_len, &store_port, &born_ip, &born_ip_len, &born_port,
+                          &cq_obj, &cq_pos))
+        return NULL;
+    if (store_ip_len != 4 || born_ip_len != 4) {
+        PyErr_SetString(PyExc_ValueError, "append: host addresses must be 4 bytes (IPv4)");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(prepared);
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "append: nothing to write");
+        return NULL;
+    }
+    /* Check everything before writing anything: sizes, the shared header fields. */
+    long long total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = item_at(prepared, i);
+        int32_t size;
+        if (item == NULL || as_int32(PyTuple_GET_ITEM(item, P_SIZE), "record size", &size) < 0)
+            return NULL;
+        if ((Py_ssize_t)size != HEADER_SIZE + PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, P_BODY)) +
+                                    PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, P_TRAILER))) {
+            PyErr_Format(PyExc_ValueError,
+                         "prepared item %zd: record size %d does not match its body and "
+                         "trailer", i, (int)size);
+            return NULL;
+        }
+        total += size;
+    }
+    PyObject *first = PyList_GET_ITEM(prepared, 0);
+    int32_t sflag, recon;
+    int64_t born, ptx;
+    if (as_int32(PyTuple_GET_ITEM(first, P_SYS_FLAG), "sys flag", &sflag) < 0 ||
+        as_int64(PyTuple_GET_ITEM(first, P_BORN_TIMESTAMP), "born timestamp", &born) < 0 ||
+        as_int32(PyTuple_GET_ITEM(first, P_RECONSUME_TIMES), "reconsume times", &recon) < 0 ||
+        as_int64(PyTuple_GET_ITEM(first, P_PREPARED_TRANSACTION_OFFSET), "prepared offset",
+                 &ptx) < 0)
+        return NULL;
+    PyObject *offsets = PyList_New(n);
+    if (offsets == NULL)
+        return NULL;
+    Py_buffer seg, cq;
+    if (PyObject_GetBuffer(seg_obj, &seg, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(offsets);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(cq_obj, &cq, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&seg);
+        Py_DECREF(offsets);
+        return NULL;
+    }
+    if (wpos < 0 || cq_pos < 0 || (long long)wpos + total > (long long)seg.len ||
+        cq_pos + n * UNIT_SIZE > cq.len) {
+        PyErr_SetString(PyExc_ValueError, "append: the records or units do not fit their file");
+        goto fail;
+    }
+    /* Offsets and codes first (allocation, conversions): nothing is written if they fail. */
+    for (Py_ssize_t i = 0, at = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(prepared, i);
+        int32_t size, crc, flag;
+        int64_t code;
+        if (as_int32(PyTuple_GET_ITEM(item, P_SIZE), "record size", &size) < 0 ||
+            as_int32(PyTuple_GET_ITEM(item, P_BODY_CRC), "body CRC", &crc) < 0 ||
+            as_int32(PyTuple_GET_ITEM(item, P_FLAG), "flag", &flag) < 0 ||
+            as_int64(PyTuple_GET_ITEM(item, P_TAGS_CODE), "tags code", &code) < 0)
+            goto fail;
+        if (i > 0) {
+            /* One prepare() call shares these fields (codec.pack refuses a mixed list). */
+            int32_t s2, r2;
+            int64_t b2, p2;
+            if (as_int32(PyTuple_GET_ITEM(item, P_SYS_FLAG), "sys flag", &s2) < 0 ||
+                as_int64(PyTuple_GET_ITEM(item, P_BORN_TIMESTAMP), "born timestamp", &b2) < 0 ||
+                as_int32(PyTuple_GET_ITEM(item, P_RECONSUME_TIMES), "reconsume times", &r2) < 0 ||
+                as_int64(PyTuple_GET_ITEM(item, P_PREPARED_TRANSACTION_OFFSET), "prepared offset",
+                         &p2) < 0)
+                goto fail;
+            if (s2 != sflag || b2 != born || r2 != recon || p2 != ptx) {
+                PyErr_SetString(PyExc_ValueError,
+                                "append: the items of one prepare() call only");
+                goto fail;
+            }
+        }
+        PyObject *off = PyLong_FromLongLong(phys + at);
+        if (off == NULL)
+            goto fail;
+        PyList_SET_ITEM(offsets, i, off);
+        at += size;
+    }
+    unsigned char middle[MIDDLE_SIZE];
+#define M(pos) (middle + (pos) - POS_SYS_FLAG)
+    put_be32(M(POS_SYS_FLAG), (uint32_t)sflag);
+    put_be64(M(POS_BORN_TIMESTAMP), (uint64_t)born);
+    memcpy(M(POS_BORN_HOST), born_ip, 4);
+    put_be32(M(POS_BORN_HOST + 4), (uint32_t)born_port);
+    put_be64(M(POS_STORE_TIMESTAMP), (uint64_t)store_ts);
+    memcpy(M(POS_STORE_HOST), store_ip, 4);
+    put_be32(M(POS_STORE_HOST + 4), (uint32_t)store_port);
+    put_be32(M(POS_RECONSUME_TIMES), (uint32_t)recon);
+    put_be64(M(POS_PREPARED_TRANSACTION_OFFSET), (uint64_t)ptx);
+#undef M
+    /* The records, then the units: a unit never points at bytes not yet written. */
+    unsigned char *p = (unsigned char *)seg.buf + wpos;
+    long long at = phys;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(prepared, i);
+        PyObject *body = PyTuple_GET_ITEM(item, P_BODY);
+        PyObject *trailer = PyTuple_GET_ITEM(item, P_TRAILER);
+        Py_ssize_t body_len = PyBytes_GET_SIZE(body);
+        Py_ssize_t trailer_len = PyBytes_GET_SIZE(trailer);
+        Py_ssize_t size = HEADER_SIZE + body_len + trailer_len;
+        put_be32(p + POS_TOTAL_SIZE, (uint32_t)size);
+        put_be32(p + POS_MAGIC_CODE, MESSAGE_MAGIC_CODE);
+        put_be32(p + POS_BODY_CRC, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_BODY_CRC)));
+        put_be32(p + POS_QUEUE_ID, (uint32_t)queue_id);
+        put_be32(p + POS_FLAG, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_FLAG)));
+        put_be64(p + POS_QUEUE_OFFSET, (uint64_t)(qoff + i));
+        put_be64(p + POS_PHYSICAL_OFFSET, (uint64_t)at);
+        memcpy(p + POS_SYS_FLAG, middle, MIDDLE_SIZE);
+        put_be32(p + POS_BODY_LENGTH, (uint32_t)body_len);
+        memcpy(p + HEADER_SIZE, PyBytes_AS_STRING(body), (size_t)body_len);
+        memcpy(p + HEADER_SIZE + body_len, PyBytes_AS_STRING(trailer), (size_t)trailer_len);
+        p += size;
+        at += size;
+    }
+    unsigned char *u = (unsigned char *)cq.buf + cq_pos;
+    at = phys;
+    for (Py_ssize_t i = 0; i < n; i++, u += UNIT_SIZE) {
+        PyObject *item = PyList_GET_ITEM(prepared, i);
+        long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_SIZE));
+        long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_TAGS_CODE));
+        /* As ConsumeQueue.append_units: tags code, then offset, then size last. */
+        put_be64(u + UNIT_POS_TAGS_CODE, (uint64_t)code);
+        put_be64(u + UNIT_POS_OFFSET, (uint64_t)at);
+        put_be32(u + UNIT_POS_SIZE, (uint32_t)size);
+        at += size;
+    }
+    PyBuffer_Release(&cq);
+    PyBuffer_Release(&seg);
+    return Py_BuildValue("NL", offsets, at);
+fail:
+    PyBuffer_Release(&cq);
+    PyBuffer_Release(&seg);
+    Py_DECREF(offsets);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"append", put_append, METH_VARARGS, append_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "mqcore.plugins.store_mmap._put",
+    "C write of an mmap store put (optional; see fastput.py and codec.pack).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__put(void)
+{
+    return PyModule_Create(&module);
+}
