@@ -1,0 +1,202 @@
+"""The C write of a put (``fastput``, ``_put.c``) against the Python path it stands in for.
+
+The same puts go into two stores, one with the C write turned off: with a fixed clock the
+files they leave (commit log, consume queues, key index) are the same bytes, and everything
+reads back the same, before and after a reopen. Small segments, queue files and index files
+make the puts roll often, so both paths and the switches between them are exercised.
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mqcore import Kernel
+from mqcore.message import PROPERTY_UNIQ_KEY, Message
+from mqcore.plugins.store_mmap import fastput, indexfile
+from mqcore.plugins.store_mmap import store as store_module
+from mqcore.storecaps import PutRequest
+
+pytestmark = pytest.mark.skipif(
+    not fastput.SPEEDUPS, reason="the C write of a put is not built or turned off"
+)
+
+NOW_MS = 1_700_000_000_000
+_dirs = itertools.count()
+
+
+class _FixedClock:
+    """The store's and the index's clock, stopped: both paths stamp the same times."""
+
+    @staticmethod
+    def time_ns() -> int:
+        return NOW_MS * 1_000_000
+
+    @staticmethod
+    def time() -> float:
+        return NOW_MS / 1000
+
+
+_text = st.text(
+    st.characters(codec="utf-8", exclude_characters="\x00\x01\x02"), min_size=1, max_size=8
+)
+
+
+def _message(topic: str, spec: tuple[bytes, Any, Any, int | None, int]) -> Message:
+    body, tags, keys, uniq, flag = spec
+    msg = Message(topic=topic, body=body, tags=tags, keys=keys, flag=flag)
+    if uniq is not None:  # as a producer sets it (not a user property)
+        msg.properties[PROPERTY_UNIQ_KEY] = f"0A0B0C0D{uniq:024X}"
+    return msg
+
+
+#: A message's (body, tags, keys, unique id, flag), built for its put's topic
+messages = st.tuples(
+    st.binary(max_size=600),
+    st.none() | _text,
+    st.none() | st.lists(_text, min_size=1, max_size=3).map(" ".join),
+    st.none() | st.integers(0, 1 << 40),
+    st.integers(0, 3),
+)
+
+#: One put: (put_many?, [(topic, queue id, messages)])
+puts = st.tuples(
+    st.booleans(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T", "U", "Überall"]),
+            st.integers(0, 2),
+            st.lists(messages, min_size=1, max_size=5),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+
+options = st.fixed_dictionaries(
+    {
+        "segment_size": st.sampled_from([4096, 8192, 1 << 16]),
+        "consume_queue_units": st.sampled_from([3, 16, 1000]),
+        "index_hash_slots": st.sampled_from([7, 64]),
+        "index_max_entries": st.sampled_from([5, 256]),
+    }
+)
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    """Every file of the store's data directories, by relative path."""
+    found = {}
+    for sub in ("commitlog", "consumequeue", "index"):
+        for f in sorted((path / sub).rglob("*")):
+            if f.is_file():
+                found[str(f.relative_to(path))] = f.read_bytes()
+    return found
+
+
+def _run(path: Path, opts: dict[str, Any], ops: list[Any], c_write: Any) -> list[Any]:
+    """Open a store at ``path``, apply ``ops`` with the C write ``c_write`` (None: off)."""
+    fastput._c = c_write
+    results: list[Any] = []
+    store = Kernel(autoload=False).open_store("mmap", path, **opts)
+    try:
+        for many, requests in ops:
+            if many:
+                slots = store.put_many(
+                    [PutRequest(t, q, [_message(t, m) for m in ms]) for t, q, ms in requests]
+                )
+                results.append([s if isinstance(s, list) else repr(s) for s in slots])
+            else:
+                for t, q, ms in requests:
+                    results.append(store.put(t, q, [_message(t, m) for m in ms]))
+    finally:
+        store.close()
+    return results
+
+
+def _read_all(path: Path, opts: dict[str, Any], ops: list[Any]) -> list[Any]:
+    """Everything a reader sees: messages and raw bytes per queue, offsets, key lookups."""
+    seen: list[Any] = []
+    store = Kernel(autoload=False).open_store("mmap", path, **opts)
+    try:
+        for topic in store.topics():
+            for q in store.queue_ids(topic):
+                low, high = store.min_offset(topic, q), store.max_offset(topic, q)
+                got = store.get(topic, q, low, max_count=1000, max_bytes=1 << 30)
+                raw = store.get_raw(topic, q, low, max_count=1000, max_bytes=1 << 30)
+                seen.append((topic, q, low, high, got.status, got.next_offset))
+                seen.append(
+                    [
+                        (m.body, m.properties, m.queue_offset, m.commitlog_offset, m.msg_id)
+                        for m in got.messages
+                    ]
+                )
+                seen.append((raw.status, [bytes(r) for r in raw.records]))
+        keys = {
+            (t, k)
+            for _, requests in ops
+            for t, _, ms in requests
+            for m in map(partial(_message, t), ms)
+            for k in [*(m.keys or "").split(), m.properties.get(PROPERTY_UNIQ_KEY)]
+            if k
+        }
+        for topic, key in sorted(keys):
+            seen.append(sorted(m.commitlog_offset for m in store.lookup(topic, key, 1000)))
+    finally:
+        store.close()
+    return seen
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(opts=options, ops=st.lists(puts, min_size=1, max_size=8))
+def test_c_write_leaves_the_bytes_of_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opts: dict[str, Any], ops: list[Any]
+) -> None:
+    """Same puts, C write on and off: same results, same files, same reads, after a reopen."""
+    c_write = fastput._c
+    monkeypatch.setattr(store_module, "time", _FixedClock)
+    monkeypatch.setattr(indexfile, "time", _FixedClock)
+    monkeypatch.setattr(fastput, "_c", c_write)
+    n = next(_dirs)
+    py_path, c_path = tmp_path / f"py{n}", tmp_path / f"c{n}"
+    py_results = _run(py_path, opts, ops, None)
+    c_results = _run(c_path, opts, ops, c_write)
+    assert c_results == py_results
+    assert _files(c_path) == _files(py_path)
+    assert _read_all(c_path, opts, ops) == _read_all(py_path, opts, ops)
+    # Writing on after a reopen (where files are mapped again) still matches.
+    _run(py_path, opts, ops[:1], None)
+    _run(c_path, opts, ops[:1], c_write)
+    assert _files(c_path) == _files(py_path)
+
+
+def test_the_c_write_serves_a_common_put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A put that fits its segment and its queue file is written by the C call."""
+    calls: list[int] = []
+    real = fastput._c
+
+    class Counting:
+        @staticmethod
+        def append(*args: Any) -> Any:
+            calls.append(len(args[2]))
+            return real.append(*args)
+
+    monkeypatch.setattr(fastput, "_c", Counting)
+    store = Kernel(autoload=False).open_store("mmap", tmp_path / "s", segment_size=1 << 20)
+    try:
+        store.put("T", 0, [Message(topic="T", body=b"a")])  # a fresh segment: allocated
+        store.put("T", 0, [Message(topic="T", body=b"b"), Message(topic="T", body=b"c")])
+        store.put_many([PutRequest("T", 1, [Message(topic="T", body=b"d")])])
+        assert [m.body for m in store.get("T", 0, 0).messages] == [b"a", b"b", b"c"]
+    finally:
+        store.close()
+    assert calls == [1, 2, 1]
