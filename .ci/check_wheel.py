@@ -32,6 +32,7 @@ EXTENSIONS = (
     "mqcore/plugins/_delay_timer",
     "mqcore/contrib/spark/_arrow",
     "mqcore/plugins/store_mmap/_keyindex",
+    "mqcore/plugins/store_mmap/_put",
 )
 for ext in EXTENSIONS:
     if not any(n.startswith(f"{ext}.") and n.endswith((".so", ".pyd")) for n in names):
