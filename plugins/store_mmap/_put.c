@@ -12,11 +12,11 @@
 
 #include "speedups.h"
 
-/* Item ``i`` of a prepared list (borrowed), checked to be a tuple in Prepared's layout. */
+/* Item ``i`` of the prepared items (borrowed), checked to be a tuple in Prepared's layout. */
 static PyObject *
 item_at(PyObject *prepared, Py_ssize_t i)
 {
-    PyObject *item = PyList_GET_ITEM(prepared, i);
+    PyObject *item = PyTuple_GET_ITEM(prepared, i);
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != P_FIELDS) {
         PyErr_Format(PyExc_TypeError,
                      "prepared item %zd is not a %d-field tuple from codec.prepare()", i,
@@ -44,17 +44,22 @@ PyDoc_STRVAR(append_doc,
 "commit-log offset and the offset just past the last. Raises ValueError, writing nothing,\n"
 "when either does not fit.");
 
+static PyObject *write_all(PyObject *prepared, PyObject *seg_obj, Py_ssize_t wpos,
+                           int32_t queue_id, long long qoff, long long phys, long long store_ts,
+                           const char *store_ip, int32_t store_port, const char *born_ip,
+                           int32_t born_port, PyObject *cq_obj, Py_ssize_t cq_pos);
+
 static PyObject *
 put_append(PyObject *self, PyObject *args)
 {
-    PyObject *seg_obj, *prepared, *cq_obj;
+    PyObject *seg_obj, *given, *cq_obj;
     Py_ssize_t wpos, cq_pos;
     int32_t queue_id, store_port, born_port;
     long long qoff, phys, store_ts;
     const char *store_ip, *born_ip;
     Py_ssize_t store_ip_len, born_ip_len;
     if (!PyArg_ParseTuple(args, "OnO!iLLLy#iy#iOn:append", &seg_obj, &wpos, &PyList_Type,
-                          &prepared, &queue_id, &qoff, &phys, &store_ts, &store_ip,
+                          &given, &queue_id, &qoff, &phys, &store_ts, &store_ip,
                           &store_ip_len, &store_port, &born_ip, &born_ip_len, &born_port,
                           &cq_obj, &cq_pos))
         return NULL;
@@ -62,7 +67,24 @@ put_append(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "append: host addresses must be 4 bytes (IPv4)");
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(prepared);
+    /* A tuple of the items: nothing run by an allocation below (a finalizer) can change
+     * the list between the checks and the writes. */
+    PyObject *prepared = PyList_AsTuple(given);
+    if (prepared == NULL)
+        return NULL;
+    PyObject *result = write_all(prepared, seg_obj, wpos, queue_id, qoff, phys, store_ts,
+                                 store_ip, store_port, born_ip, born_port, cq_obj, cq_pos);
+    Py_DECREF(prepared);
+    return result;
+}
+
+static PyObject *
+write_all(PyObject *prepared, PyObject *seg_obj, Py_ssize_t wpos, int32_t queue_id,
+          long long qoff, long long phys, long long store_ts, const char *store_ip,
+          int32_t store_port, const char *born_ip, int32_t born_port, PyObject *cq_obj,
+          Py_ssize_t cq_pos)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(prepared);
     if (n == 0) {
         PyErr_SetString(PyExc_ValueError, "append: nothing to write");
         return NULL;
@@ -83,7 +105,7 @@ put_append(PyObject *self, PyObject *args)
         }
         total += size;
     }
-    PyObject *first = PyList_GET_ITEM(prepared, 0);
+    PyObject *first = PyTuple_GET_ITEM(prepared, 0);
     int32_t sflag, recon;
     int64_t born, ptx;
     if (as_int32(PyTuple_GET_ITEM(first, P_SYS_FLAG), "sys flag", &sflag) < 0 ||
@@ -112,7 +134,7 @@ put_append(PyObject *self, PyObject *args)
     }
     /* Offsets and codes first (allocation, conversions): nothing is written if they fail. */
     for (Py_ssize_t i = 0, at = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(prepared, i);
+        PyObject *item = PyTuple_GET_ITEM(prepared, i);
         int32_t size, crc, flag;
         int64_t code;
         if (as_int32(PyTuple_GET_ITEM(item, P_SIZE), "record size", &size) < 0 ||
@@ -158,7 +180,7 @@ put_append(PyObject *self, PyObject *args)
     unsigned char *p = (unsigned char *)seg.buf + wpos;
     long long at = phys;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(prepared, i);
+        PyObject *item = PyTuple_GET_ITEM(prepared, i);
         PyObject *body = PyTuple_GET_ITEM(item, P_BODY);
         PyObject *trailer = PyTuple_GET_ITEM(item, P_TRAILER);
         Py_ssize_t body_len = PyBytes_GET_SIZE(body);
@@ -181,7 +203,7 @@ put_append(PyObject *self, PyObject *args)
     unsigned char *u = (unsigned char *)cq.buf + cq_pos;
     at = phys;
     for (Py_ssize_t i = 0; i < n; i++, u += UNIT_SIZE) {
-        PyObject *item = PyList_GET_ITEM(prepared, i);
+        PyObject *item = PyTuple_GET_ITEM(prepared, i);
         long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_SIZE));
         long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_TAGS_CODE));
         /* As ConsumeQueue.append_units: tags code, then offset, then size last. */

@@ -17,10 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqcore import Kernel
+from mqcore import Kernel, codec
 from mqcore.message import PROPERTY_UNIQ_KEY, Message
 from mqcore.plugins.store_mmap import fastput, indexfile
 from mqcore.plugins.store_mmap import store as store_module
+from mqcore.record.unit import UNIT
 from mqcore.storecaps import PutRequest
 
 pytestmark = pytest.mark.skipif(
@@ -200,3 +201,56 @@ def test_the_c_write_serves_a_common_put(tmp_path: Path, monkeypatch: pytest.Mon
     finally:
         store.close()
     assert calls == [1, 2, 1]
+
+
+def _prepared(n: int) -> list[Any]:
+    return codec.prepare([Message(topic="T", body=b"b%d" % i) for i in range(n)], 1, topic="T")
+
+
+HOSTS = (b"\x7f\x00\x00\x01", 10911, b"\x7f\x00\x00\x01", 10911)
+
+
+@pytest.mark.parametrize(
+    "lie",
+    ["size", "not_a_tuple", "mixed", "segment_too_small", "queue_too_small", "empty"],
+)
+def test_the_c_write_refuses_what_does_not_hold_and_writes_nothing(lie: str) -> None:
+    """Lying sizes, foreign items, a batch of two prepare() calls or maps too small are
+    refused with nothing written."""
+    prepared = _prepared(3)
+    segment, units = bytearray(4096), bytearray(100)
+    if lie == "size":
+        prepared[1] = (prepared[1][0] + 1, *prepared[1][1:])
+    elif lie == "not_a_tuple":
+        prepared[2] = list(prepared[2])
+    elif lie == "mixed":
+        one = _prepared(1)[0]
+        prepared[2] = (*one[:6], 7, *one[7:])  # another born timestamp
+    elif lie == "segment_too_small":
+        segment = bytearray(sum(p[0] for p in prepared) - 1)
+    elif lie == "queue_too_small":
+        units = bytearray(3 * 20 - 1)
+    elif lie == "empty":
+        prepared = []
+    with pytest.raises((ValueError, TypeError)):
+        fastput._c.append(segment, 0, prepared, 0, 0, 0, 5, *HOSTS, units, 0)
+    assert not any(segment) and not any(units)
+
+
+def test_the_c_write_lays_records_out_as_codec_pack() -> None:
+    """The same arguments, told the truth, write codec.pack's records and their units."""
+    prepared = _prepared(3)
+    segment, units = bytearray(4096), bytearray(100)
+    offsets, end = fastput._c.append(segment, 10, prepared, 2, 7, 1000, 5, *HOSTS, units, 20)
+    packed = codec.pack(
+        prepared,
+        queue_id=2,
+        queue_offset=7,
+        commitlog_offset=1000,
+        store_timestamp=5,
+        store_host=(HOSTS[0], HOSTS[1]),
+    )
+    assert bytes(segment[10 : 10 + len(packed)]) == packed
+    assert end == 1000 + len(packed) and offsets[0] == 1000
+    want = b"".join(UNIT.pack(o, p[0], p[9]) for o, p in zip(offsets, prepared, strict=True))
+    assert bytes(units[20:80]) == want
