@@ -470,13 +470,20 @@ class MmapStore:
             # The common case in one C call (records and units); the Python path otherwise.
             done = None
             if topic != SCHEDULE_TOPIC:  # held messages take the reference path
+                # Its index entries too, unless the caller gathers them (put_many).
+                index = parts.index if deferred is None else None
                 done = fastput.append(
                     commitlog, cq, prepared, total, queue_id, qoff, store_ts, self._store_host,
-                    born,
+                    born, topic, uniqs, index,
                 )  # fmt: skip
             if done is not None:
                 offsets, end = done
-                self._dispatcher.put_written(topic, prepared, uniqs, offsets, store_ts, deferred)
+                if deferred is None:
+                    parts.last_store_ts = store_ts
+                else:
+                    self._dispatcher.put_written(
+                        topic, prepared, uniqs, offsets, store_ts, deferred
+                    )
                 return offsets, end, qoff, store_ts
             chunks = commitlog.put_batch(
                 prepared, total, queue_id, qoff, store_ts, self._store_host, born

@@ -192,15 +192,29 @@ def test_the_c_write_serves_a_common_put(tmp_path: Path, monkeypatch: pytest.Mon
             return real.append(*args)
 
     monkeypatch.setattr(fastput, "_c", Counting)
+    indexed: list[int] = []
+    put_keys = indexfile.IndexService.put_keys
+
+    def counted(self: Any, records: Any) -> int:
+        indexed.append(len(records))
+        return put_keys(self, records)
+
+    monkeypatch.setattr(indexfile.IndexService, "put_keys", counted)
     store = Kernel(autoload=False).open_store("mmap", tmp_path / "s", segment_size=1 << 20)
     try:
         store.put("T", 0, [Message(topic="T", body=b"a")])  # a fresh segment: allocated
         store.put("T", 0, [Message(topic="T", body=b"b"), Message(topic="T", body=b"c")])
         store.put_many([PutRequest("T", 1, [Message(topic="T", body=b"d")])])
+        # The first key creates the index file (the Python path); the next is the C call's.
+        store.put("T", 2, [Message(topic="T", body=b"e", keys="k1")])
+        store.put("T", 2, [Message(topic="T", body=b"f", keys="k2 k3")])
         assert [m.body for m in store.get("T", 0, 0).messages] == [b"a", b"b", b"c"]
+        assert [m.body for m in store.lookup("T", "k3")] == [b"f"]
+        assert [m.body for m in store.lookup("T", "k1")] == [b"e"]
     finally:
         store.close()
-    assert calls == [1, 2, 1]
+    assert calls == [1, 2, 1, 1]
+    assert indexed == [1]
 
 
 def _prepared(n: int) -> list[Any]:
@@ -241,7 +255,8 @@ def test_the_c_write_lays_records_out_as_codec_pack() -> None:
     """The same arguments, told the truth, write codec.pack's records and their units."""
     prepared = _prepared(3)
     segment, units = bytearray(4096), bytearray(100)
-    offsets, end = fastput._c.append(segment, 10, prepared, 2, 7, 1000, 5, *HOSTS, units, 20)
+    offsets, end, state = fastput._c.append(segment, 10, prepared, 2, 7, 1000, 5, *HOSTS, units, 20)
+    assert state is None
     packed = codec.pack(
         prepared,
         queue_id=2,
@@ -254,3 +269,38 @@ def test_the_c_write_lays_records_out_as_codec_pack() -> None:
     assert end == 1000 + len(packed) and offsets[0] == 1000
     want = b"".join(UNIT.pack(o, p[0], p[9]) for o, p in zip(offsets, prepared, strict=True))
     assert bytes(units[20:80]) == want
+
+
+def test_the_c_write_indexes_keys_as_py_put_entries() -> None:
+    """The index entries of the C write are py_put_entries' bytes and header values."""
+    prepared = _prepared(4)
+    keys = [["a", "Ünï", "\U0001f600"], None, [""], ["a", "0A0B0C0D" + "E" * 24]]
+    slots, limit = 5, 16
+    entries_at = indexfile.HEADER_SIZE + slots * 4
+    c_map = bytearray(entries_at + limit * indexfile.ENTRY_SIZE)
+    c_map[entries_at - 4 : entries_at] = b"\x00\x00\x00\x09"  # a stale slot head
+    py_map = bytearray(c_map)
+    segment, units = bytearray(4096), bytearray(100)
+    index = (c_map, "T", keys, slots, entries_at, limit, 3, 900, 4000, 950, 4000)
+    offsets, _, state = fastput._c.append(
+        segment, 0, prepared, 0, 0, 1000, 9000, *HOSTS, units, 0, index
+    )
+    records = [("T", k, o, 9000) for k, o in zip(keys, offsets, strict=True) if k]
+    want = indexfile.py_put_entries(
+        py_map, records, 0, -1, 950, slots, entries_at, limit, 3, 900, 4000, 950, 4000
+    )
+    assert c_map == py_map
+    count, new_slots, *ends = state
+    assert (count, new_slots, *ends) == (want[2], want[4], *want[5:])
+
+
+def test_the_c_write_refuses_index_entries_past_the_file() -> None:
+    """Entries that would fill the index file are refused with nothing written."""
+    prepared = _prepared(2)
+    entries_at = indexfile.HEADER_SIZE + 4
+    imap = bytearray(entries_at + 4 * indexfile.ENTRY_SIZE)
+    segment, units = bytearray(4096), bytearray(100)
+    index = (imap, "T", [["a", "b"], ["c"]], 1, entries_at, 4, 2, 0, 0, 0, 0)
+    with pytest.raises(ValueError, match="index"):
+        fastput._c.append(segment, 0, prepared, 0, 0, 0, 5, *HOSTS, units, 0, index)
+    assert not any(segment) and not any(units) and not any(imap)
