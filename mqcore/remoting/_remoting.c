@@ -347,17 +347,27 @@ static int int32_field(PyObject *v, long *out)
  * body) | None. ``frame`` is one frame without its total-length word. ``language`` is
  * LanguageCode's value. None: the frame is not a JSON header of the shape every client
  * writes, or is malformed: RemotingCommand.decode's Python code decides. */
+static PyObject *decode_json_at(const unsigned char *p, Py_ssize_t len);
+
 static PyObject *decode_json_frame(PyObject *self, PyObject *obj)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
         return NULL;
+    PyObject *result = decode_json_at((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* decode_json_frame's work on the ``len`` bytes at ``p`` (one frame without its total-length
+ * word), so a caller that holds the stream decodes a frame where it lies. */
+static PyObject *decode_json_at(const unsigned char *p, Py_ssize_t len)
+{
     PyObject *result = NULL, *values[K_OTHER] = {NULL};
-    const unsigned char *p = (const unsigned char *)view.buf;
-    if (view.len < 4 || p[0] != 0)
+    if (len < 4 || p[0] != 0)
         goto punt;
     Py_ssize_t header_len = (Py_ssize_t)(get_be32(p) & 0xFFFFFF);
-    if (header_len > view.len - 4)
+    if (header_len > len - 4)
         goto punt;
     Reader r = {p + 4, p + 4 + header_len, 0};
     if (!expect(&r, '{'))
@@ -437,9 +447,9 @@ static PyObject *decode_json_frame(PyObject *self, PyObject *obj)
         }
     }
     PyObject *body;
-    if (view.len > 4 + header_len) {
+    if (len > 4 + header_len) {
         body = PyBytes_FromStringAndSize((const char *)p + 4 + header_len,
-                                         view.len - 4 - header_len);
+                                         len - 4 - header_len);
         if (body == NULL)
             goto out;
     } else {
@@ -459,7 +469,6 @@ out:
     }
     for (int i = 0; i < K_OTHER; i++)
         Py_XDECREF(values[i]);
-    PyBuffer_Release(&view);
     return result;
 }
 
@@ -906,6 +915,57 @@ end:
     return out_frame(&o, rc, 0);
 }
 
+/* --- frames cut and decoded in one call ---------------------------------------------- */
+
+/* cut_decode(buf, pos, end, limit, items) -> int: cut() and decode_json_frame() in one pass
+ * over what one read brought. Each complete frame of buf[pos:end] is appended to ``items``
+ * as decode_json_frame's tuple, decoded where it lies in ``buf`` (no copy of the frame), or
+ * as the frame's bytes when that decoder leaves it to the reference; the return value is
+ * cut()'s. The reference is FrameDecoder.feed followed by RemotingCommand.decode. */
+static PyObject *cut_decode(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *items;
+    Py_ssize_t pos, end, limit;
+    if (!PyArg_ParseTuple(args, "OnnnO!:cut_decode", &obj, &pos, &end, &limit, &PyList_Type,
+                          &items))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (pos < 0 || end > view.len || pos > end) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError,
+                     "cut_decode: range %zd:%zd is outside the buffer of %zd bytes", pos, end,
+                     view.len);
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    while (end - pos >= 4) {
+        int32_t length = (int32_t)get_be32(p + pos);
+        if (length < 4 || (Py_ssize_t)length + 4 > limit) {
+            pos = -1 - pos;
+            break;
+        }
+        if (end - pos - 4 < length)
+            break;
+        const unsigned char *frame = p + pos + 4;
+        PyObject *item = decode_json_at(frame, length);
+        if (item == Py_None) {
+            Py_DECREF(item);
+            item = PyBytes_FromStringAndSize((const char *)frame, length);
+        }
+        if (item == NULL || PyList_Append(items, item) < 0) {
+            Py_XDECREF(item);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(item);
+        pos += 4 + (Py_ssize_t)length;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(pos);
+}
+
 static PyMethodDef methods[] = {
     {"cut", cut, METH_VARARGS,
      "cut(buf, pos, end, limit, frames) -> int: append buf[pos:end]'s complete frames to "
@@ -928,6 +988,9 @@ static PyMethodDef methods[] = {
      "encode_send_answer(code, language, version, opaque, remark, msg_id, queue_id, "
      "queue_offset, transaction_id) -> a single send's answer frame, or None when the Python "
      "encoder must write it (see mqcore.remoting.send_answer)."},
+    {"cut_decode", cut_decode, METH_VARARGS,
+     "cut_decode(buf, pos, end, limit, items) -> int: cut(), each frame appended as "
+     "decode_json_frame's tuple or, when that is None, as the frame's bytes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,8 @@ buffered, as RocketMQ refuses frames over 16 MiB.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from mqcore import speedups
 from mqcore.errors import ProtocolError
@@ -18,6 +20,10 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024  # RocketMQ's com.rocketmq.remoting.fr
 _LENGTH = struct.Struct(">i")
 _MIN_LENGTH = 4  # the header-length word
 _speedups = speedups.load("remoting")
+_c_cut_decode = None if _speedups is None else getattr(_speedups, "cut_decode", None)
+
+#: What :meth:`FrameDecoder._feed` cuts with: (buffer, start, end, out list) -> next start.
+_Cutter = Callable[[Any, int, int, list[Any]], int]
 
 
 class FrameDecoder:
@@ -48,12 +54,31 @@ class FrameDecoder:
         :raises ProtocolError: a length word is negative, below the minimum or over
             ``max_frame_size``; the stream cannot be resynchronised after that.
         """
+        return self._feed(data, self._cut)
+
+    def feed_decoded(self, data: bytes | bytearray | memoryview) -> list[Any]:
+        """:meth:`feed`, with the headers decoded in the same pass where C can.
+
+        Each complete frame comes as the tuple of
+        :meth:`~mqcore.remoting.command.RemotingCommand.decode`'s C reader (code, language,
+        version, opaque, flag, remark, ext_fields, body), read where the frame lies in
+        ``data``, or as the frame's bytes when that reader leaves it to the Python reference
+        (and always without the speedups): whoever serves a bytes frame decodes it with
+        ``RemotingCommand.decode``, which decides and words any error.
+
+        :raises ProtocolError: as :meth:`feed`.
+        """
+        if _c_cut_decode is None:
+            return self._feed(data, self._cut)
+        return self._feed(data, self._cut_decode)
+
+    def _feed(self, data: bytes | bytearray | memoryview, cut: _Cutter) -> list[Any]:
         if self._pos == len(self._buf):
             # Nothing buffered (the common case): cut frames straight from ``data`` and keep
             # only an incomplete tail, so each byte is copied once, not twice.
-            frames: list[bytes] = []
+            frames: list[Any] = []
             self._buf.clear()
-            self._pos = self._cut(data, 0, len(data), frames)
+            self._pos = cut(data, 0, len(data), frames)
             if self._pos < len(data):
                 self._buf += data[self._pos :]
             self._pos = 0
@@ -61,7 +86,7 @@ class FrameDecoder:
         buf = self._buf
         buf += data
         frames = []
-        pos = self._cut(buf, self._pos, len(buf), frames)
+        pos = cut(buf, self._pos, len(buf), frames)
         # Drop consumed bytes in one go, not per frame (a batch of small frames stays linear).
         if pos == len(buf):
             buf.clear()
@@ -86,6 +111,16 @@ class FrameDecoder:
                 return int(pos)
             pos = -1 - pos
         return self._py_cut(buf, pos, end, frames)
+
+    def _cut_decode(
+        self, buf: bytes | bytearray | memoryview, pos: int, end: int, items: list[Any]
+    ) -> int:
+        """:meth:`_cut` with each frame decoded where C can (see :meth:`feed_decoded`)."""
+        assert _c_cut_decode is not None
+        pos = _c_cut_decode(buf, pos, end, self.max_frame_size, items)
+        if pos >= 0:
+            return int(pos)
+        return self._py_cut(buf, -1 - pos, end, items)  # raises at the bad length word
 
     def _py_cut(
         self, buf: bytes | bytearray | memoryview, pos: int, end: int, frames: list[bytes]

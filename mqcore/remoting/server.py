@@ -53,6 +53,7 @@ __all__ = ["RemotingProcessor", "RemotingServer", "ServerConnection", "event_loo
 log = get_logger(__name__)
 
 _READ_BUFFER = 256 * 1024  # what one read of a connection takes at most
+_LANGUAGES = tuple(LanguageCode)  # by value, as FrameDecoder.feed_decoded gives the language
 
 ProcessResult = (
     RemotingCommand
@@ -159,21 +160,36 @@ class ServerConnection(asyncio.BufferedProtocol):
     def data_received(self, data: bytes | memoryview) -> None:
         self.last_active = time.monotonic()
         try:
-            frames = self._decoder.feed(data)
+            # Frames cut and their headers decoded in one pass (C); a frame left as bytes is
+            # decoded by the reference in _frame_received.
+            items = self._decoder.feed_decoded(data)
         except ProtocolError as exc:
             log.info("remoting_bad_frame", peer=self.remote_address, error=str(exc))
             self._abort()
+            return
+        if not items:
             return
         # Answers made while these frames are served leave in one write at the end, without
         # waiting for the loop's next turn (a flush scheduled meanwhile then finds nothing).
         self._flush_scheduled = True
         try:
-            for frame in frames:
+            for item in items:
                 if self._closed:
                     return
-                self._frame_received(frame)
+                if item.__class__ is tuple:
+                    code, language, version, opaque, flag, remark, ext, body = item
+                    self._command_received(
+                        RemotingCommand(
+                            code, _LANGUAGES[language], version, opaque, flag, remark, ext, body
+                        )
+                    )
+                else:
+                    self._frame_received(item)
         finally:
-            self._flush()
+            if self._out:
+                self._flush()
+            else:  # every answer is still to come (a gathered group's, a worker's)
+                self._flush_scheduled = False
 
     def pause_writing(self) -> None:
         # The client reads slower than it asks: stop reading its requests until it catches up.
@@ -217,7 +233,10 @@ class ServerConnection(asyncio.BufferedProtocol):
             answer.serialize_type = SerializeType(kind) if kind in (0, 1) else SerializeType.JSON
             self._write(answer)
             return
-        if cmd.is_response:
+        self._command_received(cmd)
+
+    def _command_received(self, cmd: RemotingCommand) -> None:
+        if cmd.flag & FLAG_RESPONSE:
             fut = self._pending.pop(cmd.opaque, None)
             if fut is not None:
                 settle(fut, cmd)

@@ -22,6 +22,7 @@ _c = speedups.load("remoting")
 pytestmark = pytest.mark.skipif(_c is None, reason="the remoting speedups are not in use")
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
+INT16 = st.integers(-(2**15), 2**15 - 1)  # code and version in a binary header
 # Text as clients write it: any code point but the surrogates (which JSON carries as escapes
 # the C reader leaves to the reference); control characters included (property separators).
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
@@ -302,3 +303,90 @@ def test_a_command_of_strings_is_written_in_c() -> None:
     )
     assert head is not None and (head, b"x") == cmd.py_encode_parts()
     assert RemotingCommand.decode(cmd.encode()[4:]) == cmd
+
+
+# -- frames cut and decoded in one pass (FrameDecoder.feed_decoded) ------------------------------
+
+
+def command_of(item: tuple[Any, ...] | bytes) -> tuple[str, Any]:
+    """What a server makes of one item of ``feed_decoded``: the command, or the reference's
+    refusal of a frame left as bytes."""
+    if isinstance(item, tuple):
+        code, language, version, opaque, flag, remark, ext, body = item
+        return "ok", RemotingCommand(
+            code, list(LanguageCode)[language], version, opaque, flag, remark, ext, body
+        )
+    return reference_command(item)
+
+
+def reference_command(frame: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", RemotingCommand.py_decode(frame)
+    except ProtocolError as exc:
+        return "error", str(exc)
+
+
+def a_frame() -> st.SearchStrategy[bytes]:
+    """Frames of every kind a server meets: JSON commands as clients write them, binary
+    headers, damaged headers and bare bytes."""
+    command = st.builds(
+        RemotingCommand,
+        code=INT16,
+        language=st.sampled_from(LanguageCode),
+        version=INT16,
+        opaque=INT32,
+        flag=INT32,
+        remark=st.none() | TEXT,
+        ext_fields=st.none() | st.dictionaries(TEXT, TEXT, max_size=4),
+        body=st.none() | st.binary(min_size=1, max_size=64),
+        serialize_type=st.sampled_from(SerializeType),
+    )
+    whole = command.map(lambda cmd: cmd.encode()[4:])
+    damaged = st.tuples(whole, st.integers(0, 200), st.binary(min_size=1, max_size=3)).map(
+        lambda t: t[0][: t[1] % len(t[0])] + t[2] + t[0][t[1] % len(t[0]) + len(t[2]) :]
+    )
+    return whole | damaged | st.binary(min_size=4, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frames=st.lists(a_frame(), max_size=8),
+    cuts=st.lists(st.integers(0, 2000), max_size=6),
+    bad=st.none() | st.integers(-(2**31), 3),
+)
+def test_frames_cut_and_decoded_in_one_pass_match_the_reference(
+    frames: list[bytes], cuts: list[int], bad: int | None
+) -> None:
+    """Any stream fed in any pieces: feed_decoded gives the commands (and refusals) the
+    reference cut and decode give, and refuses a bad length word with the same words."""
+    data = stream_of(frames) + (struct.pack(">i", bad) if bad is not None else b"")
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    pieces = [data[a:b] for a, b in itertools.pairwise(points)]
+
+    def run(decoder: FrameDecoder, decoded: bool) -> tuple[list[tuple[str, Any]], str | None]:
+        out: list[tuple[str, Any]] = []
+        try:
+            for piece in pieces:
+                if decoded:
+                    out += [command_of(item) for item in decoder.feed_decoded(memoryview(piece))]
+                else:
+                    out += [reference_command(frame) for frame in decoder.feed(piece)]
+        except ProtocolError as exc:
+            return out, str(exc)
+        return out, None
+
+    expected = run(ReferenceDecoder(), decoded=False)
+    assert run(FrameDecoder(), decoded=True) == expected
+
+
+def test_cut_decode_reads_json_frames_in_place_and_leaves_the_rest_as_bytes() -> None:
+    json_frame = RemotingCommand(10, opaque=7, ext_fields={"a": "b"}, body=b"xyz").encode()[4:]
+    binary = RemotingCommand(10, serialize_type=SerializeType.ROCKETMQ).encode()[4:]
+    data = bytearray(stream_of([json_frame, binary]) + struct.pack(">i", 2))
+    items: list[Any] = []
+    where = _c.cut_decode(data, 0, len(data), 1024, items)  # type: ignore[union-attr]
+    assert where == -1 - (len(data) - 4)  # the bad length word is the reference's to refuse
+    assert items[0] == _c.decode_json_frame(json_frame)  # type: ignore[union-attr]
+    assert items[1] == binary
+    with pytest.raises(ValueError, match="outside the buffer"):
+        _c.cut_decode(data, 0, len(data) + 1, 1024, [])  # type: ignore[union-attr]
