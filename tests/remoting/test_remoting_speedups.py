@@ -134,6 +134,9 @@ def test_damaged_frames_are_refused_or_read_as_the_reference(data: st.DataObject
     not give."""
     cmd = RemotingCommand(
         data.draw(INT32),
+        # Drawn, not the next opaque: a counter's value would change the frame's length
+        # between a case and its replay, which Hypothesis refuses as flaky.
+        opaque=data.draw(INT32),
         remark=data.draw(st.none() | TEXT),
         ext_fields=data.draw(st.dictionaries(TEXT, TEXT, max_size=3)),
         body=data.draw(st.binary(max_size=8)) or None,
