@@ -70,7 +70,16 @@ class FrameDecoder:
         """
         if _c_cut_decode is None:
             return self._feed(data, self._cut)
-        return self._feed(data, self._cut_decode)
+        if self._buf:  # the start of a frame is buffered
+            return self._feed(data, self._cut_decode)
+        # Nothing buffered (then _pos is 0 too): _feed's first case, without its calls.
+        items: list[Any] = []
+        pos = _c_cut_decode(data, 0, len(data), self.max_frame_size, items)
+        if pos < 0:
+            self._py_cut(data, -1 - pos, len(data), items)  # raises at the bad length word
+        elif pos < len(data):
+            self._buf += data[pos:]
+        return items
 
     def _feed(self, data: bytes | bytearray | memoryview, cut: _Cutter) -> list[Any]:
         if self._pos == len(self._buf):

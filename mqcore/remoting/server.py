@@ -172,19 +172,26 @@ class ServerConnection(asyncio.BufferedProtocol):
         # Answers made while these frames are served leave in one write at the end, without
         # waiting for the loop's next turn (a flush scheduled meanwhile then finds nothing).
         self._flush_scheduled = True
+        dispatch = self._server._dispatch
         try:
             for item in items:
                 if self._closed:
                     return
-                if item.__class__ is tuple:
-                    code, language, version, opaque, flag, remark, ext, body = item
-                    self._command_received(
-                        RemotingCommand(
-                            code, _LANGUAGES[language], version, opaque, flag, remark, ext, body
-                        )
-                    )
-                else:
+                if item.__class__ is not tuple:
                     self._frame_received(item)
+                    continue
+                # _command_received, inlined: this is the path of every request a client of
+                # the usual shape sends.
+                code, language, version, opaque, flag, remark, ext, body = item
+                cmd = RemotingCommand(
+                    code, _LANGUAGES[language], version, opaque, flag, remark, ext, body
+                )
+                if flag & FLAG_RESPONSE:
+                    self._answer_received(cmd)
+                    continue
+                self.language, self.version = cmd.language, version
+                self.serialize_type = SerializeType.JSON
+                dispatch(cmd, self)
         finally:
             if self._out:
                 self._flush()
@@ -237,9 +244,7 @@ class ServerConnection(asyncio.BufferedProtocol):
 
     def _command_received(self, cmd: RemotingCommand) -> None:
         if cmd.flag & FLAG_RESPONSE:
-            fut = self._pending.pop(cmd.opaque, None)
-            if fut is not None:
-                settle(fut, cmd)
+            self._answer_received(cmd)
             return
         self.language, self.version, self.serialize_type = (
             cmd.language,
@@ -247,6 +252,12 @@ class ServerConnection(asyncio.BufferedProtocol):
             cmd.serialize_type,
         )
         self._server._dispatch(cmd, self)
+
+    def _answer_received(self, cmd: RemotingCommand) -> None:
+        """A client's answer to a request of the server's (request_future)."""
+        fut = self._pending.pop(cmd.opaque, None)
+        if fut is not None:
+            settle(fut, cmd)
 
     def _reply(self, request: RemotingCommand, result: Any) -> None:
         """On the loop: send ``result`` (whatever ``process`` gave) as the answer."""
