@@ -9,7 +9,7 @@ write is ``mqcore/record/record.h``.
 
 from setuptools import Extension, setup
 
-HEADERS = ["mqcore/speedups.h", "mqcore/record/record.h"]
+HEADERS = ["mqcore/speedups.h", "mqcore/record/record.h", "plugins/store_mmap/keyhash.h"]
 
 
 def speedups(name: str, source: str) -> Extension:

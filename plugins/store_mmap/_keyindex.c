@@ -10,45 +10,12 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "keyhash.h"
+
 #define HEADER_SIZE 40
 #define SLOT_SIZE 4
 #define ENTRY_SIZE 20
 #define INT_MAX32 0x7FFFFFFFLL
-
-static inline uint32_t
-fold(uint32_t h, PyObject *text)
-{
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *p = (const Py_UCS1 *)data;
-        for (Py_ssize_t i = 0; i < n; i++)
-            h = 31u * h + p[i];
-        return h;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 cp = PyUnicode_READ(kind, data, i);
-        if (cp > 0xFFFF) { /* a surrogate pair in UTF-16, as Java's String holds it */
-            cp -= 0x10000;
-            h = 31u * h + (uint32_t)(0xD800 + (cp >> 10));
-            h = 31u * h + (uint32_t)(0xDC00 + (cp & 0x3FF));
-        }
-        else {
-            h = 31u * h + (uint32_t)cp;
-        }
-    }
-    return h;
-}
-
-static inline int32_t
-finish(uint32_t h)
-{
-    int32_t s = (int32_t)h;
-    if (s == INT32_MIN)
-        return 0;
-    return s < 0 ? -s : s;
-}
 
 static inline void
 put_be32(unsigned char *p, uint32_t v)
@@ -79,9 +46,9 @@ key_hash(PyObject *self, PyObject *args)
     PyObject *topic, *key;
     if (!PyArg_ParseTuple(args, "UU:key_hash", &topic, &key))
         return NULL;
-    uint32_t h = fold(0, topic);
+    uint32_t h = keyhash_fold(0, topic);
     h = 31u * h + '#';
-    return PyLong_FromLong(finish(fold(h, key)));
+    return PyLong_FromLong(keyhash_finish(keyhash_fold(h, key)));
 }
 
 PyDoc_STRVAR(key_hash_doc,
@@ -165,10 +132,10 @@ put_entries(PyObject *self, PyObject *args)
                 begin_ts = ts;
             }
             if (!hashed) {
-                head = 31u * fold(0, topic) + '#';
+                head = 31u * keyhash_fold(0, topic) + '#';
                 hashed = 1;
             }
-            int32_t h = finish(fold(head, key));
+            int32_t h = keyhash_finish(keyhash_fold(head, key));
             unsigned char *slot = mm + HEADER_SIZE + ((long long)h % slots) * SLOT_SIZE;
             long long prev = get_be32(slot);
             if (prev <= 0 || prev >= count) {

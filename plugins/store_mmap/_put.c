@@ -11,6 +11,7 @@
  */
 
 #include "speedups.h"
+#include "keyhash.h"
 
 /* Item ``i`` of the prepared items (borrowed), checked to be a tuple in Prepared's layout. */
 static PyObject *
@@ -277,33 +278,6 @@ fail:
 
 /* --- the key index entries of a put (indexfile.py_put_entries, _keyindex.c) --- */
 
-/* Java's String.hashCode folded over ``text`` (UTF-16 code units), from ``h``. */
-static inline uint32_t
-fold(uint32_t h, PyObject *text)
-{
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *p = (const Py_UCS1 *)data;
-        for (Py_ssize_t i = 0; i < n; i++)
-            h = 31u * h + p[i];
-        return h;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 cp = PyUnicode_READ(kind, data, i);
-        if (cp > 0xFFFF) { /* a surrogate pair in UTF-16, as Java's String holds it */
-            cp -= 0x10000;
-            h = 31u * h + (uint32_t)(0xD800 + (cp >> 10));
-            h = 31u * h + (uint32_t)(0xDC00 + (cp & 0x3FF));
-        }
-        else {
-            h = 31u * h + (uint32_t)cp;
-        }
-    }
-    return h;
-}
-
 /* Check the keys: a list per record (or None), of str. Returns the number of entries. */
 static Py_ssize_t
 count_keys(PyObject *keys, Py_ssize_t n)
@@ -338,7 +312,7 @@ static void
 write_entries(unsigned char *mm, PyObject *topic, PyObject *keys, PyObject *offsets,
               long long ts, long long slots, long long entries_at, IndexState *st)
 {
-    uint32_t head = 31u * fold(0, topic) + '#';
+    uint32_t head = 31u * keyhash_fold(0, topic) + '#';
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); i++) {
         PyObject *ks = PyList_GET_ITEM(keys, i);
         if (ks == Py_None)
@@ -352,8 +326,7 @@ write_entries(unsigned char *mm, PyObject *topic, PyObject *keys, PyObject *offs
                 st->begin_phy = phy;
                 st->begin_ts = ts;
             }
-            int32_t h = (int32_t)fold(head, key);
-            h = h == INT32_MIN ? 0 : (h < 0 ? -h : h);
+            int32_t h = keyhash_finish(keyhash_fold(head, key));
             unsigned char *slot = mm + INDEX_HEADER_SIZE_ + ((long long)h % slots) * SLOT_SIZE_;
             long long prev = (int32_t)get_be32(slot);
             if (prev <= 0 || prev >= st->count) {
