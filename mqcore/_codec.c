@@ -56,7 +56,6 @@ static int item_size(PyObject *item, Py_ssize_t i, int32_t *size)
 }
 
 /* The 48 header bytes a batch shares: sys flag .. prepared-transaction offset. */
-#define MIDDLE_SIZE (POS_BODY_LENGTH - POS_SYS_FLAG)
 
 PyDoc_STRVAR(pack_doc,
 "pack(prepared, queue_id, queue_offset, commitlog_offset, store_timestamp, store_ip,\n"
@@ -101,17 +100,8 @@ static PyObject *speedups_pack(PyObject *self, PyObject *args)
         as_int32(PyTuple_GET_ITEM(first, P_RECONSUME_TIMES), "reconsume times", &recon) < 0 ||
         as_int64(PyTuple_GET_ITEM(first, P_PREPARED_TRANSACTION_OFFSET), "prepared offset", &ptx) < 0)
         return NULL;
-#define M(pos) (middle + (pos) - POS_SYS_FLAG) /* where a header field lies in the middle */
-    put_be32(M(POS_SYS_FLAG), (uint32_t)sflag);
-    put_be64(M(POS_BORN_TIMESTAMP), (uint64_t)born);
-    memcpy(M(POS_BORN_HOST), born_ip, 4);
-    put_be32(M(POS_BORN_HOST + 4), (uint32_t)born_port);
-    put_be64(M(POS_STORE_TIMESTAMP), (uint64_t)store_ts);
-    memcpy(M(POS_STORE_HOST), store_ip, 4);
-    put_be32(M(POS_STORE_HOST + 4), (uint32_t)store_port);
-    put_be32(M(POS_RECONSUME_TIMES), (uint32_t)recon);
-    put_be64(M(POS_PREPARED_TRANSACTION_OFFSET), (uint64_t)ptx);
-#undef M
+    record_middle(middle, sflag, born, born_ip, born_port, store_ts, store_ip, store_port, recon,
+                  ptx);
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
         return NULL;
@@ -137,17 +127,8 @@ static PyObject *speedups_pack(PyObject *self, PyObject *args)
             Py_DECREF(out);
             return NULL;
         }
-        put_be32(p + POS_TOTAL_SIZE, (uint32_t)size);
-        put_be32(p + POS_MAGIC_CODE, (uint32_t)magic);
-        put_be32(p + POS_BODY_CRC, (uint32_t)crc);
-        put_be32(p + POS_QUEUE_ID, (uint32_t)queue_id);
-        put_be32(p + POS_FLAG, (uint32_t)flag);
-        put_be64(p + POS_QUEUE_OFFSET, (uint64_t)(queue_offset + i));
-        put_be64(p + POS_PHYSICAL_OFFSET, (uint64_t)phys);
-        memcpy(p + POS_SYS_FLAG, middle, MIDDLE_SIZE);
-        put_be32(p + POS_BODY_LENGTH, (uint32_t)body_len);
-        memcpy(p + HEADER_SIZE, PyBytes_AS_STRING(body), (size_t)body_len);
-        memcpy(p + HEADER_SIZE + body_len, PyBytes_AS_STRING(trailer), (size_t)trailer_len);
+        record_write(p, size, magic, crc, queue_id, flag, queue_offset + i, phys, middle, body,
+                     trailer);
         p += size;
         phys += size;
     }

@@ -58,6 +58,52 @@ static inline void put_be64(unsigned char *p, uint64_t v)
     put_be32(p + 4, (uint32_t)v);
 }
 
+/* --- writing records (codec.pack and the mmap store's one-call put) --- */
+
+/* The header bytes from the sys flag to the prepared offset: the same for every record of
+ * one prepare() call, so written once and copied into each record. */
+#define MIDDLE_SIZE (POS_BODY_LENGTH - POS_SYS_FLAG)
+
+static inline void record_middle(unsigned char *middle, int32_t sflag, int64_t born,
+                                 const char *born_ip, int32_t born_port, int64_t store_ts,
+                                 const char *store_ip, int32_t store_port, int32_t recon,
+                                 int64_t ptx)
+{
+#define M(pos) (middle + (pos) - POS_SYS_FLAG) /* where a header field lies in the middle */
+    put_be32(M(POS_SYS_FLAG), (uint32_t)sflag);
+    put_be64(M(POS_BORN_TIMESTAMP), (uint64_t)born);
+    memcpy(M(POS_BORN_HOST), born_ip, 4);
+    put_be32(M(POS_BORN_HOST + 4), (uint32_t)born_port);
+    put_be64(M(POS_STORE_TIMESTAMP), (uint64_t)store_ts);
+    memcpy(M(POS_STORE_HOST), store_ip, 4);
+    put_be32(M(POS_STORE_HOST + 4), (uint32_t)store_port);
+    put_be32(M(POS_RECONSUME_TIMES), (uint32_t)recon);
+    put_be64(M(POS_PREPARED_TRANSACTION_OFFSET), (uint64_t)ptx);
+#undef M
+}
+
+/* One record at ``p`` (``size`` bytes, checked by the caller): its header, the shared
+ * ``middle``, the body and the trailer (both bytes objects). */
+static inline void record_write(unsigned char *p, Py_ssize_t size, int32_t magic, int32_t crc,
+                                int32_t queue_id, int32_t flag, int64_t queue_offset,
+                                int64_t phys, const unsigned char *middle, PyObject *body,
+                                PyObject *trailer)
+{
+    Py_ssize_t body_len = PyBytes_GET_SIZE(body);
+    put_be32(p + POS_TOTAL_SIZE, (uint32_t)size);
+    put_be32(p + POS_MAGIC_CODE, (uint32_t)magic);
+    put_be32(p + POS_BODY_CRC, (uint32_t)crc);
+    put_be32(p + POS_QUEUE_ID, (uint32_t)queue_id);
+    put_be32(p + POS_FLAG, (uint32_t)flag);
+    put_be64(p + POS_QUEUE_OFFSET, (uint64_t)queue_offset);
+    put_be64(p + POS_PHYSICAL_OFFSET, (uint64_t)phys);
+    memcpy(p + POS_SYS_FLAG, middle, MIDDLE_SIZE);
+    put_be32(p + POS_BODY_LENGTH, (uint32_t)body_len);
+    memcpy(p + HEADER_SIZE, PyBytes_AS_STRING(body), (size_t)body_len);
+    memcpy(p + HEADER_SIZE + body_len, PyBytes_AS_STRING(trailer),
+           (size_t)PyBytes_GET_SIZE(trailer));
+}
+
 /* Every int these loops read must be an int object: converting anything else would call
  * its __index__, Python code that could change the lists being read. */
 static inline int check_int(PyObject *obj, const char *what)

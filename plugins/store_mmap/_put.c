@@ -33,7 +33,6 @@ item_at(PyObject *prepared, Py_ssize_t i)
     return item;
 }
 
-#define MIDDLE_SIZE (POS_BODY_LENGTH - POS_SYS_FLAG)
 /* The key index file (indexfile.py): header, hash slots, entries. */
 #define INDEX_HEADER_SIZE_ 40
 #define SLOT_SIZE_ 4
@@ -208,17 +207,8 @@ write_all(PyObject *prepared, PyObject *seg_obj, Py_ssize_t wpos, int32_t queue_
         at += size;
     }
     unsigned char middle[MIDDLE_SIZE];
-#define M(pos) (middle + (pos) - POS_SYS_FLAG)
-    put_be32(M(POS_SYS_FLAG), (uint32_t)sflag);
-    put_be64(M(POS_BORN_TIMESTAMP), (uint64_t)born);
-    memcpy(M(POS_BORN_HOST), born_ip, 4);
-    put_be32(M(POS_BORN_HOST + 4), (uint32_t)born_port);
-    put_be64(M(POS_STORE_TIMESTAMP), (uint64_t)store_ts);
-    memcpy(M(POS_STORE_HOST), store_ip, 4);
-    put_be32(M(POS_STORE_HOST + 4), (uint32_t)store_port);
-    put_be32(M(POS_RECONSUME_TIMES), (uint32_t)recon);
-    put_be64(M(POS_PREPARED_TRANSACTION_OFFSET), (uint64_t)ptx);
-#undef M
+    record_middle(middle, sflag, born, born_ip, born_port, store_ts, store_ip, store_port, recon,
+                  ptx);
     /* The records, then the units: a unit never points at bytes not yet written. */
     unsigned char *p = (unsigned char *)seg.buf + wpos;
     long long at = phys;
@@ -229,17 +219,10 @@ write_all(PyObject *prepared, PyObject *seg_obj, Py_ssize_t wpos, int32_t queue_
         Py_ssize_t body_len = PyBytes_GET_SIZE(body);
         Py_ssize_t trailer_len = PyBytes_GET_SIZE(trailer);
         Py_ssize_t size = HEADER_SIZE + body_len + trailer_len;
-        put_be32(p + POS_TOTAL_SIZE, (uint32_t)size);
-        put_be32(p + POS_MAGIC_CODE, MESSAGE_MAGIC_CODE);
-        put_be32(p + POS_BODY_CRC, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_BODY_CRC)));
-        put_be32(p + POS_QUEUE_ID, (uint32_t)queue_id);
-        put_be32(p + POS_FLAG, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_FLAG)));
-        put_be64(p + POS_QUEUE_OFFSET, (uint64_t)(qoff + i));
-        put_be64(p + POS_PHYSICAL_OFFSET, (uint64_t)at);
-        memcpy(p + POS_SYS_FLAG, middle, MIDDLE_SIZE);
-        put_be32(p + POS_BODY_LENGTH, (uint32_t)body_len);
-        memcpy(p + HEADER_SIZE, PyBytes_AS_STRING(body), (size_t)body_len);
-        memcpy(p + HEADER_SIZE + body_len, PyBytes_AS_STRING(trailer), (size_t)trailer_len);
+        record_write(p, size, MESSAGE_MAGIC_CODE,
+                     (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_BODY_CRC)), queue_id,
+                     (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_FLAG)), qoff + i, at, middle,
+                     body, trailer);
         p += size;
         at += size;
     }
