@@ -10,49 +10,6 @@
  */
 #include "speedups.h"
 
-/* --- frames --------------------------------------------------------------------------- */
-
-/* cut(buf, pos, end, limit, frames) -> int: append the complete frames of buf[pos:end] (each
- * without its length word, as bytes) to the list ``frames``; return where the first
- * incomplete frame starts, or -1 - (where a bad length word starts) so the reference can
- * raise its error there. */
-static PyObject *cut(PyObject *self, PyObject *args)
-{
-    PyObject *obj, *frames;
-    Py_ssize_t pos, end, limit;
-    if (!PyArg_ParseTuple(args, "OnnnO!:cut", &obj, &pos, &end, &limit, &PyList_Type, &frames))
-        return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (pos < 0 || end > view.len || pos > end) {
-        PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError, "cut: range %zd:%zd is outside the buffer of %zd bytes",
-                     pos, end, view.len);
-        return NULL;
-    }
-    const unsigned char *p = (const unsigned char *)view.buf;
-    while (end - pos >= 4) {
-        int32_t length = (int32_t)get_be32(p + pos);
-        if (length < 4 || (Py_ssize_t)length + 4 > limit) {
-            pos = -1 - pos;
-            break;
-        }
-        if (end - pos - 4 < length)
-            break;
-        PyObject *frame = PyBytes_FromStringAndSize((const char *)p + pos + 4, length);
-        if (frame == NULL || PyList_Append(frames, frame) < 0) {
-            Py_XDECREF(frame);
-            PyBuffer_Release(&view);
-            return NULL;
-        }
-        Py_DECREF(frame);
-        pos += 4 + (Py_ssize_t)length;
-    }
-    PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(pos);
-}
-
 /* --- JSON headers --------------------------------------------------------------------- */
 
 /* A reader over one header. Any shape it does not take on sets ``punt``: the caller then
@@ -915,28 +872,27 @@ end:
     return out_frame(&o, rc, 0);
 }
 
-/* --- frames cut and decoded in one call ---------------------------------------------- */
+/* --- frames: cut, and cut and decoded in one call ----------------------------------- */
 
-/* cut_decode(buf, pos, end, limit, items) -> int: cut() and decode_json_frame() in one pass
- * over what one read brought. Each complete frame of buf[pos:end] is appended to ``items``
- * as decode_json_frame's tuple, decoded where it lies in ``buf`` (no copy of the frame), or
- * as the frame's bytes when that decoder leaves it to the reference; the return value is
- * cut()'s. The reference is FrameDecoder.feed followed by RemotingCommand.decode. */
-static PyObject *cut_decode(PyObject *self, PyObject *args)
+/* The loop of cut() and cut_decode(): the complete frames of buf[pos:end] appended to a
+ * list; the return value is where the first incomplete frame starts, or -1 - (where a bad
+ * length word starts) so the reference can raise its error there. With ``decode``, a frame
+ * is appended as decode_json_frame's tuple, decoded where it lies in ``buf`` (no copy of the
+ * frame), or as the frame's bytes when that decoder leaves it to the reference; without,
+ * as its bytes. */
+static PyObject *cut_frames(PyObject *args, const char *format, const char *name, int decode)
 {
     PyObject *obj, *items;
     Py_ssize_t pos, end, limit;
-    if (!PyArg_ParseTuple(args, "OnnnO!:cut_decode", &obj, &pos, &end, &limit, &PyList_Type,
-                          &items))
+    if (!PyArg_ParseTuple(args, format, &obj, &pos, &end, &limit, &PyList_Type, &items))
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     if (pos < 0 || end > view.len || pos > end) {
         PyBuffer_Release(&view);
-        PyErr_Format(PyExc_ValueError,
-                     "cut_decode: range %zd:%zd is outside the buffer of %zd bytes", pos, end,
-                     view.len);
+        PyErr_Format(PyExc_ValueError, "%s: range %zd:%zd is outside the buffer of %zd bytes",
+                     name, pos, end, view.len);
         return NULL;
     }
     const unsigned char *p = (const unsigned char *)view.buf;
@@ -949,7 +905,7 @@ static PyObject *cut_decode(PyObject *self, PyObject *args)
         if (end - pos - 4 < length)
             break;
         const unsigned char *frame = p + pos + 4;
-        PyObject *item = decode_json_at(frame, length);
+        PyObject *item = decode ? decode_json_at(frame, length) : Py_NewRef(Py_None);
         if (item == Py_None) {
             Py_DECREF(item);
             item = PyBytes_FromStringAndSize((const char *)frame, length);
@@ -964,6 +920,22 @@ static PyObject *cut_decode(PyObject *self, PyObject *args)
     }
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(pos);
+}
+
+/* cut(buf, pos, end, limit, frames) -> int: append the complete frames of buf[pos:end] (each
+ * without its length word, as bytes) to the list ``frames`` (the reference is
+ * FrameDecoder._cut). */
+static PyObject *cut(PyObject *self, PyObject *args)
+{
+    return cut_frames(args, "OnnnO!:cut", "cut", 0);
+}
+
+/* cut_decode(buf, pos, end, limit, items) -> int: cut() and decode_json_frame() in one pass
+ * over what one read brought (the reference is FrameDecoder.feed followed by
+ * RemotingCommand.decode). */
+static PyObject *cut_decode(PyObject *self, PyObject *args)
+{
+    return cut_frames(args, "OnnnO!:cut_decode", "cut_decode", 1);
 }
 
 static PyMethodDef methods[] = {
