@@ -177,14 +177,37 @@ fail:
     return NULL;
 }
 
-/* An empty 5-tuple of type ``cls`` to fill (a plain tuple from 3.14 on, see below). */
-static PyObject *new_result(PyTypeObject *cls)
+/* The PutResult-like 5-tuple of type ``cls`` holding the five values, each a reference it
+ * steals (released when it fails). Tuples cache their hash from 3.14 on: there it is built
+ * through tuple.__new__, which sets the cache up, rather than by filling a raw allocation. */
+static PyObject *make_result(PyTypeObject *cls, PyObject *a, PyObject *b, PyObject *c,
+                             PyObject *d, PyObject *e)
 {
 #if PY_VERSION_HEX >= 0x030E0000
-    return PyTuple_New(5);
+    PyObject *result = PyTuple_New(5);
 #else
-    return cls->tp_alloc(cls, 5);
+    PyObject *result = cls->tp_alloc(cls, 5);
 #endif
+    if (result == NULL) {
+        Py_DECREF(a);
+        Py_DECREF(b);
+        Py_DECREF(c);
+        Py_DECREF(d);
+        Py_DECREF(e);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, a);
+    PyTuple_SET_ITEM(result, 1, b);
+    PyTuple_SET_ITEM(result, 2, c);
+    PyTuple_SET_ITEM(result, 3, d);
+    PyTuple_SET_ITEM(result, 4, e);
+#if PY_VERSION_HEX >= 0x030E0000
+    PyObject *args1 = PyTuple_Pack(1, result);
+    Py_DECREF(result);
+    result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
+    Py_XDECREF(args1);
+#endif
+    return result;
 }
 
 PyDoc_STRVAR(put_results_doc,
@@ -247,30 +270,15 @@ static PyObject *speedups_put_results(PyObject *self, PyObject *args)
         for (int k = 15; k >= 0; k--, u >>= 4)
             c[plen + k] = hex[u & 0xF];
         PyObject *qoff = PyLong_FromLongLong(queue_offset + i);
-        PyObject *result = qoff ? new_result(cls) : NULL;
-        if (result == NULL) {
+        if (qoff == NULL) {
             Py_DECREF(msg_id);
-            Py_XDECREF(qoff);
             Py_DECREF(size);
             Py_DECREF(off);
             goto fail;
         }
-        Py_INCREF(ts);
-        PyTuple_SET_ITEM(result, 0, msg_id);
-        PyTuple_SET_ITEM(result, 1, qoff);
-        PyTuple_SET_ITEM(result, 2, off);
-        PyTuple_SET_ITEM(result, 3, ts);
-        PyTuple_SET_ITEM(result, 4, size);
-#if PY_VERSION_HEX >= 0x030E0000
-        /* Tuples cache their hash from 3.14 on: build through tuple.__new__, which sets
-         * the cache up, rather than filling a raw allocation. */
-        PyObject *args1 = PyTuple_Pack(1, result);
-        Py_DECREF(result);
-        result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
-        Py_XDECREF(args1);
+        PyObject *result = make_result(cls, msg_id, qoff, off, Py_NewRef(ts), size);
         if (result == NULL)
             goto fail;
-#endif
         PyList_SET_ITEM(out, i, result);
     }
     return out;
@@ -640,27 +648,15 @@ static PyObject *speedups_answer_results(PyObject *self, PyObject *args)
         memcpy(PyUnicode_1BYTE_DATA(msg_id), id, 32);
         PyObject *qoff = PyLong_FromLongLong(queue_offset + i);
         PyObject *off = qoff ? PyLong_FromLongLong((long long)(int64_t)u) : NULL;
-        PyObject *result = off ? new_result(cls) : NULL;
-        if (result == NULL) {
+        if (off == NULL) {
             Py_DECREF(msg_id);
             Py_XDECREF(qoff);
-            Py_XDECREF(off);
             goto fail;
         }
-        PyTuple_SET_ITEM(result, 0, msg_id);
-        PyTuple_SET_ITEM(result, 1, qoff);
-        PyTuple_SET_ITEM(result, 2, off);
-        PyTuple_SET_ITEM(result, 3, Py_NewRef(zero));
-        PyTuple_SET_ITEM(result, 4, Py_NewRef(zero));
-#if PY_VERSION_HEX >= 0x030E0000
-        /* As put_results: through tuple.__new__, which sets up the hash cache of 3.14. */
-        PyObject *args1 = PyTuple_Pack(1, result);
-        Py_DECREF(result);
-        result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
-        Py_XDECREF(args1);
+        PyObject *result =
+            make_result(cls, msg_id, qoff, off, Py_NewRef(zero), Py_NewRef(zero));
         if (result == NULL)
             goto fail;
-#endif
         PyList_SET_ITEM(out, i, result);
     }
     Py_DECREF(zero);
