@@ -6,7 +6,7 @@ clients and the Spark source work with any such store. A store that also has the
 one of these protocols gets the faster or wider path that uses them; users test for it with
 ``isinstance(store, Capability)`` (each protocol is runtime-checkable) and fall back when it
 is missing. Both bundled stores offer :class:`PreparedWriter`, :class:`MultiQueuePut`,
-:class:`UnitReader`, :class:`SpanReader`, :class:`ExpiringStore` and
+:class:`PreparedMultiPut`, :class:`UnitReader`, :class:`SpanReader`, :class:`ExpiringStore` and
 :class:`LogPositionReporter`; the mmap
 store also the commit-log ones
 (:class:`CommitLogBounds`, :class:`CommitLogSource`, :class:`CommitLogReplica`), which
@@ -36,6 +36,8 @@ __all__ = [
     "LogPositionReporter",
     "LogPositions",
     "MultiQueuePut",
+    "PreparedMultiPut",
+    "PreparedPutRequest",
     "PreparedWriter",
     "PutRequest",
     "SpanReader",
@@ -93,6 +95,37 @@ class MultiQueuePut(Protocol):
         Returns one slot per request, in order: the request's put results, or the error
         that refused it. Errors that are not about one request (the store is closed, an
         I/O error) are raised as ``put`` raises them.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPutRequest:
+    """One queue's share of a :meth:`PreparedMultiPut.put_many_prepared`: the arguments of
+    one :meth:`PreparedWriter.put_prepared` call."""
+
+    topic: str
+    queue_id: int
+    prepared: list[Any]
+    uniqs: list[str | None] | None = None
+    born_host: str | None = None
+
+
+@runtime_checkable
+class PreparedMultiPut(Protocol):
+    """Stores records prepared ahead into several queues at once (the served broker's group
+    commit of plain single sends, which never builds a message object)."""
+
+    def put_many_prepared(
+        self, requests: Sequence[PreparedPutRequest]
+    ) -> list[list[PutResult] | MQError]:
+        """Each request stored as :meth:`PreparedWriter.put_prepared` stores it, with
+        :meth:`MultiQueuePut.put_many`'s semantics: all in one write under one lock and one
+        flush-mode wait; a request the store refuses (a record too large, the schedule
+        topic: InvalidArgumentError) gets its error in its slot and the others are stored;
+        DiskFullError for a request: nothing of that request stored (later ones: the same
+        error). Errors that are not about one request (the store is closed, an I/O error)
+        are raised as ``put_prepared`` raises them, with nothing of the call kept.
         """
         ...
 

@@ -63,7 +63,7 @@ from mqcore.store import (
     UnitsResult,
     parse_delay_levels,
 )
-from mqcore.storecaps import LogPositions, PutRequest
+from mqcore.storecaps import LogPositions, PreparedPutRequest, PutRequest
 from mqcore.storekind import KIND_FILE_NAME, check_store_kind
 from mqcore.uniqkey import index_keys, uniq_ids
 
@@ -373,13 +373,58 @@ class LmdbStore:
                 slots[-1] = exc
                 continue
             born = codec.cached_host_bytes(request.born_host) if request.born_host else None
-            todo.append((len(slots) - 1, prefix, request, prepared, born, now))
+            msgs = request.messages
+            todo.append(
+                (len(slots) - 1, prefix, request.topic, request.queue_id, prepared,
+                 uniq_ids(msgs), msgs, born, now)
+            )  # fmt: skip
+        return self._put_todo(todo, slots)
+
+    def put_many_prepared(
+        self, requests: Sequence[PreparedPutRequest]
+    ) -> list[list[PutResult] | MQError]:
+        """Store each request as :meth:`put_prepared` stores it, in one write transaction as
+        :meth:`put_many` stores its requests, with the same errors per request (see
+        :class:`~mqcore.storecaps.PreparedMultiPut`). A request for ``SCHEDULE_TOPIC_XXXX``
+        gets an :class:`InvalidArgumentError` in its slot."""
+        if self.read_only:
+            self._refuse_write()
+        slots: list[list[PutResult] | MQError] = []
+        todo: list[_PutTodo] = []
+        now = _now_ms()  # one clock read: the requests came together
+        for request in requests:
+            slots.append([])
+            topic = request.topic
+            try:
+                if topic == SCHEDULE_TOPIC:
+                    raise InvalidArgumentError(
+                        f"LMDB store: put_many_prepared() cannot write {topic!r}; put_many() "
+                        "the messages"
+                    )
+                prefix = layout.queue_prefix(topic, request.queue_id)
+            except InvalidArgumentError as exc:
+                slots[-1] = exc
+                continue
+            if not request.prepared:
+                continue
+            host = request.born_host
+            todo.append(
+                (len(slots) - 1, prefix, topic, request.queue_id, request.prepared,
+                 request.uniqs, (), codec.cached_host_bytes(host) if host else None, now)
+            )  # fmt: skip
+        return self._put_todo(todo, slots)
+
+    def _put_todo(
+        self, todo: list[_PutTodo], slots: list[list[PutResult] | MQError]
+    ) -> list[list[PutResult] | MQError]:
+        """Write the checked requests ``todo`` in one transaction (one per request when the
+        disk is too full for all) and fill their ``slots``; see :meth:`put_many`."""
         if not todo:
             return slots
         with self._lock:
             self._check_open()
             tail = _Tail(self)
-            staged = [self._stage_request(tail, entry) for entry in todo]
+            staged = [self._stage(tail, *entry[1:]) for entry in todo]
             try:
                 self._commit(staged, tail)
             except DiskFullError:
@@ -393,7 +438,7 @@ class LmdbStore:
                         continue
                     try:
                         alone = _Tail(self)
-                        one = self._stage_request(alone, entry)
+                        one = self._stage(alone, *entry[1:])
                         self._commit([one], alone)
                     except DiskFullError as exc:
                         full = exc
@@ -404,21 +449,6 @@ class LmdbStore:
         for (slot, *_rest), done in zip(todo, staged, strict=True):
             slots[slot] = done.results
         return slots
-
-    def _stage_request(self, tail: _Tail, entry: _PutTodo) -> _Staged:
-        """:meth:`_stage` for one checked request of :meth:`put_many`."""
-        _slot, prefix, request, prepared, born, now = entry
-        return self._stage(
-            tail,
-            prefix,
-            request.topic,
-            request.queue_id,
-            prepared,
-            uniq_ids(request.messages),
-            request.messages,
-            born,
-            now,
-        )
 
     def _stage(
         self,
@@ -894,9 +924,13 @@ class _Tail:
         self.queue_next: dict[bytes, int] = {}
 
 
-# A request put_many stages: its slot, queue key prefix, request, prepared records, born
-# host bytes and store time.
-_PutTodo = tuple[int, bytes, PutRequest, list[Any], tuple[bytes, int] | None, int]
+# A request put_many or put_many_prepared stages: its slot, then _stage's arguments after
+# the tail (queue key prefix, topic, queue id, prepared records, unique ids, messages (empty
+# when prepared ahead), born host bytes and store time).
+_PutTodo = tuple[
+    int, bytes, str, int, list[Any], list[str | None] | None, Sequence[Message],
+    tuple[bytes, int] | None, int,
+]  # fmt: skip
 
 
 class _Staged(NamedTuple):

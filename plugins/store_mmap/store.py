@@ -65,7 +65,7 @@ from mqcore.store import (
     parse_delay_levels,
     position_status,
 )
-from mqcore.storecaps import LogPositions, PutRequest
+from mqcore.storecaps import LogPositions, PreparedPutRequest, PutRequest
 from mqcore.storekind import check_store_kind
 from mqcore.uniqkey import record_index_keys, uniq_ids
 
@@ -87,6 +87,15 @@ _I64 = struct.Struct(">q")
 _make_put = partial(tuple.__new__, PutResult)
 _pack_unit = UNIT.pack
 _MAX_FILTER_UNITS = 16000 // UNIT_SIZE  # RocketMQ's maxFilterMessageCount, in units
+
+
+# A request put_many or put_many_prepared checked, for _put_staged: its slot, topic, queue
+# id, prepared records, unique ids, messages (empty when prepared ahead), record sizes and
+# their sum, born host bytes and the time it came.
+_Staged = tuple[
+    int, str, int, list[Any], list[str | None] | None, Sequence[Message], list[int], int,
+    tuple[bytes, int] | None, int,
+]  # fmt: skip
 
 
 def total_size(picked: list[tuple[Any, int, int]]) -> int:
@@ -334,9 +343,7 @@ class MmapStore:
             self._refuse_write()
         slots: list[list[PutResult] | MQError] = []
         # Encoding and checks outside the lock, as put does them.
-        staged: list[
-            tuple[int, PutRequest, list[Any], list[int], int, tuple[bytes, int] | None, int]
-        ] = []
+        staged: list[_Staged] = []
         for request in requests:
             slots.append([])
             if not request.messages:
@@ -358,7 +365,55 @@ class MmapStore:
                 slots[-1] = exc
                 continue
             born = cached_host_bytes(request.born_host) if request.born_host else None
-            staged.append((len(slots) - 1, request, prepared, sizes, total, born, now))
+            msgs = request.messages
+            staged.append(
+                (len(slots) - 1, request.topic, request.queue_id, prepared, uniq_ids(msgs),
+                 msgs, sizes, total, born, now)
+            )  # fmt: skip
+        return self._put_staged(staged, slots)
+
+    def put_many_prepared(
+        self, requests: Sequence[PreparedPutRequest]
+    ) -> list[list[PutResult] | MQError]:
+        """Store each request as :meth:`put_prepared` stores it, with :meth:`put_many`'s
+        single lock, single flush-mode wait and per-request errors (see
+        :class:`~mqcore.storecaps.PreparedMultiPut`). A request for
+        ``SCHEDULE_TOPIC_XXXX`` gets an :class:`InvalidArgumentError` in its slot."""
+        if self._closed or self.read_only:
+            self._refuse_write()
+        slots: list[list[PutResult] | MQError] = []
+        staged: list[_Staged] = []
+        now = time.time_ns() // 1_000_000  # one clock read: the requests came together
+        for request in requests:
+            slots.append([])
+            topic = request.topic
+            if topic == SCHEDULE_TOPIC:
+                slots[-1] = InvalidArgumentError(
+                    f"mmap store: put_many_prepared() cannot write {topic!r}; put_many() the "
+                    "messages"
+                )
+                continue
+            prepared = request.prepared
+            if not prepared:
+                continue
+            try:
+                sizes, total = self._measure(prepared)
+            except InvalidArgumentError as exc:
+                slots[-1] = exc
+                continue
+            host = request.born_host
+            staged.append(
+                (len(slots) - 1, topic, request.queue_id, prepared, request.uniqs, (), sizes,
+                 total, cached_host_bytes(host) if host else None, now)
+            )  # fmt: skip
+        return self._put_staged(staged, slots)
+
+    def _put_staged(
+        self, staged: list[_Staged], slots: list[list[PutResult] | MQError]
+    ) -> list[list[PutResult] | MQError]:
+        """Write the checked requests ``staged`` under one lock, their index entries in one
+        call, and wait once for the flush mode; fills their ``slots`` (see :meth:`put_many`
+        for the errors)."""
         if not staged:
             return slots
         written: list[tuple[int, list[Any], list[int], int, int, int]] = []
@@ -370,23 +425,13 @@ class MmapStore:
                 raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
             full: DiskFullError | None = None
             start = -1
-            for slot, request, prepared, sizes, total, born, now in staged:
+            for slot, topic, queue_id, prepared, uniqs, msgs, sizes, total, born, now in staged:
                 if full is not None:
                     slots[slot] = full
                     continue
-                msgs = request.messages
                 try:
                     offsets, end, qoff, store_ts = self._write_locked(
-                        request.topic,
-                        request.queue_id,
-                        prepared,
-                        uniq_ids(msgs),
-                        msgs,
-                        born,
-                        now,
-                        sizes,
-                        total,
-                        keyed,
+                        topic, queue_id, prepared, uniqs, msgs, born, now, sizes, total, keyed
                     )
                 except DiskFullError as exc:
                     full = exc

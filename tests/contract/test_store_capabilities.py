@@ -20,6 +20,7 @@ from mqcore.storecaps import (
     ExpiringStore,
     LogPositionReporter,
     MultiQueuePut,
+    PreparedMultiPut,
     PreparedWriter,
     SpanReader,
     UnitReader,
@@ -29,6 +30,7 @@ from mqcore.uniqkey import uniq_ids
 ALL = {
     PreparedWriter,
     MultiQueuePut,
+    PreparedMultiPut,
     UnitReader,
     SpanReader,
     ExpiringStore,
@@ -43,6 +45,7 @@ BUNDLED = {
     "lmdb": {
         PreparedWriter,
         MultiQueuePut,
+        PreparedMultiPut,
         UnitReader,
         SpanReader,
         ExpiringStore,
