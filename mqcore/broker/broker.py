@@ -20,7 +20,7 @@ import attrs
 from mqcore.batch import plain_prefix
 from mqcore.broker.clients import ConsumerData, ConsumerManager
 from mqcore.broker.codes import ResponseCode
-from mqcore.broker.groupcommit import SendRequest, send_many
+from mqcore.broker.groupcommit import PreparedSend, SendRequest, send_many
 from mqcore.broker.ha import HAMaster, HASlave, start_replication
 from mqcore.broker.locks import RebalanceLockManager
 from mqcore.broker.longpoll import PullWaiters
@@ -73,7 +73,7 @@ from mqcore.protocol.pull import PullResponse
 from mqcore.protocol.route import BrokerData, QueueData, TopicRoute
 from mqcore.protocol.transaction import TRANSACTION_TOPICS, is_transactional
 from mqcore.store import DEFAULT_MESSAGE_DELAY_LEVEL, GetStatus, PutResult
-from mqcore.storecaps import CommitLogBounds, PreparedWriter
+from mqcore.storecaps import CommitLogBounds, PreparedMultiPut, PreparedWriter
 from mqcore.validation import check_sent_message, check_text
 
 __all__ = ["Broker", "PullResponse", "TopicRoute"]
@@ -189,6 +189,7 @@ class Broker:
             # destination checks at that version (see _check_destination)
             self._destinations: dict[str, tuple[int, int]] = {}
             self._prepared_writer: tuple[Any, bool] = (None, False)
+            self._prepared_many: tuple[Any, bool] = (None, False)
             self.offsets = ConsumerOffsetManager(self.data_dir / "config" / "consumerOffset.json")
             self.offsets.load()
             self.delay = DelayService(
@@ -607,13 +608,20 @@ class Broker:
         self._check_destination(topic, queue_id)
         self._check_messages(topic, messages)
 
-    def send_many(self, requests: Sequence[SendRequest]) -> list[list[PutResult] | MQError]:
+    def send_many(
+        self, requests: Sequence[SendRequest | PreparedSend]
+    ) -> list[list[PutResult] | MQError]:
         """Serve several sends at once (group commit): each request gets what
         :meth:`send_message` would give it, its results or the error it would raise, in order.
 
         Each is checked as :meth:`send_message` checks it; the plain single messages are
         stored together (one ``put_many`` when the store is a
-        :class:`~mqcore.storecaps.MultiQueuePut`, one ``put`` each otherwise), and the rest
+        :class:`~mqcore.storecaps.MultiQueuePut`, one ``put`` each otherwise). A
+        :class:`~mqcore.broker.groupcommit.PreparedSend` is a plain single send already made
+        a record (its topic and queue checked as :meth:`send_prepared` checks them); a run of
+        them is stored by one ``put_many_prepared`` when the store is a
+        :class:`~mqcore.storecaps.PreparedMultiPut`, one ``put_prepared`` each otherwise (the
+        store must then be a :class:`~mqcore.storecaps.PreparedWriter`). The rest
         (transactional halves, delayed and timer messages, retry topics, batches) take
         :meth:`send_message` itself, in their place in the order. A refused request gets its
         error and the others are served.
@@ -709,6 +717,15 @@ class Broker:
         known = self._prepared_writer
         if known[0] is not self.store:
             known = self._prepared_writer = (self.store, isinstance(self.store, PreparedWriter))
+        return known[1]
+
+    def takes_prepared_many(self) -> bool:
+        """Whether the store is a :class:`~mqcore.storecaps.PreparedMultiPut` (for
+        :meth:`send_many`'s prepared sends); asked once per store object, as
+        :meth:`takes_prepared` is."""
+        known = self._prepared_many
+        if known[0] is not self.store:
+            known = self._prepared_many = (self.store, isinstance(self.store, PreparedMultiPut))
         return known[1]
 
     def send_prepared(

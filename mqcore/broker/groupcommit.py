@@ -1,32 +1,38 @@
 """Group commit: several single sends served by one store write.
 
 The remoting server hands the broker the single sends one event-loop wake-up brought (from
-one connection or several) as :class:`SendRequest` values; :func:`send_many` checks each as
+one connection or several) as :class:`SendRequest` values, or as :class:`PreparedSend`
+values for the plain ones it already made records of; :func:`send_many` checks each as
 :meth:`~mqcore.broker.Broker.send_message` does and stores the plain ones together, in one
-``put_many`` when the store offers :class:`~mqcore.storecaps.MultiQueuePut` (one lock, one
-flush wait for all), one ``put`` each otherwise. Each request is answered after the write
-that holds it, so nothing is acknowledged before it is stored as a single send would be.
+``put_many`` when the store offers :class:`~mqcore.storecaps.MultiQueuePut` (one
+``put_many_prepared`` for prepared ones, :class:`~mqcore.storecaps.PreparedMultiPut`: one
+lock, one flush wait for all), one ``put`` (``put_prepared``) each otherwise. Each request is
+answered after the write that holds it, so nothing is acknowledged before it is stored as a
+single send would be.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from mqcore.broker.ha import HAMaster
 from mqcore.broker.schedule import is_timer_message
-from mqcore.errors import MQError
+from mqcore.codec import prepare
+from mqcore.errors import CodecError, InvalidArgumentError, MQError
 from mqcore.message import Message
 from mqcore.protocol.transaction import is_transactional
 from mqcore.store import PutResult
-from mqcore.storecaps import MultiQueuePut, PutRequest
+from mqcore.storecaps import MultiQueuePut, PreparedPutRequest, PutRequest
+from mqcore.uniqkey import uniq_ids
 
 # The broker is typed Any here: mqcore.broker.broker imports this module, and the layers
 # contract allows no import back, even for type checking.
 Broker = Any
 
-__all__ = ["SendRequest", "send_many", "send_one"]
+__all__ = ["PreparedSend", "SendRequest", "send_many", "send_one"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,20 @@ class SendRequest:
     sys_flag: int = 0
 
 
+class PreparedSend(NamedTuple):
+    """A plain single send as one record prepared ahead (the tuple
+    :func:`mqcore.codec.prepare` makes of its message) and its ``UNIQ_KEY``, as
+    :meth:`~mqcore.broker.Broker.send_prepared` takes it. Whoever makes one vouches that the
+    message passes :meth:`~mqcore.broker.Broker.send_message`'s checks of a message and is
+    stored as sent (no delay, timer or transaction); its topic and queue are checked here."""
+
+    topic: str
+    queue_id: int
+    record: Any
+    uniq: str | None
+    born_host: str | None = None
+
+
 def _plain(request: SendRequest) -> bool:
     """Whether ``request`` is stored as sent, in its own queue (no half, no holding)."""
     if len(request.messages) != 1 or request.topic.startswith("%"):  # retry, DLQ, system
@@ -52,7 +72,9 @@ def _plain(request: SendRequest) -> bool:
                                                         or is_timer_message(m))))  # fmt: skip
 
 
-def send_many(broker: Broker, requests: Sequence[SendRequest]) -> list[list[PutResult] | MQError]:
+def send_many(
+    broker: Broker, requests: Sequence[SendRequest | PreparedSend]
+) -> list[list[PutResult] | MQError]:
     """See :meth:`mqcore.broker.Broker.send_many`."""
     out: list[list[PutResult] | MQError] = [[] for _ in requests]
     ha = broker.ha
@@ -62,13 +84,32 @@ def send_many(broker: Broker, requests: Sequence[SendRequest]) -> list[list[PutR
         for i, r in enumerate(requests):
             out[i] = _single(broker, r)
         return out
-    pending: list[tuple[int, SendRequest]] = []
+    # The checked plain requests not stored yet, and whether one of them is prepared. A store
+    # that takes prepared requests to several queues takes them all in one write (the
+    # messages prepared here); for another, a change of kind stores what was gathered
+    # first, so the stores keep the requests' order.
+    pending: list[tuple[int, Any]] = []
+    with_prepared = False
+    mixes = broker.takes_prepared_many()
     for i, r in enumerate(requests):
+        if type(r) is PreparedSend:
+            try:
+                broker._check_destination(r.topic, r.queue_id)
+            except MQError as exc:
+                out[i] = exc
+                continue
+            if not (with_prepared or mixes):
+                _store(broker, pending, out, False)
+                pending = []
+            with_prepared = True
+            pending.append((i, r))
+            continue
+        assert isinstance(r, SendRequest)
         if not _plain(r):
             # In its place: what was gathered before it is stored first, so the order of
             # the stores is the order of the requests.
-            _store(broker, pending, out)
-            pending = []
+            _store(broker, pending, out, with_prepared)
+            pending, with_prepared = [], False
             out[i] = _single(broker, r)
             continue
         try:
@@ -76,8 +117,11 @@ def send_many(broker: Broker, requests: Sequence[SendRequest]) -> list[list[PutR
         except MQError as exc:
             out[i] = exc
             continue
+        if with_prepared and not mixes:
+            _store(broker, pending, out, True)
+            pending, with_prepared = [], False
         pending.append((i, r))
-    _store(broker, pending, out)
+    _store(broker, pending, out, with_prepared)
     return out
 
 
@@ -96,8 +140,14 @@ def send_one(broker: Broker, r: SendRequest) -> list[PutResult]:
     return results
 
 
-def _single(broker: Broker, r: SendRequest) -> list[PutResult] | MQError:
+def _single(broker: Broker, r: SendRequest | PreparedSend) -> list[PutResult] | MQError:
     try:
+        if type(r) is PreparedSend:
+            results: list[PutResult] = broker.send_prepared(
+                r.topic, r.queue_id, [r.record], [r.uniq], born_host=r.born_host
+            )
+            return results
+        assert isinstance(r, SendRequest)
         return send_one(broker, r)
     except MQError as exc:
         return exc
@@ -105,14 +155,20 @@ def _single(broker: Broker, r: SendRequest) -> list[PutResult] | MQError:
 
 def _store(
     broker: Broker,
-    pending: list[tuple[int, SendRequest]],
+    pending: list[tuple[int, Any]],
     out: list[list[PutResult] | MQError],
+    prepared: bool,
 ) -> None:
-    """Store the checked plain requests ``pending``; each slot of ``out`` gets its outcome."""
+    """Store the checked plain requests ``pending`` (some of them :class:`PreparedSend`
+    values when ``prepared``: then all of them, unless the store is a
+    :class:`~mqcore.storecaps.PreparedMultiPut`); each slot of ``out`` gets its outcome."""
     if not pending:
         return
     store = broker.store
-    if isinstance(store, MultiQueuePut):
+    outcomes: list[Any]
+    if prepared:
+        outcomes = _store_prepared(broker, pending)
+    elif isinstance(store, MultiQueuePut):
         puts = [
             PutRequest(
                 r.topic,
@@ -126,7 +182,7 @@ def _store(
             for _, r in pending
         ]
         try:
-            outcomes: list[Any] = store.put_many(puts)
+            outcomes = store.put_many(puts)
         except MQError as exc:  # nothing of the write is acknowledged
             outcomes = [exc] * len(pending)
     else:
@@ -146,6 +202,77 @@ def _store(
                 )
             except MQError as exc:
                 outcomes.append(exc)
+    _answered(broker, pending, outcomes, out)
+
+
+def _store_prepared(broker: Broker, pending: list[tuple[int, Any]]) -> list[Any]:
+    """The outcomes of storing the checked plain requests ``pending``, prepared ones among
+    them: one ``put_many_prepared`` when the store offers it (a message's record made here as
+    the store's ``put_many`` makes it), one ``put_prepared`` each otherwise (all prepared)."""
+    store = broker.store
+    if not broker.takes_prepared_many():
+        outcomes: list[Any] = []
+        for _, r in pending:
+            try:
+                if not broker.takes_prepared():
+                    raise InvalidArgumentError(
+                        f"store {broker.store_name!r} has no put_prepared(); send the "
+                        "messages with send_message()"
+                    )
+                outcomes.append(
+                    store.put_prepared(
+                        r.topic, r.queue_id, [r.record], [r.uniq], born_host=r.born_host
+                    )
+                )
+            except MQError as exc:
+                outcomes.append(exc)
+        return outcomes
+    outcomes = [None] * len(pending)
+    puts: list[PreparedPutRequest] = []
+    into: list[int] = []  # the pending index of each of puts
+    for n, (_, r) in enumerate(pending):
+        if type(r) is PreparedSend:
+            puts.append(PreparedPutRequest(r.topic, r.queue_id, [r.record], [r.uniq], r.born_host))
+        else:
+            try:
+                puts.append(_prepared_request(r))
+            except MQError as exc:
+                outcomes[n] = exc
+                continue
+        into.append(n)
+    try:
+        slots: list[Any] = store.put_many_prepared(puts)
+    except MQError as exc:  # nothing of the write is acknowledged
+        slots = [exc] * len(puts)
+    for n, slot in zip(into, slots, strict=True):
+        outcomes[n] = slot
+    return outcomes
+
+
+def _prepared_request(r: SendRequest) -> PreparedPutRequest:
+    """``r``'s put as records prepared ahead, as a store's ``put_many`` prepares it."""
+    born = r.born_timestamp
+    try:
+        records = prepare(
+            r.messages,
+            time.time_ns() // 1_000_000 if born is None else born,
+            topic=r.topic,
+            reconsume_times=r.reconsume_times,
+            sys_flag=r.sys_flag,
+        )
+    except CodecError as exc:
+        raise InvalidArgumentError(str(exc)) from exc
+    return PreparedPutRequest(r.topic, r.queue_id, records, uniq_ids(r.messages), r.born_host)
+
+
+def _answered(
+    broker: Broker,
+    pending: list[tuple[int, Any]],
+    outcomes: list[Any],
+    out: list[list[PutResult] | MQError],
+) -> None:
+    """Each stored request's outcome in its slot of ``out``, and what follows a put: the
+    queues' pulls woken, the stored hook, the slaves."""
     stored: list[PutResult] = []
     done: list[tuple[str, int, list[PutResult]]] = []
     for (i, r), outcome in zip(pending, outcomes, strict=True):

@@ -30,7 +30,7 @@ import mqcore.server.handlers_ha
 import mqcore.server.handlers_pop
 import mqcore.server.handlers_transaction  # noqa: F401
 from mqcore.batch import prepare_sent_batch
-from mqcore.broker.groupcommit import SendRequest, send_one
+from mqcore.broker.groupcommit import PreparedSend, SendRequest, send_one
 from mqcore.broker.schedule import is_timer_message
 from mqcore.errors import (
     BrokerError,
@@ -341,6 +341,27 @@ class BrokerProcessor:
         the broker reads, a store without ``put_prepared``): :meth:`_send_direct` serves it.
         The answers and the stored records are the reference's
         (tests/server/test_direct_path.py)."""
+        send = self._prepared_single(req, fields, conn)
+        if send is None:
+            return _TAKE_GENERAL
+        code, remark = ResponseCode.SUCCESS, None
+        try:
+            results = self.broker.send_prepared(
+                send.topic, send.queue_id, [send.record], [send.uniq], born_host=send.born_host
+            )
+        except SlaveNotAcknowledgedError as exc:
+            # Stored, without a slave's confirmation (see _send_one).
+            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
+        except MQError as exc:
+            return _error_reply(req, exc)
+        return self._prepared_frame(req, send, code, remark, results)
+
+    def _prepared_single(
+        self, req: RemotingCommand, fields: dict[str, Any], conn: Any
+    ) -> PreparedSend | None:
+        """The plain single send ``req`` (its header's ``fields`` as the C reader gives
+        them) as a prepared record, or None when it is not plain (see
+        :meth:`_send_prepared_single`)."""
         broker = self.broker
         topic: str = fields["topic"]
         queue_id: int = fields["queue_id"]
@@ -352,7 +373,7 @@ class BrokerProcessor:
             or topic == TIMER_TOPIC
             or not broker.takes_prepared()
         ):
-            return _TAKE_GENERAL
+            return None
         got = prepare_sent_single(
             topic,
             body,
@@ -364,23 +385,19 @@ class BrokerProcessor:
             fields["sys_flag"] & _SYS_FLAG_KEPT,
         )
         if got is None:
-            return _TAKE_GENERAL
-        record, uniq = got
-        code, remark = ResponseCode.SUCCESS, None
-        try:
-            results = broker.send_prepared(
-                topic, queue_id, [record], [uniq], born_host=_born_host(conn)
-            )
-        except SlaveNotAcknowledgedError as exc:
-            # Stored, without a slave's confirmation (see _send_one).
-            results, code, remark = exc.results, ResponseCode(exc.code), str(exc)
-        except MQError as exc:
-            return _error_reply(req, exc)
+            return None
+        return PreparedSend(topic, queue_id, got[0], got[1], _born_host(conn))
+
+    @staticmethod
+    def _prepared_frame(
+        req: RemotingCommand, send: PreparedSend, code: int, remark: str | None, results: Any
+    ) -> bytes | None:
+        """The answer to the prepared send ``send`` stored as ``results``."""
         if req.is_oneway:
             return None
         first = results[0]
         return encode_send_answer(
-            code, req.opaque, remark, first.msg_id, queue_id, first.queue_offset, uniq
+            code, req.opaque, remark, first.msg_id, send.queue_id, first.queue_offset, send.uniq
         )
 
     def _send_one(self, prepared: SendRequest) -> tuple[list[Any], int, str | None]:
@@ -423,7 +440,7 @@ class BrokerProcessor:
             req, conn = items[0]
             return [self.process_frame(req, conn)]
         answers: list[Reply | bytes] = [None] * len(items)
-        gathered: list[tuple[int, RemotingCommand, SendRequest]] = []
+        gathered: list[tuple[int, RemotingCommand, SendRequest | PreparedSend]] = []
         for i, (req, conn) in enumerate(items):
             code = req.code
             if (
@@ -454,7 +471,12 @@ class BrokerProcessor:
                     gathered = []
                     answers[i] = self._generic(req, conn)
                     continue
-                gathered.append((i, req, self._prepare_send(req, h, conn)))
+                # A plain send as a prepared record (as process_frame serves it alone), any
+                # other as its message.
+                send = None if fields is None else self._prepared_single(req, fields, conn)
+                gathered.append(
+                    (i, req, self._prepare_send(req, h, conn) if send is None else send)
+                )
             except MQError as exc:
                 answers[i] = _error_reply(req, exc)
         self._commit(gathered, answers)
@@ -462,13 +484,26 @@ class BrokerProcessor:
 
     def _commit(
         self,
-        gathered: list[tuple[int, RemotingCommand, SendRequest]],
+        gathered: list[tuple[int, RemotingCommand, SendRequest | PreparedSend]],
         answers: list[Reply | bytes],
     ) -> None:
         if not gathered:
             return
         outcomes = self.broker.send_many([p for _, _, p in gathered])
         for (i, req, prepared), outcome in zip(gathered, outcomes, strict=True):
+            if type(prepared) is PreparedSend:
+                if isinstance(outcome, SlaveNotAcknowledgedError):
+                    answers[i] = self._prepared_frame(
+                        req, prepared, outcome.code, str(outcome), outcome.results
+                    )
+                elif isinstance(outcome, MQError):
+                    answers[i] = _error_reply(req, outcome)
+                else:
+                    answers[i] = self._prepared_frame(
+                        req, prepared, ResponseCode.SUCCESS, None, outcome
+                    )
+                continue
+            assert isinstance(prepared, SendRequest)
             if isinstance(outcome, SlaveNotAcknowledgedError):
                 answers[i] = self._send_frame(
                     req, prepared, outcome.code, str(outcome), outcome.results

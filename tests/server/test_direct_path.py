@@ -418,3 +418,72 @@ def test_a_group_wakes_each_queue_and_reports_each_put(
     assert sorted(woken) == [1, 2]  # queue 3 had no message: its pull stays parked
     assert stored.puts == [("T", 1, [0]), ("T", 2, [0]), ("T", 1, [1]), ("T", 2, [1]),
                            ("T", 1, [2])]  # fmt: skip
+
+
+@settings(
+    max_examples=40,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sends=st.lists(_single_sends(), min_size=2, max_size=8))
+def test_a_group_of_single_sends_stores_and_answers_as_the_reference(
+    pair: tuple[BrokerProcessor, BrokerProcessor],
+    sends: list[tuple[tuple[Any, ...], dict[str, Any]]],
+) -> None:
+    """Single sends of any shape in one group (plain ones as prepared records, the others as
+    messages, stored together) and one by one through the generic path: the same answers,
+    and the same records stored (each pulled back from where its answer says it went)."""
+    reference, direct = pair
+    conn = _Conn()
+    reqs = [_send(*args, **kwargs) for args, kwargs in sends]
+    random.seed(7)
+    want = [_wire(r, reference.process(r, conn)) for r in reqs]
+    random.seed(7)
+    answers = direct.process_group([(r, conn) for r in reqs])
+    got = [_wire(r, a) for r, a in zip(reqs, answers, strict=True)]
+    for req, w, g in zip(reqs, want, got, strict=True):
+        assert g == w, req.ext_fields
+        if w is None or w[0] != ResponseCode.SUCCESS:
+            continue
+        topic = req.ext_fields.get("topic") or req.ext_fields["b"]  # type: ignore[union-attr]
+        pull = _pull(topic, int(w[2]["queueId"]), int(w[2]["queueOffset"]))
+        pull.ext_fields["maxMsgNums"] = "1"  # type: ignore[index]
+        assert _wire(pull, direct.process(pull, conn)) == _wire(pull, reference.process(pull, conn))
+
+
+def test_a_group_of_plain_sends_is_stored_as_prepared_records(
+    pair: tuple[BrokerProcessor, BrokerProcessor],
+) -> None:
+    """With the C header reader, a group's plain sends reach the store as prepared records in
+    one put_many_prepared, a send the broker reads (a delay) among them in its place, and one
+    that is plain but not preparable here (any queue) in the same write as its neighbours;
+    each is answered and stored as the generic path does it."""
+    if speedups.load("protocol") is None:
+        pytest.skip("the prepared lane starts from the C header reader")
+    reference, direct = pair
+    counting = CountingStore(direct.broker.store)
+    direct.broker.store = counting  # type: ignore[assignment]
+    conn = _Conn()
+    uniq = _props(UNIQ_KEY="0A0B0C0D0E0F00000000000000000007", KEYS="gk")
+    reqs = [
+        _send(body=b"p0", properties=uniq),
+        _send(body=b"p1", queue_id=1),
+        _send(body=b"any", queue_id=-1),  # a message (the queue is chosen), same write
+        _send(body=b"p2", queue_id=1, v1=True),
+        _send(body=b"held", properties=_props(DELAY="1")),  # served alone, in its place
+        _send(body=b"p3", queue_id=2),
+        _send(body=b"p4", queue_id=2, oneway=True),
+    ]
+    random.seed(3)
+    want = [_wire(r, reference.process(r, conn)) for r in reqs]
+    random.seed(3)
+    answers = direct.process_group([(r, conn) for r in reqs])
+    assert [_wire(r, a) for r, a in zip(reqs, answers, strict=True)] == want
+    assert counting.prepared_groups == counting.groups == [4, 2]
+    assert [m.body for m in direct.broker.query_message("T", "gk")] == [b"p0"]
+    assert direct.broker.query_message_by_uniq_key("T", uniq[9:41]).body == b"p0"
+    for q in range(4):
+        a = reference.broker.pull_message("chk", "T", q, 0, 64)
+        b = direct.broker.pull_message("chk", "T", q, 0, 64)
+        assert [(m.body, m.queue_offset, m.properties, m.born_host) for m in a.messages] == [
+            (m.body, m.queue_offset, m.properties, m.born_host) for m in b.messages
+        ]
