@@ -12,12 +12,12 @@ import lmdb
 import pytest
 from structlog.testing import capture_logs
 
-from mqcore import Kernel, Message, errors
+from mqcore import Kernel, Message, codec, errors
 from mqcore.plugins.store_lmdb import layout
 from mqcore.plugins.store_lmdb.environment import Environment
 from mqcore.plugins.store_lmdb.store import OPTIONS, LmdbStore
 from mqcore.store import GetStatus
-from mqcore.storecaps import PutRequest
+from mqcore.storecaps import PreparedPutRequest, PutRequest
 
 
 def _open(path: Path, **options: object) -> LmdbStore:
@@ -93,10 +93,19 @@ def test_disk_full_becomes_disk_full_error(tmp_path, monkeypatch):
         assert again.queue_offset == 1
 
 
-def test_put_many_on_a_full_disk_stores_the_requests_before_it(tmp_path, monkeypatch):
-    """The disk fills during a put_many: the requests before the one that met it are
-    stored, that one and every later one hold the same DiskFullError, nothing of them is
-    stored, and writing resumes once there is room."""
+def _prepared(requests: list[PutRequest]) -> list[PreparedPutRequest]:
+    return [
+        PreparedPutRequest(r.topic, r.queue_id, codec.prepare(r.messages, 1, topic=r.topic))
+        for r in requests
+    ]
+
+
+@pytest.mark.parametrize("how", ["put_many", "put_many_prepared"])
+def test_put_many_on_a_full_disk_stores_the_requests_before_it(tmp_path, monkeypatch, how):
+    """The disk fills during a put_many (or a put_many_prepared, which shares its write):
+    the requests before the one that met it are stored, that one and every later one hold
+    the same DiskFullError, nothing of them is stored, and writing resumes once there is
+    room."""
     with _open(tmp_path / "s") as store:
         real_env = store._env.env
         commits = []
@@ -126,13 +135,15 @@ def test_put_many_on_a_full_disk_stores_the_requests_before_it(tmp_path, monkeyp
                 return MaybeFullTxn(txn) if kwargs.get("write") else txn
 
         monkeypatch.setattr(store._env, "env", FullEnv())
-        slots = store.put_many(
-            [
-                PutRequest("F", 0, [Message(topic="F", body=b"a"), Message(topic="F", body=b"b")]),
-                PutRequest("F", 1, [Message(topic="F", body=b"lost")]),
-                PutRequest("F", 0, [Message(topic="F", body=b"lost too")]),
-            ]
-        )
+        requests = [
+            PutRequest("F", 0, [Message(topic="F", body=b"a"), Message(topic="F", body=b"b")]),
+            PutRequest("F", 1, [Message(topic="F", body=b"lost")]),
+            PutRequest("F", 0, [Message(topic="F", body=b"lost too")]),
+        ]
+        if how == "put_many":
+            slots = store.put_many(requests)
+        else:
+            slots = store.put_many_prepared(_prepared(requests))
         assert len(commits) == 3  # the later request is not tried on the full disk
         assert [r.queue_offset for r in slots[0]] == [0, 1]
         assert isinstance(slots[1], errors.DiskFullError) and slots[2] is slots[1]

@@ -25,7 +25,8 @@ from mqcore.plugins.store_mmap.consumequeue import ConsumeQueue
 from mqcore.plugins.store_mmap.dispatch import Dispatcher
 from mqcore.plugins.store_mmap.options import MAX_BODY_SIZE, MmapStoreOptions
 from mqcore.store import FlushMode, GetStatus
-from mqcore.storecaps import PutRequest
+from mqcore.storecaps import PreparedPutRequest, PutRequest
+from mqcore.uniqkey import uniq_ids
 
 SMALL = {
     "segment_size": 4096,
@@ -53,6 +54,25 @@ def opened(tmp_path: Path):
 
 def _msgs(n: int, topic: str = "T", size: int = 50, **kw: Any) -> list[Message]:
     return [Message(topic=topic, body=b"%d-" % i + b"x" * size, **kw) for i in range(n)]
+
+
+def _put_many(store: Any, requests: list[PutRequest], how: str) -> list[Any]:
+    """``requests`` through put_many, or through put_many_prepared as the records prepare()
+    makes of them (``how``: the method's name): the two share their write."""
+    if how == "put_many":
+        return store.put_many(requests)  # type: ignore[no-any-return]
+    return store.put_many_prepared(  # type: ignore[no-any-return]
+        [
+            PreparedPutRequest(
+                r.topic, r.queue_id, codec.prepare(r.messages, 1, topic=r.topic),
+                uniq_ids(r.messages), r.born_host,
+            )
+            for r in requests
+        ]
+    )  # fmt: skip
+
+
+_HOW = pytest.mark.parametrize("how", ["put_many", "put_many_prepared"])
 
 
 # --- options ---------------------------------------------------------------------------
@@ -324,7 +344,8 @@ def test_disk_full_loses_nothing_and_stays_readable(opened, monkeypatch):
     assert store.max_offset("T", 0) == written + 1
 
 
-def test_put_many_on_a_full_disk_stores_the_requests_before_it(opened, monkeypatch):
+@_HOW
+def test_put_many_on_a_full_disk_stores_the_requests_before_it(opened, monkeypatch, how):
     """ENOSPC while a put_many rolls segments: whole requests up to the one that met it are
     stored, that one and every later one hold the same DiskFullError and left nothing."""
     store = opened()
@@ -333,7 +354,7 @@ def test_put_many_on_a_full_disk_stores_the_requests_before_it(opened, monkeypat
         mappedfile, "_grow", lambda *args: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
     )
     requests = [PutRequest("T", i % 3, _msgs(3, size=400)) for i in range(30)]
-    slots = store.put_many(requests)
+    slots = _put_many(store, requests, how)
     stored = [s for s in slots if isinstance(s, list)]
     assert stored and len(stored) < len(slots)
     assert all(isinstance(s, list) for s in slots[: len(stored)])  # whole requests, in order
@@ -351,7 +372,8 @@ def test_put_many_on_a_full_disk_stores_the_requests_before_it(opened, monkeypat
     store.put("T", 1, _msgs(1))
 
 
-def test_put_many_takes_every_request_back_when_the_index_is_full(opened, monkeypatch):
+@_HOW
+def test_put_many_takes_every_request_back_when_the_index_is_full(opened, monkeypatch, how):
     """The index entries of a put_many are written in one call after the records: when that
     call meets a full disk, every request holds the error and nothing of them stays."""
     store = opened()
@@ -363,17 +385,18 @@ def test_put_many_takes_every_request_back_when_the_index_is_full(opened, monkey
 
     monkeypatch.setattr(index, "put_keys", full)
     requests = [PutRequest("T", i % 2, _msgs(3, keys=f"k{i}")) for i in range(4)]
-    slots = store.put_many(requests)
+    slots = _put_many(store, requests, how)
     assert all(isinstance(s, DiskFullError) for s in slots) and len(set(map(id, slots))) == 1
     assert (store.max_offset("T", 0), store.max_offset("T", 1)) == (2, 0)
     monkeypatch.undo()
-    slots = store.put_many(requests)
+    slots = _put_many(store, requests, how)
     assert [r.queue_offset for r in slots[2]] == [5, 6, 7]
     assert [m.queue_offset for m in store.lookup("T", "k2")] == [5, 6, 7]
     assert len(store.lookup("T", "old")) == 2
 
 
-def test_put_many_waits_for_one_flush_in_sync_flush(opened, monkeypatch):
+@_HOW
+def test_put_many_waits_for_one_flush_in_sync_flush(opened, monkeypatch, how):
     """SYNC_FLUSH: a put_many of 8 requests to 8 queues waits once, for the end of the
     last, and returns with all of it flushed."""
     store = opened(flush_mode="sync", segment_size=1 << 20)
@@ -386,14 +409,15 @@ def test_put_many_waits_for_one_flush_in_sync_flush(opened, monkeypatch):
         real(offset)
 
     monkeypatch.setattr(flusher, "wait_flushed", counted)
-    slots = store.put_many([PutRequest("S", q, _msgs(2)) for q in range(8)])
+    slots = _put_many(store, [PutRequest("S", q, _msgs(2)) for q in range(8)], how)
     assert waits == [store._parts.commitlog.max_offset]
     assert store.log_positions().flushed >= waits[0]
     assert [r.queue_offset for s in slots for r in s] == [0, 1] * 8
 
 
+@_HOW
 @pytest.mark.parametrize("path", ["python", "c"])
-def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch, path):
+def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch, path, how):
     """An error that is not about one request (here an I/O error dispatching the third
     request: its units on the Python path, its index entries after the C write) fails the
     whole put_many: none of its requests stays stored."""
@@ -415,7 +439,7 @@ def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch, pat
 
     monkeypatch.setattr(cls, name, failing)
     with pytest.raises(OSError, match="input/output"):
-        store.put_many([PutRequest("T", q % 2, _msgs(1, keys=f"io{q}")) for q in range(4)])
+        _put_many(store, [PutRequest("T", q % 2, _msgs(1, keys=f"io{q}")) for q in range(4)], how)
     monkeypatch.undo()
     assert (store.max_offset("T", 0), store.max_offset("T", 1)) == (1, 0)
     assert store.lookup("T", "io0") == []
@@ -424,14 +448,17 @@ def test_put_many_failing_on_an_io_error_leaves_nothing(opened, monkeypatch, pat
     assert store.get("T", 1, 0).messages[0].commitlog_offset == again[0].commitlog_offset
 
 
-def test_put_many_refuses_a_record_larger_than_a_segment_in_its_slot(opened):
+@_HOW
+def test_put_many_refuses_a_record_larger_than_a_segment_in_its_slot(opened, how):
     store = opened()
-    slots = store.put_many(
+    slots = _put_many(
+        store,
         [
             PutRequest("T", 0, _msgs(1)),
             PutRequest("T", 0, _msgs(1, size=5000)),
             PutRequest("T", 0, _msgs(2)),
-        ]
+        ],
+        how,
     )
     assert isinstance(slots[1], InvalidArgumentError) and "segment" in str(slots[1])
     assert [r.queue_offset for r in slots[0]] + [r.queue_offset for r in slots[2]] == [0, 1, 2]
