@@ -459,24 +459,28 @@ class BrokerProcessor:
             header_cls = _SINGLE_SEND_HEADERS[code]
             try:
                 fields = header_cls.read_plain(req.ext_fields)
-                # Without the C reader (or for a header it leaves to the reference), the
-                # header object: the sends are gathered all the same.
-                h: Any = (
-                    _fields(header_cls, fields)
-                    if fields is not None
-                    else req.read_header(header_cls)
-                )
-                if h.batch:  # a batch sent under a single-send code: the batch handler's
+                # A plain send as a prepared record (as process_frame serves it alone): no
+                # header object, no message. Without the C reader (or for a header it leaves
+                # to the reference), the header object: the sends are gathered all the same.
+                send: SendRequest | PreparedSend | None = None
+                h: Any = None
+                if fields is None:
+                    h = req.read_header(header_cls)
+                    batch = h.batch
+                else:
+                    batch = fields.get("batch")
+                    if not batch:
+                        send = self._prepared_single(req, fields, conn)
+                if batch:  # a batch sent under a single-send code: the batch handler's
                     self._commit(gathered, answers)
                     gathered = []
                     answers[i] = self._generic(req, conn)
                     continue
-                # A plain send as a prepared record (as process_frame serves it alone), any
-                # other as its message.
-                send = None if fields is None else self._prepared_single(req, fields, conn)
-                gathered.append(
-                    (i, req, self._prepare_send(req, h, conn) if send is None else send)
-                )
+                if send is None:
+                    if h is None:
+                        h = _fields(header_cls, fields)  # type: ignore[arg-type]
+                    send = self._prepare_send(req, h, conn)
+                gathered.append((i, req, send))
             except MQError as exc:
                 answers[i] = _error_reply(req, exc)
         self._commit(gathered, answers)
