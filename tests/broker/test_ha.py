@@ -9,7 +9,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from mqcore import Broker, Message, Producer, SendStatus
-from mqcore.errors import BrokerError, InvalidArgumentError
+from mqcore.broker.groupcommit import PreparedSend
+from mqcore.errors import BrokerError, InvalidArgumentError, SlaveNotAcknowledgedError
 from mqcore.message import MessageExt
 from mqcore.protocol.codes import ResponseCode
 
@@ -331,3 +332,38 @@ def test_a_slave_logs_each_change_of_its_master_once(tmp_path, monkeypatch):
         ("ha_master_connection_lost", "warning"),
         ("ha_slave_connected_to_master", "warning"),
     ]
+
+
+def _prepared_sends(topic: str, count: int) -> list[PreparedSend]:
+    from mqcore.codec import prepare
+
+    out = []
+    for i in range(count):
+        (record,) = prepare([Message(topic=topic, body=b"g%d" % i)], 1_700_000_000_000, topic=topic)
+        out.append(PreparedSend(topic, i % 2, record, None, "10.0.0.1:5000"))
+    return out
+
+
+def test_a_group_of_prepared_sends_reaches_the_slave(tmp_path):
+    """ASYNC_MASTER: a group commit of prepared sends (one put_many_prepared) wakes the
+    writers to the slave, which then holds the master's log byte for byte."""
+    with master_broker(tmp_path / "m") as master:
+        master.create_topic("T", queue_nums=2)
+        with slave_broker(tmp_path / "s", master) as slave:
+            wait_until(lambda: master.ha.connection_count == 1)
+            out = master.send_many(_prepared_sends("T", 6))
+            assert [r[0].queue_offset for r in out] == [0, 0, 1, 1, 2, 2]  # type: ignore[index]
+            wait_until(lambda: caught_up(master, slave))
+            assert whole_log(slave) == whole_log(master)
+
+
+def test_a_sync_master_serves_a_group_of_prepared_sends_one_by_one(tmp_path):
+    """SYNC_MASTER without a slave: each prepared send of a group is stored and gets its own
+    SLAVE_NOT_AVAILABLE error holding its results, as a send alone does."""
+    with master_broker(tmp_path / "m", "SYNC_MASTER", sync_flush_timeout_ms=500) as master:
+        master.create_topic("T", queue_nums=2)
+        out = master.send_many(_prepared_sends("T", 3))
+        assert all(isinstance(o, SlaveNotAcknowledgedError) for o in out)
+        assert all(o.code == ResponseCode.SLAVE_NOT_AVAILABLE for o in out)  # type: ignore[union-attr]
+        assert [o.results[0].queue_offset for o in out] == [0, 0, 1]  # type: ignore[union-attr]
+        assert master.store.max_offset("T", 0) == 2
