@@ -188,8 +188,8 @@ class Broker:
             # topic -> (topic table version, write queue count) of a topic that passed the
             # destination checks at that version (see _check_destination)
             self._destinations: dict[str, tuple[int, int]] = {}
-            self._prepared_writer: tuple[Any, bool] = (None, False)
-            self._prepared_many: tuple[Any, bool] = (None, False)
+            # The store last asked about and its answers, per capability (_store_is).
+            self._capabilities: tuple[Any, dict[type, bool]] = (None, {})
             self.offsets = ConsumerOffsetManager(self.data_dir / "config" / "consumerOffset.json")
             self.offsets.load()
             self.delay = DelayService(
@@ -710,23 +710,27 @@ class Broker:
             for topic, queue_id, results in puts:
                 hook(topic=topic, queue_id=queue_id, results=results)
 
+    def _store_is(self, capability: type) -> bool:
+        """Whether the store is a ``capability`` (a :mod:`mqcore.storecaps` protocol); asked
+        once per store object, as a runtime protocol check costs more than the send it
+        decides."""
+        cache = self._capabilities
+        if cache[0] is not self.store:
+            cache = self._capabilities = (self.store, {})
+        known = cache[1].get(capability)
+        if known is None:
+            known = cache[1][capability] = isinstance(self.store, capability)
+        return known
+
     def takes_prepared(self) -> bool:
         """Whether the store is a :class:`~mqcore.storecaps.PreparedWriter` (for
-        :meth:`send_prepared`); asked once per store object, as a runtime protocol check
-        costs more than the send it decides."""
-        known = self._prepared_writer
-        if known[0] is not self.store:
-            known = self._prepared_writer = (self.store, isinstance(self.store, PreparedWriter))
-        return known[1]
+        :meth:`send_prepared`)."""
+        return self._store_is(PreparedWriter)
 
     def takes_prepared_many(self) -> bool:
         """Whether the store is a :class:`~mqcore.storecaps.PreparedMultiPut` (for
-        :meth:`send_many`'s prepared sends); asked once per store object, as
-        :meth:`takes_prepared` is."""
-        known = self._prepared_many
-        if known[0] is not self.store:
-            known = self._prepared_many = (self.store, isinstance(self.store, PreparedMultiPut))
-        return known[1]
+        :meth:`send_many`'s prepared sends)."""
+        return self._store_is(PreparedMultiPut)
 
     def send_prepared(
         self,
