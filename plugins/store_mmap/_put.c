@@ -335,8 +335,439 @@ write_entries(unsigned char *mm, PyObject *topic, PyObject *keys, PyObject *offs
     }
 }
 
+/* --- a group of puts (several queues) in one call --- */
+
+/* One put of a group: its arguments and what the checks found. */
+typedef struct {
+    PyObject *prepared; /* owned tuple of the items */
+    PyObject *topic, *keys, *uniqs; /* borrowed (the job tuple holds them) */
+    PyObject *uniqs_owned;          /* the tuple made of uniqs, or NULL */
+    int32_t queue_id, born_port, sflag, recon;
+    long long qoff, store_ts, phys, total;
+    int64_t born, ptx;
+    const char *born_ip;
+    PyObject *qmap;
+    Py_ssize_t qpos;
+    Py_buffer cq;
+} Job;
+
+/* The PutResult-like 5-tuple of type ``cls`` holding the five values, each a reference it
+ * steals (released when it fails); as _codec.c's make_result. */
+static PyObject *
+make_result(PyTypeObject *cls, PyObject *a, PyObject *b, PyObject *c, PyObject *d, PyObject *e)
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    PyObject *result = PyTuple_New(5);
+#else
+    PyObject *result = cls->tp_alloc(cls, 5);
+#endif
+    if (result == NULL) {
+        Py_DECREF(a);
+        Py_DECREF(b);
+        Py_DECREF(c);
+        Py_DECREF(d);
+        Py_DECREF(e);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, a);
+    PyTuple_SET_ITEM(result, 1, b);
+    PyTuple_SET_ITEM(result, 2, c);
+    PyTuple_SET_ITEM(result, 3, d);
+    PyTuple_SET_ITEM(result, 4, e);
+#if PY_VERSION_HEX >= 0x030E0000
+    PyObject *args1 = PyTuple_Pack(1, result);
+    Py_DECREF(result);
+    result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
+    Py_XDECREF(args1);
+#endif
+    return result;
+}
+
+/* Check one job's records (sizes, the fields one prepare() call shares) and its keys or
+ * unique ids; sets its total, shared fields and number of index entries. */
+static int
+check_job(Job *j, Py_ssize_t *entries)
+{
+    PyObject *prepared = j->prepared;
+    Py_ssize_t n = PyTuple_GET_SIZE(prepared);
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "append_group: a put with no record");
+        return -1;
+    }
+    j->total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = item_at(prepared, i);
+        int32_t size, crc, flag, s2, r2;
+        int64_t code, b2, p2;
+        if (item == NULL || as_int32(PyTuple_GET_ITEM(item, P_SIZE), "record size", &size) < 0 ||
+            as_int32(PyTuple_GET_ITEM(item, P_BODY_CRC), "body CRC", &crc) < 0 ||
+            as_int32(PyTuple_GET_ITEM(item, P_FLAG), "flag", &flag) < 0 ||
+            as_int64(PyTuple_GET_ITEM(item, P_TAGS_CODE), "tags code", &code) < 0 ||
+            as_int32(PyTuple_GET_ITEM(item, P_SYS_FLAG), "sys flag", &s2) < 0 ||
+            as_int64(PyTuple_GET_ITEM(item, P_BORN_TIMESTAMP), "born timestamp", &b2) < 0 ||
+            as_int32(PyTuple_GET_ITEM(item, P_RECONSUME_TIMES), "reconsume times", &r2) < 0 ||
+            as_int64(PyTuple_GET_ITEM(item, P_PREPARED_TRANSACTION_OFFSET), "prepared offset",
+                     &p2) < 0)
+            return -1;
+        if ((Py_ssize_t)size != HEADER_SIZE + PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, P_BODY)) +
+                                    PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, P_TRAILER))) {
+            PyErr_Format(PyExc_ValueError,
+                         "prepared item %zd: record size %d does not match its body and "
+                         "trailer", i, (int)size);
+            return -1;
+        }
+        if (i == 0) {
+            j->sflag = s2;
+            j->born = b2;
+            j->recon = r2;
+            j->ptx = p2;
+        } else if (s2 != j->sflag || b2 != j->born || r2 != j->recon || p2 != j->ptx) {
+            /* One prepare() call shares these fields (codec.pack refuses a mixed list). */
+            PyErr_SetString(PyExc_ValueError, "append_group: the items of one prepare() call only");
+            return -1;
+        }
+        j->total += size;
+    }
+    if (j->keys != Py_None) {
+        Py_ssize_t found = count_keys(j->keys, n);
+        if (found < 0)
+            return -1;
+        *entries += found;
+    } else if (j->uniqs != Py_None) {
+        if (!PyList_Check(j->uniqs) || PyList_GET_SIZE(j->uniqs) != n) {
+            PyErr_SetString(PyExc_TypeError,
+                            "append_group: the unique ids are a list, one item per record");
+            return -1;
+        }
+        /* A tuple of them: nothing run by an allocation below can change them. */
+        j->uniqs = j->uniqs_owned = PyList_AsTuple(j->uniqs);
+        if (j->uniqs == NULL)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *u = PyTuple_GET_ITEM(j->uniqs, i);
+            if (u == Py_None)
+                continue;
+            if (!PyUnicode_Check(u)) {
+                PyErr_SetString(PyExc_TypeError, "append_group: a unique id must be a str");
+                return -1;
+            }
+            *entries += 1;
+        }
+    }
+    return 0;
+}
+
+/* One key's entry (as py_put_entries): linked to its slot's head, then the slot. */
+static void
+write_key(unsigned char *mm, uint32_t head, PyObject *key, long long phy, long long ts,
+          long long slots, long long entries_at, IndexState *st)
+{
+    if (PyUnicode_GET_LENGTH(key) == 0)
+        return;
+    if (st->count == 1) {
+        st->begin_phy = phy;
+        st->begin_ts = ts;
+    }
+    int32_t h = keyhash_finish(keyhash_fold(head, key));
+    unsigned char *slot = mm + INDEX_HEADER_SIZE_ + ((long long)h % slots) * SLOT_SIZE_;
+    long long prev = (int32_t)get_be32(slot);
+    if (prev <= 0 || prev >= st->count) {
+        prev = 0;
+        st->new_slots++;
+    }
+    long long diff = 0;
+    if (st->begin_ts > 0 && ts > st->begin_ts) {
+        diff = (ts - st->begin_ts) / 1000;
+        if (diff > 0x7FFFFFFFLL)
+            diff = 0x7FFFFFFFLL;
+    }
+    unsigned char *entry = mm + entries_at + st->count * ENTRY_SIZE_;
+    put_be32(entry, (uint32_t)h);
+    put_be64(entry + 4, (uint64_t)phy);
+    put_be32(entry + 12, (uint32_t)diff);
+    put_be32(entry + 16, (uint32_t)prev);
+    put_be32(slot, (uint32_t)st->count);
+    st->count++;
+    st->end_phy = phy;
+    st->end_ts = ts;
+}
+
+/* The job's put results: (prefix + 16 hex digits of the offset, queue offset, offset,
+ * store timestamp, size) per record. */
+static PyObject *
+job_results(Job *j, PyTypeObject *cls, PyObject *prefix)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    Py_ssize_t n = PyTuple_GET_SIZE(j->prepared);
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
+    const char *pchars = (const char *)PyUnicode_DATA(prefix);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    long long at = j->phys;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *size = Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(j->prepared, i), P_SIZE));
+        long long sz = PyLong_AsLongLong(size);
+        PyObject *msg_id = PyUnicode_New(plen + 16, 127);
+        PyObject *qoff = PyLong_FromLongLong(j->qoff + i);
+        PyObject *off = PyLong_FromLongLong(at);
+        PyObject *ts = PyLong_FromLongLong(j->store_ts);
+        if (msg_id == NULL || qoff == NULL || off == NULL || ts == NULL) {
+            Py_DECREF(size);
+            Py_XDECREF(msg_id);
+            Py_XDECREF(qoff);
+            Py_XDECREF(off);
+            Py_XDECREF(ts);
+            Py_DECREF(out);
+            return NULL;
+        }
+        char *c = (char *)PyUnicode_DATA(msg_id);
+        memcpy(c, pchars, (size_t)plen);
+        uint64_t u = (uint64_t)at;
+        for (int k = 15; k >= 0; k--, u >>= 4)
+            c[plen + k] = hex[u & 0xF];
+        PyObject *result = make_result(cls, msg_id, qoff, off, ts, size);
+        if (result == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, result);
+        at += sz;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(append_group_doc,
+"append_group(segment, position, commitlog_offset, store_ip, store_port, prefix, cls,\n"
+"             jobs, index=None) -> (results, end, index_state)\n\n"
+"append() for several puts at once, one after the other in the commit log from\n"
+"``position`` of ``segment`` (commit-log offset ``commitlog_offset``). Each job is\n"
+"(prepared, queue_id, queue_offset, store_timestamp, born_ip, born_port, queue_map,\n"
+"queue_position, topic, keys, uniqs): ``keys`` as append()'s (a list per record, or\n"
+"None), else ``uniqs`` (a list of str or None per record, or None) are the keys. All the\n"
+"records are written first, then the units, then the index entries; ``index`` is None or\n"
+"(map, slots, entries_at, limit, count, begin_phy, begin_ts, end_phy, end_ts). Returns each\n"
+"job's put results (``cls`` tuples: prefix + 16 upper-case hex digits of the offset, queue\n"
+"offset, offset, store timestamp, size), the offset past the last record and the index\n"
+"state as append()'s. Raises, writing nothing, when anything does not fit.");
+
+static PyObject *
+put_append_group(PyObject *self, PyObject *args)
+{
+    PyObject *seg_obj, *prefix, *given, *index = Py_None;
+    PyTypeObject *cls;
+    Py_ssize_t wpos;
+    long long phys;
+    const char *store_ip;
+    Py_ssize_t store_ip_len;
+    int32_t store_port;
+    if (!PyArg_ParseTuple(args, "OnLy#iUO!O!|O:append_group", &seg_obj, &wpos, &phys,
+                          &store_ip, &store_ip_len, &store_port, &prefix, &PyType_Type, &cls,
+                          &PyList_Type, &given, &index))
+        return NULL;
+    if (store_ip_len != 4) {
+        PyErr_SetString(PyExc_ValueError, "append_group: host addresses must be 4 bytes (IPv4)");
+        return NULL;
+    }
+    if (!PyType_IsSubtype(cls, &PyTuple_Type) || !PyUnicode_IS_ASCII(prefix)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "append_group: cls must be a tuple subclass, prefix ASCII text");
+        return NULL;
+    }
+    PyObject *jobs_t = PyList_AsTuple(given);
+    if (jobs_t == NULL)
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(jobs_t);
+    Job *jobs = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Job));
+    PyObject *result = NULL, *results = NULL;
+    Py_buffer seg = {0}, ix = {0};
+    PyObject *imap = NULL;
+    long long slots = 0, entries_at = 0, limit = 0;
+    IndexState st = {0, 0, 0, 0, 0, 0};
+    Py_ssize_t got = 0; /* jobs with their tuple and queue buffer taken */
+    if (jobs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "append_group: nothing to write");
+        goto done;
+    }
+    if (index != Py_None) {
+        if (!PyTuple_Check(index) ||
+            !PyArg_ParseTuple(index, "OLLLLLLLL:append_group index", &imap, &slots,
+                              &entries_at, &limit, &st.count, &st.begin_phy, &st.begin_ts,
+                              &st.end_phy, &st.end_ts)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "append_group: index is a tuple or None");
+            goto done;
+        }
+    }
+    /* Check everything before writing anything. */
+    long long at = phys, total = 0;
+    Py_ssize_t entries = 0;
+    for (; got < n; got++) {
+        Job *j = &jobs[got];
+        PyObject *job = PyTuple_GET_ITEM(jobs_t, got), *prepared;
+        Py_ssize_t born_ip_len;
+        if (!PyTuple_Check(job) ||
+            !PyArg_ParseTuple(job, "O!iLLy#iOnUOO:append_group job", &PyList_Type, &prepared,
+                              &j->queue_id, &j->qoff, &j->store_ts, &j->born_ip, &born_ip_len,
+                              &j->born_port, &j->qmap, &j->qpos, &j->topic, &j->keys,
+                              &j->uniqs)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "append_group: a job is a tuple");
+            goto done;
+        }
+        if (born_ip_len != 4) {
+            PyErr_SetString(PyExc_ValueError,
+                            "append_group: host addresses must be 4 bytes (IPv4)");
+            goto done;
+        }
+        j->prepared = PyList_AsTuple(prepared);
+        if (j->prepared == NULL)
+            goto done;
+        if (PyObject_GetBuffer(j->qmap, &j->cq, PyBUF_WRITABLE) < 0) {
+            Py_CLEAR(j->prepared);
+            goto done;
+        }
+        if (check_job(j, &entries) < 0) {
+            got++;
+            goto done;
+        }
+        if (j->qpos < 0 || j->qpos + PyTuple_GET_SIZE(j->prepared) * UNIT_SIZE > j->cq.len) {
+            PyErr_SetString(PyExc_ValueError, "append_group: the units do not fit their file");
+            got++;
+            goto done;
+        }
+        j->phys = at;
+        at += j->total;
+        total += j->total;
+    }
+    if (entries > 0 && imap == NULL) {
+        PyErr_SetString(PyExc_ValueError, "append_group: keys to index and no index given");
+        goto done;
+    }
+    if (PyObject_GetBuffer(seg_obj, &seg, PyBUF_WRITABLE) < 0) {
+        seg.obj = NULL;
+        goto done;
+    }
+    if (imap != NULL) {
+        if (PyObject_GetBuffer(imap, &ix, PyBUF_WRITABLE) < 0) {
+            ix.obj = NULL;
+            goto done;
+        }
+        if (slots < 1 || st.count < 1 || entries_at < INDEX_HEADER_SIZE_ + slots * SLOT_SIZE_ ||
+            st.count + entries > limit || (long long)ix.len < entries_at + limit * ENTRY_SIZE_) {
+            PyErr_SetString(PyExc_ValueError,
+                            "append_group: the index entries do not fit their file");
+            goto done;
+        }
+    }
+    if (wpos < 0 || (long long)wpos + total > (long long)seg.len) {
+        PyErr_SetString(PyExc_ValueError, "append_group: the records do not fit their file");
+        goto done;
+    }
+    /* The results before the writes: a failed allocation writes nothing. */
+    results = PyList_New(n);
+    if (results == NULL)
+        goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *r = job_results(&jobs[k], cls, prefix);
+        if (r == NULL)
+            goto done;
+        PyList_SET_ITEM(results, k, r);
+    }
+    /* The records of every job, then the units: a unit never points at unwritten bytes. */
+    unsigned char *p = (unsigned char *)seg.buf + wpos;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Job *j = &jobs[k];
+        unsigned char middle[MIDDLE_SIZE];
+        record_middle(middle, j->sflag, j->born, j->born_ip, j->born_port, j->store_ts,
+                      store_ip, store_port, j->recon, j->ptx);
+        long long rat = j->phys;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(j->prepared); i++) {
+            PyObject *item = PyTuple_GET_ITEM(j->prepared, i);
+            PyObject *body = PyTuple_GET_ITEM(item, P_BODY);
+            PyObject *trailer = PyTuple_GET_ITEM(item, P_TRAILER);
+            Py_ssize_t size = HEADER_SIZE + PyBytes_GET_SIZE(body) + PyBytes_GET_SIZE(trailer);
+            record_write(p, size, MESSAGE_MAGIC_CODE,
+                         (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_BODY_CRC)), j->queue_id,
+                         (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, P_FLAG)), j->qoff + i, rat,
+                         middle, body, trailer);
+            p += size;
+            rat += size;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Job *j = &jobs[k];
+        unsigned char *u = (unsigned char *)j->cq.buf + j->qpos;
+        long long uat = j->phys;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(j->prepared); i++, u += UNIT_SIZE) {
+            PyObject *item = PyTuple_GET_ITEM(j->prepared, i);
+            long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_SIZE));
+            long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_TAGS_CODE));
+            /* As ConsumeQueue.append_units: tags code, then offset, then size last. */
+            put_be64(u + UNIT_POS_TAGS_CODE, (uint64_t)code);
+            put_be64(u + UNIT_POS_OFFSET, (uint64_t)uat);
+            put_be32(u + UNIT_POS_SIZE, (uint32_t)size);
+            uat += size;
+        }
+    }
+    /* Keys last, as the dispatcher writes them: recovery re-indexes what lags behind. */
+    if (entries > 0) {
+        unsigned char *mm = (unsigned char *)ix.buf;
+        for (Py_ssize_t k = 0; k < n; k++) {
+            Job *j = &jobs[k];
+            if (j->keys == Py_None && j->uniqs == Py_None)
+                continue;
+            uint32_t head = 31u * keyhash_fold(0, j->topic) + '#';
+            long long kat = j->phys;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(j->prepared); i++) {
+                PyObject *item = PyTuple_GET_ITEM(j->prepared, i);
+                if (j->keys != Py_None) {
+                    PyObject *ks = PyList_GET_ITEM(j->keys, i);
+                    if (ks != Py_None)
+                        for (Py_ssize_t q = 0; q < PyList_GET_SIZE(ks); q++)
+                            write_key(mm, head, PyList_GET_ITEM(ks, q), kat, j->store_ts, slots,
+                                      entries_at, &st);
+                } else {
+                    PyObject *u = PyTuple_GET_ITEM(j->uniqs, i);
+                    if (u != Py_None)
+                        write_key(mm, head, u, kat, j->store_ts, slots, entries_at, &st);
+                }
+                kat += PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_SIZE));
+            }
+        }
+    }
+    if (imap == NULL)
+        result = Py_BuildValue("OLO", results, at, Py_None);
+    else
+        result = Py_BuildValue("OL(LLLLLL)", results, at, st.count, st.new_slots, st.begin_phy,
+                               st.begin_ts, st.end_phy, st.end_ts);
+done:
+    Py_XDECREF(results);
+    if (ix.obj != NULL)
+        PyBuffer_Release(&ix);
+    if (seg.obj != NULL)
+        PyBuffer_Release(&seg);
+    if (jobs != NULL) {
+        for (Py_ssize_t k = 0; k < got; k++) {
+            if (jobs[k].prepared != NULL) {
+                PyBuffer_Release(&jobs[k].cq);
+                Py_DECREF(jobs[k].prepared);
+                Py_XDECREF(jobs[k].uniqs_owned);
+            }
+        }
+        PyMem_Free(jobs);
+    }
+    Py_DECREF(jobs_t);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"append", put_append, METH_VARARGS, append_doc},
+    {"append_group", put_append_group, METH_VARARGS, append_group_doc},
     {NULL, NULL, 0, NULL},
 };
 

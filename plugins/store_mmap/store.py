@@ -420,12 +420,25 @@ class MmapStore:
         end = -1
         keyed: list[Keyed] = []  # every request's index entries, written in one call
         parts = self._parts
+        grouped: list[list[PutResult]] = []  # the results of the head written in one call
         with self._write_lock:
             if self._closed:
                 raise StoreClosedError(f"mmap store {str(self.path)!r} is closed")
             full: DiskFullError | None = None
             start = -1
-            for slot, topic, queue_id, prepared, uniqs, msgs, sizes, total, born, now in staged:
+            rest = staged
+            if fastput.SPEEDUPS:
+                # The head of the group that rolls nothing, in one C call; the Python path
+                # from the request that would roll (or for all of them).
+                done = fastput.append_group(
+                    parts.commitlog, parts.queues, staged, self._store_host, parts.index,
+                    self._msgid_prefix, parts.last_store_ts,
+                )  # fmt: skip
+                if done is not None:
+                    grouped, end, parts.last_store_ts = done
+                    start = parts.commitlog.batch_start
+                    rest = staged[len(grouped) :]
+            for slot, topic, queue_id, prepared, uniqs, msgs, sizes, total, born, now in rest:
                 if full is not None:
                     slots[slot] = full
                     continue
@@ -457,10 +470,14 @@ class MmapStore:
                         raise
                     for slot, *_ in written:
                         slots[slot] = exc
+                    for (slot, *_), _ in zip(staged, grouped, strict=False):
+                        slots[slot] = exc
                     return slots
+        for (slot, *_), results in zip(staged, grouped, strict=False):
+            slots[slot] = results
         for slot, prepared, offsets, qoff, store_ts, total in written:
             slots[slot] = self._results(prepared, offsets, qoff, store_ts, total)
-        if written and self._group_commit is not None:
+        if (written or grouped) and self._group_commit is not None:
             self._group_commit.wait_flushed(end)
         return slots
 
