@@ -22,7 +22,8 @@ from mqcore.message import PROPERTY_UNIQ_KEY, Message
 from mqcore.plugins.store_mmap import fastput, indexfile
 from mqcore.plugins.store_mmap import store as store_module
 from mqcore.record.unit import UNIT
-from mqcore.storecaps import PutRequest
+from mqcore.storecaps import PreparedPutRequest, PutRequest
+from mqcore.uniqkey import uniq_ids
 
 pytestmark = pytest.mark.skipif(
     not fastput.SPEEDUPS, reason="the C write of a put is not built or turned off"
@@ -66,23 +67,25 @@ messages = st.tuples(
     st.integers(0, 3),
 )
 
-#: One put: (put_many?, [(topic, queue id, messages)])
+#: One put: (how, [(topic, queue id, messages, born host)]): ``put`` of each, or a group
+#: of them in one ``put_many`` or ``put_many_prepared``
 puts = st.tuples(
-    st.booleans(),
+    st.sampled_from(["put", "put_many", "put_many_prepared"]),
     st.lists(
         st.tuples(
             st.sampled_from(["T", "U", "Überall"]),
             st.integers(0, 2),
             st.lists(messages, min_size=1, max_size=5),
+            st.sampled_from([None, "10.1.2.3:4567", "192.168.0.9:1"]),
         ),
         min_size=1,
-        max_size=4,
+        max_size=6,
     ),
 )
 
 options = st.fixed_dictionaries(
     {
-        "segment_size": st.sampled_from([4096, 8192, 1 << 16]),
+        "segment_size": st.sampled_from([4096, 8192, 1 << 16, 1 << 20]),
         "consume_queue_units": st.sampled_from([3, 16, 1000]),
         "index_hash_slots": st.sampled_from([7, 64]),
         "index_max_entries": st.sampled_from([5, 256]),
@@ -106,18 +109,31 @@ def _run(path: Path, opts: dict[str, Any], ops: list[Any], c_write: Any) -> list
     results: list[Any] = []
     store = Kernel(autoload=False).open_store("mmap", path, **opts)
     try:
-        for many, requests in ops:
-            if many:
+        for how, requests in ops:
+            if how == "put_many":
                 slots = store.put_many(
-                    [PutRequest(t, q, [_message(t, m) for m in ms]) for t, q, ms in requests]
+                    [
+                        PutRequest(t, q, [_message(t, m) for m in ms], born_host=h)
+                        for t, q, ms, h in requests
+                    ]
                 )
-                results.append([s if isinstance(s, list) else repr(s) for s in slots])
+            elif how == "put_many_prepared":
+                slots = store.put_many_prepared([_prepared_request(*r) for r in requests])
             else:
-                for t, q, ms in requests:
-                    results.append(store.put(t, q, [_message(t, m) for m in ms]))
+                for t, q, ms, h in requests:
+                    results.append(store.put(t, q, [_message(t, m) for m in ms], born_host=h))
+                continue
+            results.append([s if isinstance(s, list) else repr(s) for s in slots])
     finally:
         store.close()
     return results
+
+
+def _prepared_request(topic: str, queue_id: int, specs: list[Any], host: str | None) -> Any:
+    """The put of ``specs`` as records prepared ahead (as the server prepares a send)."""
+    msgs = [_message(topic, m) for m in specs]
+    prepared = codec.prepare(msgs, NOW_MS, topic=topic)
+    return PreparedPutRequest(topic, queue_id, prepared, uniq_ids(msgs), host)
 
 
 def _read_all(path: Path, opts: dict[str, Any], ops: list[Any]) -> list[Any]:
@@ -141,7 +157,7 @@ def _read_all(path: Path, opts: dict[str, Any], ops: list[Any]) -> list[Any]:
         keys = {
             (t, k)
             for _, requests in ops
-            for t, _, ms in requests
+            for t, _, ms, _ in requests
             for m in map(partial(_message, t), ms)
             for k in [*(m.keys or "").split(), m.properties.get(PROPERTY_UNIQ_KEY)]
             if k
@@ -215,6 +231,46 @@ def test_the_c_write_serves_a_common_put(tmp_path: Path, monkeypatch: pytest.Mon
         store.close()
     assert calls == [1, 2, 1, 1]
     assert indexed == [1]
+
+
+def test_a_group_is_written_in_one_c_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group that rolls nothing is one C call, records, units and index entries; from a
+    request that would roll (here a new queue) on, the Python path writes the rest."""
+    calls: list[int] = []
+    real = fastput._c
+
+    class Counting:
+        append = real.append
+
+        @staticmethod
+        def append_group(*args: Any) -> Any:
+            calls.append(len(args[7]))
+            return real.append_group(*args)
+
+    monkeypatch.setattr(fastput, "_c", Counting)
+    specs = [(b"body%d" % i, None, f"k{i}", i, 0) for i in range(6)]
+    store = Kernel(autoload=False).open_store("mmap", tmp_path / "s", segment_size=1 << 20)
+    try:
+        # Each queue's first file and the index file come on the Python path.
+        store.put_many_prepared([_prepared_request("T", q, [specs[q]], None) for q in range(3)])
+        assert calls == []
+        slots = store.put_many_prepared(
+            [_prepared_request("T", i % 3, [specs[i]], "10.1.2.3:4567") for i in range(6)]
+        )
+        assert calls == [6]
+        assert [[r.queue_offset for r in s] for s in slots] == [[1], [1], [1], [2], [2], [2]]  # type: ignore[union-attr]
+        slots = store.put_many_prepared(
+            [_prepared_request("T", q, [specs[q]], None) for q in (0, 5, 1)]
+        )
+        assert calls == [6, 1]  # queue 5 is new: the C call took the head, Python the rest
+        assert [[r.queue_offset for r in s] for s in slots] == [[3], [0], [3]]  # type: ignore[union-attr]
+        bodies = [m.body for m in store.get("T", 1, 0).messages]
+        assert bodies == [b"body1", b"body1", b"body4", b"body1"]
+        assert [(m.queue_id, m.queue_offset) for m in store.lookup("T", "k4")] == [(1, 2)]
+        uniq = _message("T", specs[2]).properties[PROPERTY_UNIQ_KEY]
+        assert sorted(m.queue_offset for m in store.lookup("T", uniq)) == [0, 1]
+    finally:
+        store.close()
 
 
 def _prepared(n: int) -> list[Any]:
