@@ -197,15 +197,21 @@ def test_c_write_leaves_the_bytes_of_the_python_path(
 
 
 def test_the_c_write_serves_a_common_put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A put that fits its segment and its queue file is written by the C call."""
-    calls: list[int] = []
+    """A put that fits its segment and its queue file is written by a C call: as a group
+    of one into a queue file already there, else (a new queue) after the file is made."""
+    calls: list[tuple[str, int]] = []
     real = fastput._c
 
     class Counting:
         @staticmethod
         def append(*args: Any) -> Any:
-            calls.append(len(args[2]))
+            calls.append(("append", len(args[2])))
             return real.append(*args)
+
+        @staticmethod
+        def append_group(*args: Any) -> Any:
+            calls.append(("group", sum(len(job[0]) for job in args[7])))
+            return real.append_group(*args)
 
     monkeypatch.setattr(fastput, "_c", Counting)
     indexed: list[int] = []
@@ -229,7 +235,7 @@ def test_the_c_write_serves_a_common_put(tmp_path: Path, monkeypatch: pytest.Mon
         assert [m.body for m in store.lookup("T", "k1")] == [b"e"]
     finally:
         store.close()
-    assert calls == [1, 2, 1, 1]
+    assert calls == [("append", 1), ("group", 2), ("append", 1), ("group", 1)]
     assert indexed == [1]
 
 
