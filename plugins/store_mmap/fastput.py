@@ -13,6 +13,12 @@ page warmer, the queue's published end), so that nothing downstream (flush, grou
 replication, readers) tells the two apart. Anything else (a roll, a transient buffer, a
 block not allocated yet, an IPv6 host, no C extension) returns None and the store takes
 the Python path, which is the reference and writes the same bytes.
+
+:func:`append_group` does the same for several puts (a group commit's, or one put alone)
+in one call of ``_put.append_group``: the longest head of them that rolls nothing, each
+put's records after the previous one's, all records before any unit and all units before
+any index entry, with the puts' :class:`~mqcore.store.PutResult` lists built in C; the
+store writes the rest of the group on the Python path.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from mqcore.message import PROPERTY_UNIQ_KEY, Message
 from mqcore.plugins.store_mmap import fastput, indexfile
 from mqcore.plugins.store_mmap import store as store_module
 from mqcore.record.unit import UNIT
+from mqcore.store import PutResult
 from mqcore.storecaps import PreparedPutRequest, PutRequest
 from mqcore.uniqkey import uniq_ids
 
@@ -366,3 +367,75 @@ def test_the_c_write_refuses_index_entries_past_the_file() -> None:
     with pytest.raises(ValueError, match="index"):
         fastput._c.append(segment, 0, prepared, 0, 0, 0, 5, *HOSTS, units, 0, index)
     assert not any(segment) and not any(units) and not any(imap)
+
+
+def _group_jobs(units: bytearray, uniq: Any = "U1") -> list[Any]:
+    """Two puts of one group: three records into ``units`` at 0, one more after them."""
+    ip, port = HOSTS[:2]
+    return [
+        (_prepared(3), 0, 0, 5, ip, port, units, 0, "T", None, None),
+        (_prepared(1), 0, 3, 5, ip, port, units, 60, "T", None, [uniq]),
+    ]
+
+
+@pytest.mark.parametrize(
+    "lie", ["size", "uniq", "units_too_small", "segment_too_small", "index_full", "no_index"]
+)
+def test_the_group_write_refuses_what_does_not_hold_and_writes_nothing(lie: str) -> None:
+    """A group with a lie in its last put, or maps too small, is refused as a whole: not
+    even its first put is written."""
+    segment, units = bytearray(4096), bytearray(80)
+    entries_at = indexfile.HEADER_SIZE + 4
+    imap = bytearray(entries_at + 4 * indexfile.ENTRY_SIZE)
+    index: Any = (imap, 1, entries_at, 4, 1, 0, 0, 0, 0)
+    jobs = _group_jobs(units)
+    if lie == "size":
+        record = jobs[1][0][0]
+        jobs[1][0][0] = (record[0] + 1, *record[1:])
+    elif lie == "uniq":
+        jobs = _group_jobs(units, uniq=b"U1")
+    elif lie == "units_too_small":
+        units = bytearray(79)
+        jobs = _group_jobs(units)
+    elif lie == "segment_too_small":
+        segment = bytearray(sum(p[0] for job in jobs for p in job[0]) - 1)
+    elif lie == "index_full":
+        index = (imap, 1, entries_at, 4, 4, 0, 0, 0, 0)  # 3 entries in a file of 4
+    elif lie == "no_index":
+        index = None
+    with pytest.raises((ValueError, TypeError)):
+        fastput._c.append_group(segment, 0, 0, *HOSTS[:2], "P" * 16, PutResult, jobs, index)
+    assert not any(segment) and not any(units) and not any(imap)
+
+
+def test_the_group_write_lays_out_each_put_as_append() -> None:
+    """A group's records, units and index entries are those of its puts' append() calls
+    one after the other, and its results those the store builds in Python."""
+    entries_at = indexfile.HEADER_SIZE + 5 * 4
+    c_seg, c_units = bytearray(4096), bytearray(100)
+    c_map = bytearray(entries_at + 16 * indexfile.ENTRY_SIZE)
+    py_seg, py_units, py_map = bytearray(c_seg), bytearray(c_units), bytearray(c_map)
+    jobs = _group_jobs(c_units)
+    jobs[0] = (*jobs[0][:9], [["a", "b"], None, ["c"]], None)
+    results, end, state = fastput._c.append_group(
+        c_seg, 8, 1000, *HOSTS[:2], "P" * 16, PutResult, jobs,
+        (c_map, 5, entries_at, 16, 1, 0, 0, 0, 0),
+    )  # fmt: skip
+    at, index_state = 1000, (1, 0, 0, 0, 0)
+    want = []
+    for prepared, q, qoff, ts, ip, port, _, qpos, topic, keys, uniqs in jobs:
+        if keys is None:
+            keys = [[u] for u in uniqs]
+        index = (py_map, topic, keys, 5, entries_at, 16, *index_state[:1], *index_state[1:])
+        offsets, at_end, got = fastput._c.append(
+            py_seg, 8 + at - 1000, prepared, q, qoff, at, ts, *HOSTS[:2], ip, port, py_units,
+            qpos, index,
+        )  # fmt: skip
+        index_state = (got[0], got[2], got[3], got[4], got[5])
+        want.append(
+            store_module.batch.py_put_results(PutResult, "P" * 16, prepared, offsets, qoff, ts)
+        )
+        at = at_end
+    assert (c_seg, c_units, c_map) == (py_seg, py_units, py_map)
+    assert results == want and end == at
+    assert (state[0], *state[2:]) == index_state
