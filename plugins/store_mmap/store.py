@@ -408,13 +408,23 @@ class MmapStore:
                 )
                 continue
             prepared = request.prepared
-            if not prepared:
+            if len(prepared) == 1:  # a single send: _measure inlined
+                sizes: list[int] = []
+                total = prepared[0][0]  # its size (size_of)
+                if total > self._size_alarm:
+                    try:
+                        self._check_sizes(prepared)
+                    except InvalidArgumentError as exc:
+                        slots[-1] = exc
+                        continue
+            elif not prepared:
                 continue
-            try:
-                sizes, total = self._measure(prepared)
-            except InvalidArgumentError as exc:
-                slots[-1] = exc
-                continue
+            else:
+                try:
+                    sizes, total = self._measure(prepared)
+                except InvalidArgumentError as exc:
+                    slots[-1] = exc
+                    continue
             host = request.born_host
             staged.append(
                 (len(slots) - 1, topic, request.queue_id, prepared, request.uniqs, (), sizes,
@@ -487,8 +497,8 @@ class MmapStore:
                     for (slot, *_), _ in zip(staged, grouped, strict=False):
                         slots[slot] = exc
                     return slots
-        for (slot, *_), results in zip(staged, grouped, strict=False):
-            slots[slot] = results
+        for request, results in zip(staged, grouped, strict=False):
+            slots[request[0]] = results
         for slot, prepared, offsets, qoff, store_ts, total in written:
             slots[slot] = self._results(prepared, offsets, qoff, store_ts, total)
         if (written or grouped) and self._group_commit is not None:
