@@ -251,12 +251,15 @@ def append_group(
             born = store_host
         elif len(born[0]) != 4:
             break
+        if uniqs is not None and len(uniqs) != count:  # as the Python path zips them
+            uniqs = [*uniqs[:count], *[None] * (count - len(uniqs))]
         if count == 1 and not prepared[0][10]:
             keys = None  # the unique id alone, if any: the C call takes it from uniqs
             if uniqs is not None and uniqs[0] is not None:
                 fits -= 1
         else:
             keys = _keys(prepared, uniqs)
+            uniqs = None  # in keys
             if keys is not None:
                 fits -= sum(len(k) for k in keys if k)
         if fits < 0:

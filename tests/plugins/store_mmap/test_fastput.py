@@ -439,3 +439,20 @@ def test_the_group_write_lays_out_each_put_as_append() -> None:
     assert (c_seg, c_units, c_map) == (py_seg, py_units, py_map)
     assert results == want and end == at
     assert (state[0], *state[2:]) == index_state
+
+
+def test_a_group_takes_unique_ids_as_the_python_path_does(tmp_path: Path) -> None:
+    """Fewer unique ids than records, or none in a list, are read as the Python path reads
+    them (the missing ones are None), not refused."""
+    store = Kernel(autoload=False).open_store("mmap", tmp_path / "s", segment_size=1 << 20)
+    try:
+        store.put_many_prepared([_prepared_request("T", 0, [(b"a", None, "k", 1, 0)], None)])
+        two = codec.prepare([Message(topic="T", body=b"b"), Message(topic="T", body=b"c")], 1)
+        one = codec.prepare([Message(topic="T", body=b"d")], 1)
+        slots = store.put_many_prepared(
+            [PreparedPutRequest("T", 0, two, ["U2"]), PreparedPutRequest("T", 0, one, [])]
+        )
+        assert [[r.queue_offset for r in s] for s in slots] == [[1, 2], [3]]  # type: ignore[union-attr]
+        assert [m.body for m in store.get("T", 0, 0).messages] == [b"a", b"b", b"c", b"d"]
+    finally:
+        store.close()
