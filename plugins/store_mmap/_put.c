@@ -501,9 +501,14 @@ job_results(Job *j, PyTypeObject *cls, PyObject *prefix)
     Py_ssize_t n = PyTuple_GET_SIZE(j->prepared);
     Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
     const char *pchars = (const char *)PyUnicode_DATA(prefix);
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
+    PyObject *ts_shared = PyLong_FromLongLong(j->store_ts); /* one for the whole put */
+    if (ts_shared == NULL)
         return NULL;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        Py_DECREF(ts_shared);
+        return NULL;
+    }
     long long at = j->phys;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *size = Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(j->prepared, i), P_SIZE));
@@ -511,13 +516,14 @@ job_results(Job *j, PyTypeObject *cls, PyObject *prefix)
         PyObject *msg_id = PyUnicode_New(plen + 16, 127);
         PyObject *qoff = PyLong_FromLongLong(j->qoff + i);
         PyObject *off = PyLong_FromLongLong(at);
-        PyObject *ts = PyLong_FromLongLong(j->store_ts);
-        if (msg_id == NULL || qoff == NULL || off == NULL || ts == NULL) {
+        PyObject *ts = Py_NewRef(ts_shared);
+        if (msg_id == NULL || qoff == NULL || off == NULL) {
             Py_DECREF(size);
             Py_XDECREF(msg_id);
             Py_XDECREF(qoff);
             Py_XDECREF(off);
-            Py_XDECREF(ts);
+            Py_DECREF(ts);
+            Py_DECREF(ts_shared);
             Py_DECREF(out);
             return NULL;
         }
@@ -528,12 +534,14 @@ job_results(Job *j, PyTypeObject *cls, PyObject *prefix)
             c[plen + k] = hex[u & 0xF];
         PyObject *result = make_result(cls, msg_id, qoff, off, ts, size);
         if (result == NULL) {
+            Py_DECREF(ts_shared);
             Py_DECREF(out);
             return NULL;
         }
         PyList_SET_ITEM(out, i, result);
         at += sz;
     }
+    Py_DECREF(ts_shared);
     return out;
 }
 
