@@ -70,6 +70,7 @@ Answer = tuple[int, int, int, "str | None", tuple[Any, ...], "bytes | None"]
 """An answer read with a plan: (code, opaque, flag, remark, the plan's values, body)."""
 """``handler(request, addr)``: serve a request the server sent; return the answer or None."""
 
+_LENGTH = struct.Struct(">i")  # a frame's first word: the length of what follows
 _TICK = 0.1  # how often the sweeper expires async requests past their deadline
 _RECV_SIZE = 256 * 1024
 # The longest a blocking read waits before the reader looks at its deadline again (the
@@ -162,44 +163,71 @@ class _Connection:
 
     def send(self, cmd: RemotingCommand | PreparedRequest, deadline: float) -> None:
         head, body = cmd.encode_parts()
-        self._outq.append(head + bytes(body) if len(body) < 65536 else head)
-        if len(body) >= 65536:
+        small = len(body) < 65536
+        lock = self._send_lock
+        if lock.acquire(False):
+            # Nobody is writing: ours goes out at once, after whatever was queued before
+            # it (the usual case of a synchronous call; no queue to pass it through).
+            try:
+                if self.closed:
+                    raise RemotingConnectError(
+                        f"connection to {self.addr} is closed", addr=self.addr
+                    )
+                data: bytes | bytearray | memoryview = head + bytes(body) if small else head
+                if self._outq:
+                    self._outq.append(data)
+                    data = self._drain()
+                self._write(data, deadline, cmd.code)
+                if not small:
+                    self._write(body, deadline, cmd.code)
+            finally:
+                lock.release()
+            return
+        self._outq.append(head + bytes(body) if small else head)
+        if not small:
             self._outq.append(body)  # a large body is written from its own buffer, uncopied
         # Combining: whoever holds the lock writes every frame queued so far in one go, so
         # threads sending at once share a syscall instead of queueing for one each.
-        with self._send_lock:
+        with lock:
             if self.closed:
                 raise RemotingConnectError(f"connection to {self.addr} is closed", addr=self.addr)
-            outq = self._outq
-            if not outq:
+            if not self._outq:
                 return  # another thread already wrote ours
-            parts = []
-            while outq:
-                parts.append(outq.popleft())
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            if self.tls is not None:  # encrypted in the order written, under the send lock
-                data = self.tls.encrypt(data)
-            view = memoryview(data)
-            while view:
-                try:
-                    # The socket is blocking (one syscall per read or write, no poll first);
-                    # MSG_DONTWAIT keeps a stalled server from blocking a writer past its deadline.
-                    view = view[self.sock.send(view, socket.MSG_DONTWAIT) :]
-                except BlockingIOError:
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not self._writable(left):
-                        self.close()
-                        raise RemotingTimeoutError(
-                            f"could not write request code {cmd.code} to {self.addr} "
-                            f"in time (the server is not reading)",
-                            addr=self.addr,
-                            code=cmd.code,
-                        ) from None
-                except OSError as exc:
+            self._write(self._drain(), deadline, cmd.code)
+
+    def _drain(self) -> bytes | bytearray | memoryview:
+        """Under the send lock: every frame queued, as one buffer."""
+        outq = self._outq
+        parts = []
+        while outq:
+            parts.append(outq.popleft())
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _write(self, data: bytes | bytearray | memoryview, deadline: float, code: int) -> None:
+        """Under the send lock: write all of ``data`` (encrypted first with TLS)."""
+        if self.tls is not None:  # encrypted in the order written, under the send lock
+            data = self.tls.encrypt(data)
+        view = memoryview(data)
+        while view:
+            try:
+                # The socket is blocking (one syscall per read or write, no poll first);
+                # MSG_DONTWAIT keeps a stalled server from blocking a writer past its deadline.
+                view = view[self.sock.send(view, socket.MSG_DONTWAIT) :]
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._writable(left):
                     self.close()
-                    raise RemotingConnectError(
-                        f"write to {self.addr} failed: {exc}", addr=self.addr
-                    ) from exc
+                    raise RemotingTimeoutError(
+                        f"could not write request code {code} to {self.addr} "
+                        f"in time (the server is not reading)",
+                        addr=self.addr,
+                        code=code,
+                    ) from None
+            except OSError as exc:
+                self.close()
+                raise RemotingConnectError(
+                    f"write to {self.addr} failed: {exc}", addr=self.addr
+                ) from exc
 
     def _send_raw(self, data: bytes) -> None:
         """Bytes the TLS session owes the server, in order with the frames written."""
@@ -267,7 +295,7 @@ class _Connection:
                 # Near it: poll for the time left first, so the call ends at its deadline.
                 if (left < _RECV_TICK or not self._timed_reads) and not poll(_poll_ms(left)):
                     continue
-                ended = self._read_once()
+                ended = self._read_own()
                 if ended is not None:
                     self._tear_down(ended)
                     raise self._lost(cmd.code, ended)
@@ -327,6 +355,33 @@ class _Connection:
                     self._tear_down(ended)
                     return
 
+    def _read_own(self) -> str | None:
+        """The direct call's read (:meth:`_read_once`): when what arrived is one whole
+        frame, nothing was buffered before it and the call has a plan (the usual answer to
+        a prepared request), it is read with the plan where it lies, without the frame
+        decoder; anything else goes the general way."""
+        plan = self._own_plan
+        if plan is None or self.tls is not None or self._decoder.buffered:
+            return self._read_once()
+        try:
+            n = self.sock.recv_into(self._buffer)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            return str(exc)
+        if not n:
+            return "closed by the server"
+        if 8 <= n <= self.client.max_frame_size and _LENGTH.unpack_from(self._buffer)[0] == n - 4:
+            try:
+                answer = decode_answer(self._view[4:n], plan)
+            except ProtocolError:
+                pass  # read as a command below, which words the error
+            else:
+                if answer[1] == self._own and answer[2] & FLAG_RESPONSE:
+                    self._own_answer = answer
+                    return None
+        return self._serve(self._view[:n])
+
     def _read_once(self, flags: int = 0) -> str | None:
         """The leader's read: serve the frames of what arrived. Returns why the connection
         ended, or None while it lasts."""
@@ -338,7 +393,10 @@ class _Connection:
             return str(exc)
         if not n:
             return "closed by the server"
-        data: bytes | memoryview = self._view[:n]
+        return self._serve(self._view[:n])
+
+    def _serve(self, data: bytes | memoryview) -> str | None:
+        """Serve the frames of ``data`` as read from the socket (see :meth:`_read_once`)."""
         if self.tls is not None:
             try:
                 data = self.tls.decrypt(data)
