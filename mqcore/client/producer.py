@@ -450,7 +450,17 @@ class Producer(ClientBase):
         With ``selector`` (ordered messages) the queue is ``selector(mqs, msg, arg)`` and a
         failed send is not retried on another queue, as RocketMQ.
         """
-        return self._send([msg], timeout, selector, arg, self.retry_times_when_send_failed)
+        if selector is not None:
+            return self._send([msg], timeout, selector, arg, self.retry_times_when_send_failed)
+        # _send for one message and no selector, with what it does for a batch left out
+        # (the checks of a batch of one are the message's own).
+        self._check_running()
+        self._check_message(msg)
+        msgs = [msg]
+        timeout = self.send_msg_timeout if timeout is None else timeout
+        return self._store_traced(
+            msgs, timeout, time.monotonic(), None, self.retry_times_when_send_failed, _batch_result
+        )[0]
 
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> SendResult:
         """Send messages of one topic as one batch into one queue (one write).

@@ -132,7 +132,8 @@ class _Connection:
         self._decoder = FrameDecoder(client.max_frame_size)
         # Reading: who leads, who waits for an answer somebody else reads, and until when the
         # reader thread stays aside. All under ``_turn``.
-        self._turn = threading.Condition(threading.Lock())
+        self._turn_lock = threading.Lock()
+        self._turn = threading.Condition(self._turn_lock)
         self._leading = False
         self._followers: list[concurrent.futures.Future[RemotingCommand]] = []
         self._quiet_until = 0.0
@@ -207,7 +208,18 @@ class _Connection:
         """Under the send lock: write all of ``data`` (encrypted first with TLS)."""
         if self.tls is not None:  # encrypted in the order written, under the send lock
             data = self.tls.encrypt(data)
-        view = memoryview(data)
+        try:
+            sent = self.sock.send(data, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            sent = 0  # the loop below waits for room, or words the error
+        except OSError as exc:
+            self.close()
+            raise RemotingConnectError(
+                f"write to {self.addr} failed: {exc}", addr=self.addr
+            ) from exc
+        if sent == len(data):
+            return  # the usual case: all of it in one syscall
+        view = memoryview(data)[sent:]
         while view:
             try:
                 # The socket is blocking (one syscall per read or write, no poll first);
@@ -253,7 +265,9 @@ class _Connection:
 
     def lead_now(self) -> bool:
         """Take the reading if nobody reads (no other caller, not the reader thread)."""
-        with self._turn:
+        # The condition's bare lock: a direct call takes it twice, and ``with`` on the
+        # Condition costs a Python call each time; waiting and waking still go through it.
+        with self._turn_lock:
             if self._leading or self.closed:
                 return False
             self._leading = True
@@ -262,12 +276,11 @@ class _Connection:
     def end_lead(self) -> None:
         """Give the reading up (after :meth:`lead_now`): the reader thread stays aside a
         little longer, and is woken at once when somebody waits for an answer."""
-        turn = self._turn
-        with turn:
+        with self._turn_lock:
             self._leading = False
             self._quiet_until = time.monotonic() + _LINGER
-            if self.closed or any(not f.done() for f in self._followers):
-                turn.notify_all()  # somebody must read on for them
+            if self.closed or (self._followers and any(not f.done() for f in self._followers)):
+                self._turn.notify_all()  # somebody must read on for them
 
     def call(
         self, cmd: RemotingCommand | PreparedRequest, deadline: float
