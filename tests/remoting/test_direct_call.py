@@ -22,6 +22,7 @@ from mqcore.remoting.command import (
     encode_request_head,
     next_opaque,
 )
+from mqcore.remoting.frame import FrameDecoder
 from mqcore.remoting.server import RemotingServer
 from mqcore.remoting.signing import Credentials
 
@@ -212,6 +213,47 @@ def test_a_prepared_request_is_read_with_its_plan(
     assert isinstance(answer, RemotingCommand)
     assert (answer.opaque, answer.body) == (opaque, b"xyz")
     assert first in direct and opaque in direct
+
+
+def test_a_lone_answer_frame_is_read_where_it_lies(
+    client: RemotingClient, addr: str, direct: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prepared request's answer that arrives whole and alone is read with the plan
+    straight from the read buffer (the frame decoder is not fed), and what comes back owns
+    its bytes: the next read into the same buffer leaves it as it was."""
+    assert client.invoke(addr, _cmd(ECHO, b"warm"), 5).body == b"warm"
+    fed: list[int] = []
+    feed = FrameDecoder.feed
+
+    def counting(decoder: FrameDecoder, data: bytes) -> list[bytes]:
+        fed.append(len(data))
+        return feed(decoder, data)
+
+    monkeypatch.setattr(FrameDecoder, "feed", counting)
+    answers = []
+    for body in (b"first answer", b"second"):
+        opaque = next_opaque()
+        head = encode_request_head(ECHO, opaque, ("k",), ("v",), len(body))
+        answer = client.invoke_prepared(addr, PreparedRequest(ECHO, opaque, head, body, ()), 5)
+        assert isinstance(answer, tuple)
+        answers.append(answer)
+    assert [(a[0], a[5]) for a in answers] == [(0, b"first answer"), (0, b"second")]
+    assert fed == []
+
+
+def test_a_large_prepared_request_and_its_answer_in_many_reads(
+    client: RemotingClient, addr: str, direct: list[int]
+) -> None:
+    """A body past the copy limit is written from its own buffer after the header, and an
+    answer that takes several reads goes through the frame decoder: both arrive whole."""
+    body = bytes(range(256)) * 4096 + b"tail"
+    opaque = next_opaque()
+    head = encode_request_head(ECHO, opaque, (), (), len(body))
+    answer = client.invoke_prepared(addr, PreparedRequest(ECHO, opaque, head, body, ()), 10)
+    assert isinstance(answer, tuple)
+    assert (answer[0], answer[1], answer[5]) == (0, opaque, body)
+    assert opaque in direct
+    assert client.invoke(addr, _cmd(ECHO, b"after"), 5).body == b"after"
 
 
 def test_a_prepared_request_is_refused_by_a_client_that_signs(addr: str) -> None:
