@@ -84,6 +84,9 @@ _RCVTIMEO = struct.pack("ll", 0, int(_RECV_TICK * 1e6))
 # caller's own work between two calls, so that a run of calls keeps reading its own
 # answers; short, since answers to asynchronous requests wait for it when nobody else reads.
 _LINGER = 0.002
+# How often the reader thread, standing aside while a leader reads, looks again: a request
+# the server sends between two synchronous calls waits at most this long for a reader.
+_ASIDE_LOOK = 0.05
 _HANDLER_THREAD = "mqcore-remoting-client-handler"
 # The pauses between sends of a request the server answered SYSTEM_BUSY: short at first (a
 # server that is finishing its start-up, or a momentary overload), then longer.
@@ -261,6 +264,13 @@ class _Connection:
         with self._turn:
             self._turn.notify_all()  # a reader thread standing aside ends
 
+    def wake_reader(self) -> None:
+        """An asynchronous request is in flight: a reader thread standing aside while
+        nobody leads looks again now (rather than at its next look, see ``_ASIDE_LOOK``)."""
+        with self._turn_lock:
+            if not self._leading:
+                self._turn.notify_all()
+
     # --- the direct call -------------------------------------------------------------------
 
     def lead_now(self) -> bool:
@@ -279,7 +289,11 @@ class _Connection:
         with self._turn_lock:
             self._leading = False
             self._quiet_until = time.monotonic() + _LINGER
-            if self.closed or (self._followers and any(not f.done() for f in self._followers)):
+            if (
+                self.closed
+                or self.pending
+                or (self._followers and any(not f.done() for f in self._followers))
+            ):
                 self._turn.notify_all()  # somebody must read on for them
 
     def call(
@@ -449,10 +463,12 @@ class _Connection:
                 with turn:
                     while self._stand_aside():
                         # A timed wait: a leader that ends wakes nobody unless somebody
-                        # waits for an answer (waking this thread would cost what a leader
-                        # saves), so this thread looks again when the quiet time is over.
+                        # waits for an answer or an asynchronous request is in flight
+                        # (waking this thread would cost what a leader saves), so this
+                        # thread looks again when the quiet time is over; while a leader
+                        # reads, only now and then (each look takes the GIL from it).
                         left = self._quiet_until - time.monotonic()
-                        turn.wait(max(left, _LINGER) if self._leading else max(left, 0.0))
+                        turn.wait(max(left, _ASIDE_LOOK) if self._leading else max(left, 0.0))
                     if self.closed:
                         break
                 # Wait for something to read without holding the reading: a synchronous
@@ -727,6 +743,8 @@ class RemotingClient:
         except BaseException:
             conn.pending.pop(cmd.opaque, None)
             raise
+        if not sync:
+            conn.wake_reader()
         return conn, fut
 
     def _prepare(self, cmd: RemotingCommand) -> None:

@@ -275,3 +275,15 @@ def test_without_timed_reads_a_direct_call_polls_to_its_deadline(
         client.invoke(addr, _cmd(SILENT), 0.3)
     assert 0.3 <= time.monotonic() - began < 1.3
     assert client.invoke(addr, _cmd(ECHO, b"after"), 5).body == b"after"
+
+
+def test_an_async_request_after_direct_calls_does_not_wait_for_the_readers_next_look(
+    client: RemotingClient, addr: str, direct: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader thread looks again only now and then while synchronous calls lead; an
+    asynchronous request sent after them wakes it, so its answer is read at once."""
+    monkeypatch.setattr(client_module, "_ASIDE_LOOK", 120.0)
+    for _ in range(20):
+        assert client.invoke(addr, _cmd(ECHO, b"sync"), 5).body == b"sync"
+    fut = client.invoke_async(addr, _cmd(ECHO, b"async"), 30)
+    assert fut.result(timeout=10).body == b"async"
