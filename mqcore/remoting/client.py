@@ -16,7 +16,10 @@ Who reads the socket (one reader at a time, the connection's *leader*):
   future, reading itself when the reader stops before its answer came;
 - otherwise the connection's reader thread reads, and completes callers' futures. It steps
   aside while synchronous calls keep coming (for ``_LINGER`` seconds after the latest one
-  began) and takes over at once when a caller waits for an answer nobody is reading.
+  began) and takes over at once when a caller waits for an answer nobody is reading or an
+  asynchronous request is in flight. While a caller leads it looks again only every
+  ``_ASIDE_LOOK`` seconds (each look takes the GIL from the caller), so a request the
+  server sends between two synchronous calls waits at most that long.
 
 Whoever leads completes every answer it reads, its own or another's. Requests the server
 sends (NOTIFY_CONSUMER_IDS_CHANGED 40, RESET_CONSUMER_CLIENT_OFFSET 220) go to the
