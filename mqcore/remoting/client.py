@@ -369,7 +369,7 @@ class _Connection:
             with turn:
                 self._leading = False
                 self._quiet_until = time.monotonic() + _LINGER
-                if self.closed or any(not f.done() for f in self._followers):
+                if self.closed or self.pending or any(not f.done() for f in self._followers):
                     turn.notify_all()  # somebody must read on for them
 
     def _lead(self, fut: concurrent.futures.Future[RemotingCommand], deadline: float) -> None:
