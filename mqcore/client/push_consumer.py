@@ -388,6 +388,7 @@ class PushConsumer(ClientBase):
                 self._no_route(topic, exc)
                 continue
             self._missing_topics.discard(topic)
+            cids: list[str] | None = None  # broadcasting: every queue, whoever else consumes
             if self.message_model is MessageModel.BROADCASTING:
                 mine = set(mqs)
             else:
@@ -401,7 +402,7 @@ class PushConsumer(ClientBase):
                         self.group, self.client_id, sorted_queues(mqs), sorted_cids(cids)
                     )
                 )
-            self._update_table(topic, sub, mine)
+            self._update_table(topic, sub, mine, cids)
 
     def _no_route(self, topic: str, exc: MQClientError) -> None:
         """Log a topic the rebalance found no route for: once per absence as a warning when
@@ -424,7 +425,23 @@ class PushConsumer(ClientBase):
                 "create it (`mqcore topic create`)",
             )
 
-    def _update_table(self, topic: str, sub: SubscriptionData, mine: set[MessageQueue]) -> None:
+    def _update_table(
+        self,
+        topic: str,
+        sub: SubscriptionData,
+        mine: set[MessageQueue],
+        cids: list[str] | None = None,
+    ) -> None:
+        """Apply one allocation of ``topic``'s queues, reckoned from the member list
+        ``cids``: give up the queues not in ``mine``, then take the new ones.
+
+        Both halves change the table in one step each, so that :meth:`assigned_queues` never
+        shows a part of an allocation: a member taking four queues, two of them already
+        pulled by a newer member, must not look as if it held two. And the new queues are not
+        taken when the group's members changed while they were prepared: the allocation was
+        reckoned from an older list, and would pull queues another member now owns; the
+        membership notice has asked for the rebalance on the new list.
+        """
         orderly_clustering = self._orderly and self.message_model is MessageModel.CLUSTERING
         with self._table_lock:
             for mq in [mq for mq in self._reset_to if mq.topic == topic and mq not in mine]:
@@ -435,13 +452,15 @@ class PushConsumer(ClientBase):
                 for mq, (pq, _) in self._table.items()
                 if mq.topic == topic and (mq not in mine or pq.dropped)
             ]
+            for _, pq in gone:
+                pq.dropped = True
         for mq, pq in gone:
-            pq.dropped = True
             if self._remove_unnecessary(mq, pq):
                 with self._table_lock:
                     if self._table.get(mq, (None,))[0] is pq:
                         del self._table[mq]
                 log.info("queue_released", group=self.group, queue=str(mq))
+        taken: list[tuple[MessageQueue, ProcessQueue, int, int]] = []  # (mq, pq, offset, reset)
         for mq in sorted(mine):
             with self._table_lock:
                 if mq in self._table:
@@ -455,26 +474,59 @@ class PushConsumer(ClientBase):
                 continue  # another member still holds it; retried next round
             self.offset_store.remove_offset(mq)  # RocketMQ's removeDirtyOffset
             with self._table_lock:
-                offset = self._reset_to.pop(mq, -1)
+                reset = offset = self._reset_to.pop(mq, -1)
             if offset < 0:
                 offset = self._compute_pull_from_where(mq)
             if offset < 0:
                 continue
             pq = ProcessQueue()
             pq.locked, pq.last_lock_time = True, time.monotonic()
-            thread = threading.Thread(
-                target=self._pull_loop,
-                args=(mq, sub, pq, offset),
-                name=f"mqcore-pull-{self.group}-{mq.topic}-{mq.queue_id}",
-                daemon=True,
-            )
-            with self._table_lock:
-                if self._stop.is_set():
-                    return
-                self._table[mq] = (pq, thread)
-                self._unlock_pending.discard(mq)
+            taken.append((mq, pq, offset, reset))
+        if not taken:
+            return
+        try:
+            outdated = cids is not None and set(
+                self.broker.get_consumer_list_by_group(self.group, topic)
+            ) != set(cids)
+        except Exception:
+            self._abandon(taken)
+            raise
+        threads: list[tuple[MessageQueue, int, threading.Thread]] = []
+        with self._table_lock:
+            if not self._stop.is_set() and not outdated:
+                for mq, pq, offset, _ in taken:
+                    thread = threading.Thread(
+                        target=self._pull_loop,
+                        args=(mq, sub, pq, offset),
+                        name=f"mqcore-pull-{self.group}-{mq.topic}-{mq.queue_id}",
+                        daemon=True,
+                    )
+                    self._table[mq] = (pq, thread)
+                    self._unlock_pending.discard(mq)
+                    threads.append((mq, offset, thread))
+        if not threads:
+            if not self._stop.is_set():
+                log.info("allocation_outdated", group=self.group, topic=topic, queues=len(taken))
+            self._abandon(taken)
+            return
+        for mq, offset, thread in threads:
             thread.start()
             log.info("queue_assigned", group=self.group, queue=str(mq), offset=offset)
+
+    def _abandon(self, taken: list[tuple[MessageQueue, ProcessQueue, int, int]]) -> None:
+        """Undo the preparations for queues an allocation did not take after all: a reset
+        offset waits for the next rebalance again, and an orderly queue's broker lock taken
+        for it is released (unless an earlier owner's delayed unlock still covers it)."""
+        with self._table_lock:
+            for mq, _, _, reset in taken:
+                if reset >= 0:
+                    self._reset_to.setdefault(mq, reset)
+            unlock = [mq for mq, _, _, _ in taken if mq not in self._unlock_pending]
+        if unlock and self._orderly and self.message_model is MessageModel.CLUSTERING:
+            try:
+                self.broker.unlock_batch_mq(self.group, self.client_id, unlock)
+            except Exception as exc:  # the broker lets the lock expire then
+                log.warning("queue_unlock_failed", group=self.group, error=repr(exc))
 
     def _remove_unnecessary(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         """Give a queue up (RocketMQ's removeUnnecessaryMessageQueue); False to retry later.

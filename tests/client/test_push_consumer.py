@@ -123,6 +123,7 @@ def test_queue_changing_member_never_moves_the_offset_back(
     read_by_new: dict[MessageQueue, int] = {}
     released: set[MessageQueue] = set()
     new_committed = threading.Event()
+    old_committed = threading.Event()
     c1: PushConsumer | None = None
     c2: PushConsumer | None = None
     real_read, real_persist = BrokerOffsetStore.read_offset, BrokerOffsetStore.persist
@@ -155,6 +156,8 @@ def test_queue_changing_member_never_moves_the_offset_back(
         real_persist_all(self, mqs)
         if c2 is not None and self is c2.offset_store:
             new_committed.set()
+        if c1 is not None and self is c1.offset_store:
+            old_committed.set()
 
     monkeypatch.setattr(BrokerOffsetStore, "read_offset", read_offset)
     monkeypatch.setattr(BrokerOffsetStore, "persist", persist)
@@ -184,6 +187,9 @@ def test_queue_changing_member_never_moves_the_offset_back(
         with capture_logs() as logs:
             c1.start()
             assert wait_until(lambda: len(c1.assigned_queues("T")) == 8)
+            # The old member's first round ends with a commit (of nothing yet); after it, it
+            # commits only when it releases a queue.
+            assert old_committed.wait(20)
             _produce(broker, 200)
             assert wait_until(lambda: len(a) >= 200)
             c2.start()
