@@ -91,13 +91,19 @@ def send_many(
     pending: list[tuple[int, Any]] = []
     with_prepared = False
     mixes = broker.takes_prepared_many()
+    # The destinations checked in this call: one write serves them all, so a queue that
+    # passed for one send passes for the next (a refused one is asked again, for its error).
+    passed: set[tuple[str, int]] = set()
     for i, r in enumerate(requests):
         if type(r) is PreparedSend:
-            try:
-                broker._check_destination(r.topic, r.queue_id)
-            except MQError as exc:
-                out[i] = exc
-                continue
+            where = (r.topic, r.queue_id)
+            if where not in passed:
+                try:
+                    broker._check_destination(r.topic, r.queue_id)
+                except MQError as exc:
+                    out[i] = exc
+                    continue
+                passed.add(where)
             if not (with_prepared or mixes):
                 _store(broker, pending, out, False)
                 pending = []
