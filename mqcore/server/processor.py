@@ -54,7 +54,7 @@ from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.send import decode_batch, message_from_wire
 from mqcore.record.layout import MAX_TOPIC_LENGTH
 from mqcore.record.sysflag import COMPRESSED_FLAG
-from mqcore.remoting.command import RemotingCommand, SerializeType
+from mqcore.remoting.command import FLAG_ONEWAY, RemotingCommand, SerializeType
 from mqcore.remoting.send_answer import encode_send_answer
 from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
 from mqcore.server.sendlane import GroupItem, prepare_sent_group, prepare_sent_single
@@ -527,7 +527,14 @@ class BrokerProcessor:
         outcomes = self.broker.send_many([p for _, _, p in gathered])
         for (i, req, prepared), outcome in zip(gathered, outcomes, strict=True):
             if type(prepared) is PreparedSend:
-                if isinstance(outcome, SlaveNotAcknowledgedError):
+                if outcome.__class__ is list:  # stored: _prepared_frame's answer, inlined
+                    if not req.flag & FLAG_ONEWAY:
+                        first = outcome[0]
+                        answers[i] = encode_send_answer(
+                            ResponseCode.SUCCESS, req.opaque, None, first.msg_id,
+                            prepared.queue_id, first.queue_offset, prepared.uniq,
+                        )  # fmt: skip
+                elif isinstance(outcome, SlaveNotAcknowledgedError):
                     answers[i] = self._prepared_frame(
                         req, prepared, outcome.code, str(outcome), outcome.results
                     )
