@@ -28,6 +28,8 @@ from mqcore.store import PutResult
 from mqcore.storecaps import MultiQueuePut, PreparedPutRequest, PutRequest
 from mqcore.uniqkey import uniq_ids
 
+_new_tuple = tuple.__new__
+
 # The broker is typed Any here: mqcore.broker.broker imports this module, and the layers
 # contract allows no import back, even for type checking.
 Broker = Any
@@ -91,13 +93,19 @@ def send_many(
     pending: list[tuple[int, Any]] = []
     with_prepared = False
     mixes = broker.takes_prepared_many()
+    # The destinations checked in this call: one write serves them all, so a queue that
+    # passed for one send passes for the next (a refused one is asked again, for its error).
+    passed: set[tuple[str, int]] = set()
     for i, r in enumerate(requests):
         if type(r) is PreparedSend:
-            try:
-                broker._check_destination(r.topic, r.queue_id)
-            except MQError as exc:
-                out[i] = exc
-                continue
+            where = (r.topic, r.queue_id)
+            if where not in passed:
+                try:
+                    broker._check_destination(r.topic, r.queue_id)
+                except MQError as exc:
+                    out[i] = exc
+                    continue
+                passed.add(where)
             if not (with_prepared or mixes):
                 _store(broker, pending, out, False)
                 pending = []
@@ -232,7 +240,11 @@ def _store_prepared(broker: Broker, pending: list[tuple[int, Any]]) -> list[Any]
     into: list[int] = []  # the pending index of each of puts
     for n, (_, r) in enumerate(pending):
         if type(r) is PreparedSend:
-            puts.append(PreparedPutRequest(r.topic, r.queue_id, [r.record], [r.uniq], r.born_host))
+            # What PreparedPutRequest(...) makes, without its Python-level __new__ per send.
+            puts.append(
+                _new_tuple(PreparedPutRequest, (r.topic, r.queue_id, [r.record], [r.uniq],
+                                                r.born_host))
+            )  # fmt: skip
         else:
             try:
                 puts.append(_prepared_request(r))
@@ -273,15 +285,15 @@ def _answered(
 ) -> None:
     """Each stored request's outcome in its slot of ``out``, and what follows a put: the
     queues' pulls woken, the stored hook, the slaves."""
-    stored: list[PutResult] = []
     done: list[tuple[str, int, list[PutResult]]] = []
     for (i, r), outcome in zip(pending, outcomes, strict=True):
         out[i] = outcome
         if not isinstance(outcome, MQError):
             done.append((r.topic, r.queue_id, outcome))
-            stored.extend(outcome)
     if done:
         broker._stored_group(done)
     ha = broker.ha
-    if isinstance(ha, HAMaster) and stored:
-        ha.after_put(stored)  # an ASYNC master: wakes the writers to the slaves once
+    if isinstance(ha, HAMaster) and done:
+        stored = [result for _, _, results in done for result in results]
+        if stored:
+            ha.after_put(stored)  # an ASYNC master: wakes the writers to the slaves once

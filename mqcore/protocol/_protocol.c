@@ -564,11 +564,19 @@ static int plain_decimal(PyObject *s, long long *out)
  * field (kind: 0 String, 1 Integer, 2 Long, 3 Boolean). None when a field needs the
  * reference (CommandHeader's generated reader): absent but required, or a value not in the
  * plain shape (a decimal string, an exact int in range, "true"/"false", a str). */
+static PyObject *read_plan(PyObject *ext, PyObject *plan);
+
 static PyObject *read_fields(PyObject *self, PyObject *args)
 {
     PyObject *ext, *plan;
     if (!PyArg_ParseTuple(args, "O!O!:read_fields", &PyDict_Type, &ext, &PyTuple_Type, &plan))
         return NULL;
+    return read_plan(ext, plan);
+}
+
+/* read_fields' reading: a new dict, Py_None (a new reference) to punt, NULL on error. */
+static PyObject *read_plan(PyObject *ext, PyObject *plan)
+{
     PyObject *kw = PyDict_New();
     if (kw == NULL)
         return NULL;
@@ -915,6 +923,11 @@ PyDoc_STRVAR(prepare_sent_single_doc,
 "UNIQ_KEY; None for any other send (mqcore.server.sendlane.py_prepare_sent_single is the\n"
 "reference).");
 
+static PyObject *single_prepared(PyObject *topic, PyObject *body, PyObject *props,
+                                 PyObject *flag_obj, long long limit, PyObject *born,
+                                 PyObject *reconsume, PyObject *sys_flag, long long header_size,
+                                 PyObject *crc32, PyObject *special);
+
 static PyObject *speedups_prepare_sent_single(PyObject *self, PyObject *args)
 {
     PyObject *topic, *body, *props, *flag_obj, *born, *reconsume, *sys_flag, *crc32, *special;
@@ -927,6 +940,16 @@ static PyObject *speedups_prepare_sent_single(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "prepare_sent_single: special names are bytes");
             return NULL;
         }
+    return single_prepared(topic, body, props, flag_obj, limit, born, reconsume, sys_flag,
+                           header_size, crc32, special);
+}
+
+/* prepare_sent_single past its arguments' parsing (``special`` checked to hold bytes). */
+static PyObject *single_prepared(PyObject *topic, PyObject *body, PyObject *props,
+                                 PyObject *flag_obj, long long limit, PyObject *born,
+                                 PyObject *reconsume, PyObject *sys_flag, long long header_size,
+                                 PyObject *crc32, PyObject *special)
+{
     /* A valid topic is ASCII; anything else is the reference path's to refuse. */
     Py_ssize_t name_len = PyUnicode_GET_LENGTH(topic);
     if (!PyUnicode_IS_ASCII(topic) || name_len < 1 || name_len > 127)
@@ -968,6 +991,163 @@ static PyObject *speedups_prepare_sent_single(PyObject *self, PyObject *args)
     return result;
 }
 
+
+/* --- the plain single sends of one wake-up straight to prepared sends (sendlane) ---------- */
+
+PyDoc_STRVAR(prepare_sent_group_doc,
+"prepare_sent_group(items, limit, kept, timer_topic, header_size, crc32, special, cls)\n"
+"    -> list\n\n"
+"For each (ext, body, plan, born_host) of ``items`` (a single send's extFields, its body,\n"
+"its header's read_fields plan, the sender's born host): cls(topic, queue_id, record, uniq,\n"
+"born_host) when the send is plain, None when the general path serves it\n"
+"(mqcore.server.sendlane.py_prepare_sent_group is the reference).");
+
+static PyObject *name_topic, *name_queue_id, *name_properties, *name_flag, *name_born,
+    *name_reconsume, *name_sys_flag, *name_batch, *long_zero;
+
+static int group_names(void)
+{
+    if ((name_topic = PyUnicode_InternFromString("topic")) == NULL ||
+        (name_queue_id = PyUnicode_InternFromString("queue_id")) == NULL ||
+        (name_properties = PyUnicode_InternFromString("properties")) == NULL ||
+        (name_flag = PyUnicode_InternFromString("flag")) == NULL ||
+        (name_born = PyUnicode_InternFromString("born_timestamp")) == NULL ||
+        (name_reconsume = PyUnicode_InternFromString("reconsume_times")) == NULL ||
+        (name_sys_flag = PyUnicode_InternFromString("sys_flag")) == NULL ||
+        (name_batch = PyUnicode_InternFromString("batch")) == NULL ||
+        (long_zero = PyLong_FromLong(0)) == NULL)
+        return -1;
+    return 0;
+}
+
+/* One item of prepare_sent_group: a new reference to its cls(...) or to None; NULL on error. */
+static PyObject *group_one(PyObject *entry, long long limit, PyObject *kept,
+                           PyObject *timer_topic, long long header_size, PyObject *crc32,
+                           PyObject *special, PyObject *cls)
+{
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "prepare_sent_group: an item is (ext, body, plan, born_host)");
+        return NULL;
+    }
+    PyObject *ext = PyTuple_GET_ITEM(entry, 0), *body = PyTuple_GET_ITEM(entry, 1),
+             *plan = PyTuple_GET_ITEM(entry, 2), *host = PyTuple_GET_ITEM(entry, 3);
+    if (!PyDict_CheckExact(ext) || !PyTuple_CheckExact(plan))
+        Py_RETURN_NONE;
+    /* No body (None or empty): the general path refuses it with its own error. */
+    if (body == Py_None)
+        Py_RETURN_NONE;
+    int has = PyObject_IsTrue(body);
+    if (has <= 0)
+        return has < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *fields = read_plan(ext, plan);
+    if (fields == NULL || fields == Py_None)
+        return fields;
+    PyObject *result = NULL, *flags = NULL;
+    PyObject *topic = PyDict_GetItemWithError(fields, name_topic);
+    PyObject *queue_id = topic ? PyDict_GetItemWithError(fields, name_queue_id) : NULL;
+    PyObject *flag = queue_id ? PyDict_GetItemWithError(fields, name_flag) : NULL;
+    PyObject *born = flag ? PyDict_GetItemWithError(fields, name_born) : NULL;
+    PyObject *sys_flag = born ? PyDict_GetItemWithError(fields, name_sys_flag) : NULL;
+    if (sys_flag == NULL) {
+        if (!PyErr_Occurred())
+            result = Py_NewRef(Py_None); /* a plan without these fields: not a send's */
+        goto end;
+    }
+    PyObject *batch = PyDict_GetItemWithError(fields, name_batch);
+    if (batch == NULL && PyErr_Occurred())
+        goto end;
+    if (batch != NULL) {
+        int is_batch = PyObject_IsTrue(batch);
+        if (is_batch != 0) {
+            if (is_batch > 0)
+                result = Py_NewRef(Py_None);
+            goto end;
+        }
+    }
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(queue_id)) {
+        result = Py_NewRef(Py_None);
+        goto end;
+    }
+    /* Any queue asked for, a retry or DLQ topic, the timer topic: the broker's own handling. */
+    int overflow = 0;
+    long long qid = PyLong_AsLongLongAndOverflow(queue_id, &overflow);
+    if (qid == -1 && PyErr_Occurred())
+        goto end;
+    if (overflow || qid < 0 ||
+        (PyUnicode_GET_LENGTH(topic) > 0 && PyUnicode_READ_CHAR(topic, 0) == '%')) {
+        result = Py_NewRef(Py_None);
+        goto end;
+    }
+    int timer = PyUnicode_Compare(topic, timer_topic);
+    if (timer == -1 && PyErr_Occurred())
+        goto end;
+    if (timer == 0) {
+        result = Py_NewRef(Py_None);
+        goto end;
+    }
+    PyObject *props = PyDict_GetItemWithError(fields, name_properties);
+    PyObject *reconsume = props || !PyErr_Occurred()
+                              ? PyDict_GetItemWithError(fields, name_reconsume)
+                              : NULL;
+    if (PyErr_Occurred())
+        goto end;
+    if (reconsume == NULL || reconsume == Py_None)
+        reconsume = long_zero;
+    else {
+        int truth = PyObject_IsTrue(reconsume);
+        if (truth < 0)
+            goto end;
+        if (!truth)
+            reconsume = long_zero;
+    }
+    flags = PyNumber_And(sys_flag, kept);
+    if (flags == NULL)
+        goto end;
+    PyObject *got = single_prepared(topic, body, props ? props : Py_None, flag, limit, born,
+                                    reconsume, flags, header_size, crc32, special);
+    if (got == NULL || got == Py_None) {
+        result = got;
+        goto end;
+    }
+    result = PyObject_CallFunctionObjArgs(cls, topic, queue_id, PyTuple_GET_ITEM(got, 0),
+                                          PyTuple_GET_ITEM(got, 1), host, NULL);
+    Py_DECREF(got);
+end:
+    Py_XDECREF(flags);
+    Py_DECREF(fields);
+    return result;
+}
+
+static PyObject *speedups_prepare_sent_group(PyObject *self, PyObject *args)
+{
+    PyObject *items, *kept, *timer_topic, *crc32, *special, *cls;
+    long long limit, header_size;
+    if (!PyArg_ParseTuple(args, "O!LOULOO!O:prepare_sent_group", &PyList_Type, &items, &limit,
+                          &kept, &timer_topic, &header_size, &crc32, &PyTuple_Type, &special,
+                          &cls))
+        return NULL;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(special); j++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(special, j))) {
+            PyErr_SetString(PyExc_TypeError, "prepare_sent_group: special names are bytes");
+            return NULL;
+        }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *one = group_one(PyList_GET_ITEM(items, i), limit, kept, timer_topic,
+                                  header_size, crc32, special, cls);
+        if (one == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, one);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"sent_prefix", speedups_sent_prefix, METH_VARARGS, sent_prefix_doc},
     {"decode_batch", speedups_decode_batch, METH_VARARGS, decode_batch_doc},
@@ -975,6 +1155,7 @@ static PyMethodDef methods[] = {
     {"message_from_wire", speedups_message_from_wire, METH_VARARGS, message_from_wire_doc},
     {"prepare_sent_batch", speedups_prepare_sent_batch, METH_VARARGS, prepare_sent_batch_doc},
     {"prepare_sent_single", speedups_prepare_sent_single, METH_VARARGS, prepare_sent_single_doc},
+    {"prepare_sent_group", speedups_prepare_sent_group, METH_VARARGS, prepare_sent_group_doc},
     {"read_fields", read_fields, METH_VARARGS,
      "read_fields(ext, plan) -> a header's keyword arguments, or None when the Python reader "
      "must read it (see mqcore.protocol.fields)."},
@@ -991,7 +1172,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__protocol(void)
 {
-    if (intern_field_names() < 0)
+    if (intern_field_names() < 0 || group_names() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

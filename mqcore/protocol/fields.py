@@ -185,13 +185,19 @@ class CommandHeader:
         """
         if _c_read_fields is None or ext.__class__ is not dict:
             return None
+        kw: dict[str, Any] | None = _c_read_fields(ext, _PLANS.get(cls) or cls.read_plan())
+        return kw
+
+    @classmethod
+    def read_plan(cls) -> tuple[tuple[str, str, int, bool], ...]:
+        """What the C reader of :meth:`read_plain` reads: (wire name, attribute, kind, required)
+        per field, the kind as a number (0 String, 1 Integer, 2 Long, 3 Boolean)."""
         plan = _PLANS.get(cls)
         if plan is None:
             plan = _PLANS[cls] = tuple(
                 (s.wire, s.attr, _KIND_NUMBERS[s.kind], s.required) for s in cls._specs()
             )
-        kw: dict[str, Any] | None = _c_read_fields(ext, plan)
-        return kw
+        return plan
 
     def to_ext_fields(self) -> dict[str, str]:
         """The header as extFields: every field that is not None, as a string."""

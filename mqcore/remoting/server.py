@@ -856,8 +856,18 @@ class RemotingServer:
                     results = [self._serve_alone(cmd, conn) for cmd, conn in group]
             except Exception as exc:
                 results = [self._error_answer(cmd, exc) for cmd, _ in group]
+            now = time.monotonic()
+            done = 0
             for (cmd, conn), result in zip(group, results, strict=True):
-                conn._reply(cmd, result)
+                if result.__class__ is not bytes:
+                    conn._reply(cmd, result)
+                    continue
+                # _reply of a whole answer frame, inlined (every conn's flush is below).
+                done += 1
+                if not (conn._closed or cmd.flag & FLAG_ONEWAY or conn._transport is None):
+                    conn.last_active = now
+                    conn._out.append(result)
+            self._in_flight -= done
         finally:
             for conn in conns.values():
                 conn._flush()

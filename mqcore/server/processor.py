@@ -54,10 +54,10 @@ from mqcore.protocol.route import TopicRoute
 from mqcore.protocol.send import decode_batch, message_from_wire
 from mqcore.record.layout import MAX_TOPIC_LENGTH
 from mqcore.record.sysflag import COMPRESSED_FLAG
-from mqcore.remoting.command import RemotingCommand, SerializeType
+from mqcore.remoting.command import FLAG_ONEWAY, RemotingCommand, SerializeType
 from mqcore.remoting.send_answer import encode_send_answer
 from mqcore.server.operations import OPERATION_TABLE, Reply, error, ok, operation
-from mqcore.server.sendlane import prepare_sent_single
+from mqcore.server.sendlane import GroupItem, prepare_sent_group, prepare_sent_single
 from mqcore.store import TIMER_TOPIC
 
 if TYPE_CHECKING:
@@ -441,7 +441,15 @@ class BrokerProcessor:
             return [self.process_frame(req, conn)]
         answers: list[Reply | bytes] = [None] * len(items)
         gathered: list[tuple[int, RemotingCommand, SendRequest | PreparedSend]] = []
+        # The plain sends made records in one C call; the rest (None) are served below as
+        # process_frame serves them.
+        ready = self._ready_sends(items)
         for i, (req, conn) in enumerate(items):
+            if ready is not None:
+                one = ready[i]
+                if one is not None:
+                    gathered.append((i, req, one))
+                    continue
             code = req.code
             if (
                 not self.direct
@@ -486,6 +494,29 @@ class BrokerProcessor:
         self._commit(gathered, answers)
         return answers
 
+    def _ready_sends(
+        self, items: Sequence[tuple[RemotingCommand, Any]]
+    ) -> list[PreparedSend | None] | None:
+        """Each of ``items`` that is a plain single send as a prepared send (see
+        :meth:`_send_prepared_single`), None for the others; all of them read and prepared
+        in one C call (:func:`~mqcore.server.sendlane.prepare_sent_group`). None for the
+        whole group when the sends are served one by one: the direct branch off, an ACL
+        (its refusal comes before anything of a request is read), a store without
+        ``put_prepared``, no C speedups."""
+        broker = self.broker
+        if not self.direct or self.access is not None or not broker.takes_prepared():
+            return None
+        plans = _SEND_PLANS
+        json = SerializeType.JSON
+        batch: list[GroupItem] = []
+        for req, conn in items:
+            plan = plans.get(req.code)
+            if plan is None or req.serialize_type is not json:
+                batch.append(_NOT_A_SEND)
+            else:
+                batch.append((req.ext_fields, req.body, plan, _born_host(conn)))
+        return prepare_sent_group(batch, broker.config.max_message_size, _SYS_FLAG_KEPT)
+
     def _commit(
         self,
         gathered: list[tuple[int, RemotingCommand, SendRequest | PreparedSend]],
@@ -496,7 +527,14 @@ class BrokerProcessor:
         outcomes = self.broker.send_many([p for _, _, p in gathered])
         for (i, req, prepared), outcome in zip(gathered, outcomes, strict=True):
             if type(prepared) is PreparedSend:
-                if isinstance(outcome, SlaveNotAcknowledgedError):
+                if outcome.__class__ is list:  # stored: _prepared_frame's answer, inlined
+                    if not req.flag & FLAG_ONEWAY:
+                        first = outcome[0]
+                        answers[i] = encode_send_answer(
+                            ResponseCode.SUCCESS, req.opaque, None, first.msg_id,
+                            prepared.queue_id, first.queue_offset, prepared.uniq,
+                        )  # fmt: skip
+                elif isinstance(outcome, SlaveNotAcknowledgedError):
                     answers[i] = self._prepared_frame(
                         req, prepared, outcome.code, str(outcome), outcome.results
                     )
@@ -986,6 +1024,10 @@ _SINGLE_SEND_HEADERS: dict[int, type[headers.CommandHeader]] = {
     RequestCode.SEND_MESSAGE: headers.SendMessageRequestHeader,
     RequestCode.SEND_MESSAGE_V2: SendMessageRequestHeaderV2,
 }
+#: the read plans of their headers (for prepare_sent_group)
+_SEND_PLANS = {int(code): cls.read_plan() for code, cls in _SINGLE_SEND_HEADERS.items()}
+#: what prepare_sent_group is given for a request that is not a single send: it answers None
+_NOT_A_SEND: GroupItem = (None, None, (), None)
 
 
 def _error_reply(req: RemotingCommand, exc: MQError) -> RemotingCommand:

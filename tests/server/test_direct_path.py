@@ -22,6 +22,7 @@ from mqcore.protocol import headers
 from mqcore.protocol.codes import RequestCode, ResponseCode
 from mqcore.protocol.send import encode_batch
 from mqcore.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from mqcore.server import processor as processor_module
 from mqcore.server.processor import BrokerProcessor
 
 
@@ -202,6 +203,18 @@ def pair(tmp_path: Path, store_name: str) -> Iterator[tuple[BrokerProcessor, Bro
             broker.close()
 
 
+@pytest.fixture(params=["acl", "open"])
+def group_pair(
+    request: pytest.FixtureRequest, pair: tuple[BrokerProcessor, BrokerProcessor]
+) -> tuple[BrokerProcessor, BrokerProcessor]:
+    """:func:`pair` with the ACL (a group's sends then served one by one after their
+    refusals) and without (its plain sends read and prepared in one call)."""
+    if request.param == "open":
+        for p in pair:
+            p.access = None
+    return pair
+
+
 def test_direct_branch_answers_as_the_generic_path(
     pair: tuple[BrokerProcessor, BrokerProcessor],
 ) -> None:
@@ -249,11 +262,11 @@ def test_a_slave_refuses_on_both_paths(
 
 
 def test_group_commit_answers_each_as_the_generic_path(
-    pair: tuple[BrokerProcessor, BrokerProcessor],
+    group_pair: tuple[BrokerProcessor, BrokerProcessor],
 ) -> None:
     """A group of mixed requests: each answered as alone through the generic path, in order;
     the plain sends between two requests served otherwise share one put_many."""
-    reference, direct = pair
+    reference, direct = group_pair
     counting = CountingStore(direct.broker.store)
     direct.broker.store = counting  # type: ignore[assignment]
     conn = _Conn()
@@ -278,11 +291,11 @@ def test_group_commit_answers_each_as_the_generic_path(
 
 
 def test_one_refused_send_among_good_ones(
-    pair: tuple[BrokerProcessor, BrokerProcessor],
+    group_pair: tuple[BrokerProcessor, BrokerProcessor],
 ) -> None:
     """A too-large and a bad-topic send in a group get their own errors; the rest are stored
     in one put_many and answered SUCCESS with their own offsets."""
-    _, direct = pair
+    _, direct = group_pair
     counting = CountingStore(direct.broker.store)
     direct.broker.store = counting  # type: ignore[assignment]
     conn = _Conn()
@@ -399,11 +412,11 @@ class _StoredLog:
 
 
 def test_a_group_wakes_each_queue_and_reports_each_put(
-    pair: tuple[BrokerProcessor, BrokerProcessor],
+    group_pair: tuple[BrokerProcessor, BrokerProcessor],
 ) -> None:
     """After a group's one write: the parked pulls of every queue it wrote to are woken, and
     the stored hook hears of each send on its own (as after sends stored one by one)."""
-    _, direct = pair
+    _, direct = group_pair
     broker = direct.broker
     stored = _StoredLog()
     broker.kernel.pm.register(stored, name="stored-log")
@@ -426,13 +439,13 @@ def test_a_group_wakes_each_queue_and_reports_each_put(
 )
 @given(sends=st.lists(_single_sends(), min_size=2, max_size=8))
 def test_a_group_of_single_sends_stores_and_answers_as_the_reference(
-    pair: tuple[BrokerProcessor, BrokerProcessor],
+    group_pair: tuple[BrokerProcessor, BrokerProcessor],
     sends: list[tuple[tuple[Any, ...], dict[str, Any]]],
 ) -> None:
     """Single sends of any shape in one group (plain ones as prepared records, the others as
     messages, stored together) and one by one through the generic path: the same answers,
     and the same records stored (each pulled back from where its answer says it went)."""
-    reference, direct = pair
+    reference, direct = group_pair
     conn = _Conn()
     reqs = [_send(*args, **kwargs) for args, kwargs in sends]
     random.seed(7)
@@ -487,3 +500,31 @@ def test_a_group_of_plain_sends_is_stored_as_prepared_records(
         assert [(m.body, m.queue_offset, m.properties, m.born_host) for m in a.messages] == [
             (m.body, m.queue_offset, m.properties, m.born_host) for m in b.messages
         ]
+
+
+def test_a_group_without_acl_is_prepared_in_one_call(
+    pair: tuple[BrokerProcessor, BrokerProcessor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an ACL, a group's sends are read and prepared in one call (with the C
+    speedups: the plain ones among them as prepared sends), and answered as one by one."""
+    reference, direct = pair
+    reference.access = direct.access = None
+    calls: list[int] = []
+    real = processor_module.prepare_sent_group
+
+    def counted(items: Any, limit: int, kept: int) -> Any:
+        calls.append(len(items))
+        return real(items, limit, kept)
+
+    monkeypatch.setattr(processor_module, "prepare_sent_group", counted)
+    conn = _Conn()
+    reqs = [_send(body=b"p%d" % i, queue_id=i % 4) for i in range(6)]
+    reqs.insert(3, _pull())
+    random.seed(3)
+    want = [_wire(r, reference.process(r, conn)) for r in reqs]
+    random.seed(3)
+    got = direct.process_group([(r, conn) for r in reqs])
+    assert [_wire(r, a) for r, a in zip(reqs, got, strict=True)] == want
+    assert calls == [7]
+    if speedups.load("protocol") is not None:
+        assert all(isinstance(got[i], bytes) for i in (0, 1, 2, 4, 5, 6))
