@@ -15,6 +15,7 @@ import pytest
 from countingstore import CountingStore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mqtest import FakeClock
 
 from mqcore import Broker, hookimpl, speedups
 from mqcore.message import Message, format_properties
@@ -187,9 +188,16 @@ def _without_store_times(records: bytes) -> bytes:
 def pair(tmp_path: Path, store_name: str) -> Iterator[tuple[BrokerProcessor, BrokerProcessor]]:
     """Two processors over two brokers set up alike: (reference, direct)."""
     made = []
+    # Nothing held may come due while a test runs: each broker's delivery thread would store
+    # it at its own moment, and the two commit logs (so the msgIds) would part. The delay
+    # levels are hours long and the timer's clock stands still (it times the held ones too).
+    held = {
+        "message_delay_level": " ".join(["2h"] * 18),
+        "timer_scheduler_options": {"clock": FakeClock()},
+    }
     try:
         for name in ("reference", "direct"):
-            broker = Broker(tmp_path / name, store=store_name, max_message_size=2048)
+            broker = Broker(tmp_path / name, store=store_name, max_message_size=2048, **held)
             made.append(broker)
             broker.create_topic("T", queue_nums=4)
             broker.create_topic("Secret", queue_nums=4)
