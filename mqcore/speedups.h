@@ -378,4 +378,38 @@ static inline int intern_field_names(void)
 
 #endif /* SPEEDUPS_MESSAGE_FIELDS */
 
+/* The PutResult-like 5-tuple of type ``cls`` holding the five values, each a reference it
+ * steals (released when it fails). Tuples cache their hash from 3.14 on: there it is built
+ * through tuple.__new__, which sets the cache up, rather than by filling a raw allocation. */
+static inline PyObject *
+make_result(PyTypeObject *cls, PyObject *a, PyObject *b, PyObject *c,
+                             PyObject *d, PyObject *e)
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    PyObject *result = PyTuple_New(5);
+#else
+    PyObject *result = cls->tp_alloc(cls, 5);
+#endif
+    if (result == NULL) {
+        Py_DECREF(a);
+        Py_DECREF(b);
+        Py_DECREF(c);
+        Py_DECREF(d);
+        Py_DECREF(e);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, a);
+    PyTuple_SET_ITEM(result, 1, b);
+    PyTuple_SET_ITEM(result, 2, c);
+    PyTuple_SET_ITEM(result, 3, d);
+    PyTuple_SET_ITEM(result, 4, e);
+#if PY_VERSION_HEX >= 0x030E0000
+    PyObject *args1 = PyTuple_Pack(1, result);
+    Py_DECREF(result);
+    result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
+    Py_XDECREF(args1);
+#endif
+    return result;
+}
+
 #endif /* MQCORE_SPEEDUPS_H */

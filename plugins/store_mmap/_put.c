@@ -289,6 +289,41 @@ count_keys(PyObject *keys, Py_ssize_t n)
     return total;
 }
 
+/* One key's entry (as py_put_entries): linked to its slot's head, then the slot. */
+static void
+write_key(unsigned char *mm, uint32_t head, PyObject *key, long long phy, long long ts,
+          long long slots, long long entries_at, IndexState *st)
+{
+    if (PyUnicode_GET_LENGTH(key) == 0)
+        return;
+    if (st->count == 1) {
+        st->begin_phy = phy;
+        st->begin_ts = ts;
+    }
+    int32_t h = keyhash_finish(keyhash_fold(head, key));
+    unsigned char *slot = mm + INDEX_HEADER_SIZE_ + ((long long)h % slots) * SLOT_SIZE_;
+    long long prev = (int32_t)get_be32(slot);
+    if (prev <= 0 || prev >= st->count) {
+        prev = 0;
+        st->new_slots++;
+    }
+    long long diff = 0;
+    if (st->begin_ts > 0 && ts > st->begin_ts) {
+        diff = (ts - st->begin_ts) / 1000;
+        if (diff > 0x7FFFFFFFLL)
+            diff = 0x7FFFFFFFLL;
+    }
+    unsigned char *entry = mm + entries_at + st->count * ENTRY_SIZE_;
+    put_be32(entry, (uint32_t)h);
+    put_be64(entry + 4, (uint64_t)phy);
+    put_be32(entry + 12, (uint32_t)diff);
+    put_be32(entry + 16, (uint32_t)prev);
+    put_be32(slot, (uint32_t)st->count);
+    st->count++;
+    st->end_phy = phy;
+    st->end_ts = ts;
+}
+
 /* Write the entries of every record's keys (as py_put_entries, which the caller made sure
  * will not fill the file): the entry linked to its slot's head, then the slot. */
 static void
@@ -301,37 +336,8 @@ write_entries(unsigned char *mm, PyObject *topic, PyObject *keys, PyObject *offs
         if (ks == Py_None)
             continue;
         long long phy = PyLong_AsLongLong(PyList_GET_ITEM(offsets, i));
-        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ks); k++) {
-            PyObject *key = PyList_GET_ITEM(ks, k);
-            if (PyUnicode_GET_LENGTH(key) == 0)
-                continue;
-            if (st->count == 1) {
-                st->begin_phy = phy;
-                st->begin_ts = ts;
-            }
-            int32_t h = keyhash_finish(keyhash_fold(head, key));
-            unsigned char *slot = mm + INDEX_HEADER_SIZE_ + ((long long)h % slots) * SLOT_SIZE_;
-            long long prev = (int32_t)get_be32(slot);
-            if (prev <= 0 || prev >= st->count) {
-                prev = 0;
-                st->new_slots++;
-            }
-            long long diff = 0;
-            if (st->begin_ts > 0 && ts > st->begin_ts) {
-                diff = (ts - st->begin_ts) / 1000;
-                if (diff > 0x7FFFFFFFLL)
-                    diff = 0x7FFFFFFFLL;
-            }
-            unsigned char *entry = mm + entries_at + st->count * ENTRY_SIZE_;
-            put_be32(entry, (uint32_t)h);
-            put_be64(entry + 4, (uint64_t)phy);
-            put_be32(entry + 12, (uint32_t)diff);
-            put_be32(entry + 16, (uint32_t)prev);
-            put_be32(slot, (uint32_t)st->count);
-            st->count++;
-            st->end_phy = phy;
-            st->end_ts = ts;
-        }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ks); k++)
+            write_key(mm, head, PyList_GET_ITEM(ks, k), phy, ts, slots, entries_at, st);
     }
 }
 
@@ -350,38 +356,6 @@ typedef struct {
     Py_ssize_t qpos;
     Py_buffer cq;
 } Job;
-
-/* The PutResult-like 5-tuple of type ``cls`` holding the five values, each a reference it
- * steals (released when it fails); as _codec.c's make_result. */
-static PyObject *
-make_result(PyTypeObject *cls, PyObject *a, PyObject *b, PyObject *c, PyObject *d, PyObject *e)
-{
-#if PY_VERSION_HEX >= 0x030E0000
-    PyObject *result = PyTuple_New(5);
-#else
-    PyObject *result = cls->tp_alloc(cls, 5);
-#endif
-    if (result == NULL) {
-        Py_DECREF(a);
-        Py_DECREF(b);
-        Py_DECREF(c);
-        Py_DECREF(d);
-        Py_DECREF(e);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(result, 0, a);
-    PyTuple_SET_ITEM(result, 1, b);
-    PyTuple_SET_ITEM(result, 2, c);
-    PyTuple_SET_ITEM(result, 3, d);
-    PyTuple_SET_ITEM(result, 4, e);
-#if PY_VERSION_HEX >= 0x030E0000
-    PyObject *args1 = PyTuple_Pack(1, result);
-    Py_DECREF(result);
-    result = args1 ? PyTuple_Type.tp_new(cls, args1, NULL) : NULL;
-    Py_XDECREF(args1);
-#endif
-    return result;
-}
 
 /* Check one job's records (sizes, the fields one prepare() call shares) and its keys or
  * unique ids; sets its total, shared fields and number of index entries. */
@@ -455,41 +429,6 @@ check_job(Job *j, Py_ssize_t *entries)
         }
     }
     return 0;
-}
-
-/* One key's entry (as py_put_entries): linked to its slot's head, then the slot. */
-static void
-write_key(unsigned char *mm, uint32_t head, PyObject *key, long long phy, long long ts,
-          long long slots, long long entries_at, IndexState *st)
-{
-    if (PyUnicode_GET_LENGTH(key) == 0)
-        return;
-    if (st->count == 1) {
-        st->begin_phy = phy;
-        st->begin_ts = ts;
-    }
-    int32_t h = keyhash_finish(keyhash_fold(head, key));
-    unsigned char *slot = mm + INDEX_HEADER_SIZE_ + ((long long)h % slots) * SLOT_SIZE_;
-    long long prev = (int32_t)get_be32(slot);
-    if (prev <= 0 || prev >= st->count) {
-        prev = 0;
-        st->new_slots++;
-    }
-    long long diff = 0;
-    if (st->begin_ts > 0 && ts > st->begin_ts) {
-        diff = (ts - st->begin_ts) / 1000;
-        if (diff > 0x7FFFFFFFLL)
-            diff = 0x7FFFFFFFLL;
-    }
-    unsigned char *entry = mm + entries_at + st->count * ENTRY_SIZE_;
-    put_be32(entry, (uint32_t)h);
-    put_be64(entry + 4, (uint64_t)phy);
-    put_be32(entry + 12, (uint32_t)diff);
-    put_be32(entry + 16, (uint32_t)prev);
-    put_be32(slot, (uint32_t)st->count);
-    st->count++;
-    st->end_phy = phy;
-    st->end_ts = ts;
 }
 
 /* The job's put results: (prefix + 16 hex digits of the offset, queue offset, offset,
