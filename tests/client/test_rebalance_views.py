@@ -8,12 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from mqtest import group_member
 from mqtest import wait_until as _wait_until
 
 from mqcore import (
     Broker,
-    ConsumeConcurrentlyStatus,
-    ConsumeFromWhere,
     Message,
     MessageExt,
     Producer,
@@ -38,20 +37,7 @@ def broker_topics() -> dict[str, int]:
 def _member(
     broker: Broker, name: str, sink: list[MessageExt], lock: threading.Lock
 ) -> PushConsumer:
-    def listener(msgs, ctx):  # type: ignore[no-untyped-def]
-        with lock:
-            sink.extend(msgs)
-        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-    c = PushConsumer(
-        "cg",
-        broker=broker,
-        instance_name=name,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-    )
-    c.subscribe("T", "*")
-    c.register_message_listener(listener)
-    return c
+    return group_member(broker, name, sink, lock)
 
 
 def test_an_allocation_from_an_older_member_list_is_not_taken(

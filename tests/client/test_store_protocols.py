@@ -8,12 +8,10 @@ from pathlib import Path
 
 import pytest
 from memstore import MemoryStore, MemoryStorePlugin, UnitsMemoryStore
-from mqtest import FakeClock, wait_until
+from mqtest import FakeClock, group_member, wait_until
 
 from mqcore import (
     Broker,
-    ConsumeConcurrentlyStatus,
-    ConsumeFromWhere,
     Kernel,
     Message,
     Producer,
@@ -49,20 +47,7 @@ def _kernel() -> Kernel:
 
 
 def _member(broker: Broker, name: str, sink: list[Message], lock: threading.Lock) -> PushConsumer:
-    def listener(msgs, ctx):  # type: ignore[no-untyped-def]
-        with lock:
-            sink.extend(msgs)
-        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
-
-    c = PushConsumer(
-        "cg",
-        broker=broker,
-        instance_name=name,
-        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-    )
-    c.subscribe("T", "A || B")
-    c.register_message_listener(listener)
-    return c
+    return group_member(broker, name, sink, lock, "A || B")
 
 
 def _send(broker: Broker, bodies: range) -> None:

@@ -6,8 +6,10 @@ live here, so that each test module does not define its own copy.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def wait_until(cond: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01) -> bool:
@@ -41,3 +43,26 @@ def fast_clock(speed: int = 10_000) -> Callable[[], int]:
     """Wall time (ms) running ``speed`` times faster from now: delays pass in milliseconds."""
     start = time.time()
     return lambda: int((start + (time.time() - start) * speed) * 1000)
+
+
+def group_member(
+    broker: Any, name: str, sink: list[Any], lock: threading.Lock, expression: str = "*"
+) -> Any:
+    """A push consumer of group ``cg`` on topic ``T`` from the first offset, named ``name``,
+    that appends what it consumes to ``sink`` under ``lock``; not started."""
+    from mqcore import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+
+    def listener(msgs, ctx):  # type: ignore[no-untyped-def]
+        with lock:
+            sink.extend(msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    c = PushConsumer(
+        "cg",
+        broker=broker,
+        instance_name=name,
+        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+    )
+    c.subscribe("T", expression)
+    c.register_message_listener(listener)
+    return c
