@@ -487,7 +487,17 @@ class BrokerProcessor:
                 if send is None:
                     if h is None:
                         h = _fields(header_cls, fields)  # type: ignore[arg-type]
-                    send = self._prepare_send(req, h, conn)
+                    try:
+                        send = self._prepare_send(req, h, conn)
+                    except MQError:
+                        if not gathered:
+                            raise
+                        # Any queue of a topic not there yet: a send gathered before it may
+                        # create the topic (a retry topic, auto-creation), as it would have
+                        # one by one. Stored first, the lookup is asked again after it.
+                        self._commit(gathered, answers)
+                        gathered = []
+                        send = self._prepare_send(req, h, conn)
                 gathered.append((i, req, send))
             except MQError as exc:
                 answers[i] = _error_reply(req, exc)

@@ -184,6 +184,29 @@ def _without_store_times(records: bytes) -> bytes:
     return bytes(out)
 
 
+def _durable_state(broker: Broker) -> dict[str, Any]:
+    """What a broker keeps after a request, answered or not (a oneway send's effect shows
+    only here): its topic table, each queue's end and, where the store has one, the commit
+    log's end (a record stored by one broker only, or stored at another length)."""
+    store = broker.store
+    state: dict[str, Any] = {
+        "topics": sorted(repr(cfg) for cfg in broker.list_topics()),
+        "queues": {
+            (t, q): store.max_offset(t, q) for t in store.topics() for q in store.queue_ids(t)
+        },
+    }
+    if hasattr(store, "commitlog_max_offset"):
+        state["commitlog"] = store.commitlog_max_offset()
+    return state
+
+
+def _assert_same_state(
+    reference: BrokerProcessor, direct: BrokerProcessor, sends: list[Any]
+) -> None:
+    """Both brokers left alike by an example (else a later example would show it)."""
+    assert _durable_state(direct.broker) == _durable_state(reference.broker), sends
+
+
 @pytest.fixture
 def pair(tmp_path: Path, store_name: str) -> Iterator[tuple[BrokerProcessor, BrokerProcessor]]:
     """Two processors over two brokers set up alike: (reference, direct)."""
@@ -379,6 +402,7 @@ def test_prepared_single_send_stores_and_answers_as_the_reference(
         pull = _pull(topic, queue_id, offset)
         pull.ext_fields["maxMsgNums"] = "1"  # type: ignore[index]
         assert _wire(pull, direct.process(pull, conn)) == _wire(pull, reference.process(pull, conn))
+    _assert_same_state(reference, direct, sends)
 
 
 def test_a_plain_single_send_is_stored_as_a_prepared_record(
@@ -469,6 +493,7 @@ def test_a_group_of_single_sends_stores_and_answers_as_the_reference(
         pull = _pull(topic, int(w[2]["queueId"]), int(w[2]["queueOffset"]))
         pull.ext_fields["maxMsgNums"] = "1"  # type: ignore[index]
         assert _wire(pull, direct.process(pull, conn)) == _wire(pull, reference.process(pull, conn))
+    _assert_same_state(reference, direct, sends)
 
 
 def test_a_group_of_plain_sends_is_stored_as_prepared_records(
