@@ -561,3 +561,28 @@ def test_a_group_without_acl_is_prepared_in_one_call(
     assert calls == [7]
     if speedups.load("protocol") is not None:
         assert all(isinstance(got[i], bytes) for i in (0, 1, 2, 4, 5, 6))
+
+
+@pytest.mark.parametrize("topic", ["%RETRY%cg", "NewTopic"])
+@pytest.mark.parametrize("oneway", [False, True])
+def test_a_send_to_any_queue_of_a_topic_an_earlier_send_of_the_group_creates(
+    group_pair: tuple[BrokerProcessor, BrokerProcessor], topic: str, oneway: bool
+) -> None:
+    """A send to any queue of a topic that a send before it in the group creates (a retry
+    topic, an auto-created one) finds the topic, as one by one: it is not refused
+    TOPIC_NOT_EXIST, and (oneway, so answered with nothing) it is stored all the same."""
+    reference, direct = group_pair
+    conn = _Conn()
+    reqs = [
+        _send(topic, body=b"first", oneway=True),
+        _send(topic, body=b"any", queue_id=-1, oneway=oneway),
+        _send(body=b"after", queue_id=1),
+    ]
+    random.seed(5)
+    want = [_wire(r, reference.process(r, conn)) for r in reqs]
+    random.seed(5)
+    answers = direct.process_group([(r, conn) for r in reqs])
+    assert [_wire(r, a) for r, a in zip(reqs, answers, strict=True)] == want
+    store = reference.broker.store
+    assert sum(store.max_offset(topic, q) for q in store.queue_ids(topic)) == 2  # both stored
+    _assert_same_state(reference, direct, reqs)
