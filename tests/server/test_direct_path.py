@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import shutil
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -265,22 +264,45 @@ def group_pair(
 @pytest.fixture
 def fresh_pairs(
     tmp_path: Path, store_name: str
-) -> Callable[[], AbstractContextManager[tuple[BrokerProcessor, BrokerProcessor]]]:
-    """New twins for each example of a property (:func:`_twins`, removed after it): an
-    example that leaves the brokers apart fails itself, and shrinks to its own cause, not to
-    a later innocent one meeting what it left."""
+) -> Iterator[Callable[[], AbstractContextManager[tuple[BrokerProcessor, BrokerProcessor]]]]:
+    """Twins (:func:`_twins`) for each example of a property, as its first example met
+    them: the topics an example created are deleted after it (a retry or auto-created topic
+    is new to every example), and an example that fails (the brokers left apart among its
+    causes) has the next one served by new twins. So a failing example fails by itself and
+    shrinks to its own cause, not to a later innocent one meeting what it left."""
     count = itertools.count()
+    current: list[Any] = []  # [the open _twins context, its processors, their topics]
+
+    def renew() -> None:
+        if current:
+            current.pop(0).__exit__(None, None, None)
+            current.clear()
+        twins = _twins(tmp_path / f"twins-{next(count)}", store_name)
+        procs = twins.__enter__()
+        current[:] = [twins, procs, {cfg.topic_name for cfg in procs[0].broker.list_topics()}]
 
     @contextmanager
     def fresh() -> Iterator[tuple[BrokerProcessor, BrokerProcessor]]:
-        root = tmp_path / f"example-{next(count)}"
+        if not current:
+            renew()
+        _, procs, known = current
+        for p in procs:
+            p.access = _Refuser()
         try:
-            with _twins(root, store_name) as procs:
-                yield procs
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+            yield procs
+        except BaseException:
+            renew()
+            raise
+        for p in procs:
+            for cfg in p.broker.list_topics():
+                if cfg.topic_name not in known:
+                    p.broker.delete_topic(cfg.topic_name)
 
-    return fresh
+    try:
+        yield fresh
+    finally:
+        if current:
+            current[0].__exit__(None, None, None)
 
 
 def test_direct_branch_answers_as_the_generic_path(
