@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from mqtest import as_foreground
 
 from mqcore.cli import main
 from mqcore.commands.allocate import MAX_PLAN_STEPS, max_consumers
@@ -203,6 +204,7 @@ def test_ctrl_c_ends_the_demo_with_130_and_one_line(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_foreground,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().startswith("1. broker")  # it is sending now

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from mqtest import as_foreground
 
 from mqcore.cli import main
 from mqcore.client.admin import MQAdmin
@@ -152,6 +153,7 @@ def _spawn(server: Server, *args: str) -> subprocess.Popen[bytes]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=as_foreground,
     )
 
 

@@ -6,6 +6,7 @@ live here, so that each test module does not define its own copy.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +44,13 @@ def fast_clock(speed: int = 10_000) -> Callable[[], int]:
     """Wall time (ms) running ``speed`` times faster from now: delays pass in milliseconds."""
     start = time.time()
     return lambda: int((start + (time.time() - start) * speed) * 1000)
+
+
+def as_foreground() -> None:
+    """``preexec_fn`` of a child a test stops with Ctrl-C: SIGINT at its default, as in a
+    shell's foreground command. A runner started in the background ignores SIGINT, and its
+    children would inherit that (Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def group_member(

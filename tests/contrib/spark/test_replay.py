@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mqtest import wait_until
+from mqtest import as_foreground, wait_until
 
 pytest.importorskip("pyspark")
 
@@ -217,6 +217,7 @@ def test_ctrl_c_during_replay_exits_130_in_one_line(
         env=env,
         cwd=tmp_path,
         start_new_session=True,
+        preexec_fn=as_foreground,
     )
     assert proc.stderr is not None
     lines: list[str] = []
