@@ -23,6 +23,7 @@ store writes the rest of the group on the Python path.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from mqcore import speedups
@@ -145,9 +146,12 @@ def _keys(prepared: list[Any], uniqs: list[str | None] | None) -> list[Any] | No
             return None
         keys = [index_keys(p[10], None) if p[10] else None for p in prepared]
     else:
+        # Fewer ids than records: the rest have none (as the Python path zips them); the C
+        # write needs one slot per record.
+        ids = itertools.chain(uniqs, itertools.repeat(None))
         keys = [
             index_keys(p[10], uniq) if p[10] or uniq else None
-            for p, uniq in zip(prepared, uniqs, strict=False)
+            for p, uniq in zip(prepared, ids, strict=False)
         ]
     return keys if any(keys) else None
 

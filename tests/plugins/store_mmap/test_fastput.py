@@ -456,3 +456,21 @@ def test_a_group_takes_unique_ids_as_the_python_path_does(tmp_path: Path) -> Non
         assert [m.body for m in store.get("T", 0, 0).messages] == [b"a", b"b", b"c", b"d"]
     finally:
         store.close()
+
+
+def test_a_put_on_a_new_queue_takes_unique_ids_as_the_python_path_does(tmp_path: Path) -> None:
+    """A put the group write leaves to the one-put write (the first on a new queue) with
+    fewer unique ids than records: the missing ones are None, as the Python path reads them."""
+    store = Kernel(autoload=False).open_store("mmap", tmp_path / "s", segment_size=1 << 20)
+    try:
+        first = _message("T", (b"a", None, None, 1, 0))
+        uniq = first.properties[PROPERTY_UNIQ_KEY]
+        two = codec.prepare([first, Message(topic="T", body=b"b")], 1)
+        # Each record has its keys' slot in what the one-put C write is given.
+        assert fastput._keys(two, [uniq]) == [[uniq], None]
+        got = store.put_prepared("T", 0, two, uniqs=[uniq])
+        assert [r.queue_offset for r in got] == [0, 1]
+        assert [m.body for m in store.get("T", 0, 0).messages] == [b"a", b"b"]
+        assert [m.body for m in store.lookup("T", uniq)] == [b"a"]
+    finally:
+        store.close()
