@@ -46,12 +46,26 @@ def _messages(n: int, size: int) -> list[Message]:
     ]
 
 
-def _timed(calls: list[Callable[[], Any]]) -> tuple[float, float]:
+def timed(calls: list[Callable[[], Any]], per_call: int = 1) -> tuple[float, float]:
+    """Run ``calls``; (CPU us, wall us) of the calling thread per item, each call storing
+    ``per_call`` items."""
     cpu, wall = time.thread_time(), time.perf_counter()
     for call in calls:
         call()
-    n = len(calls)
+    n = len(calls) * per_call
     return (time.thread_time() - cpu) / n * 1e6, (time.perf_counter() - wall) / n * 1e6
+
+
+def best_of(
+    runs: int, run_once: Callable[[], dict[str, tuple[float, float]]]
+) -> dict[str, tuple[float, float]]:
+    """Each way's lowest CPU and lowest wall time over ``runs`` runs (ways interleaved)."""
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(runs):
+        for way, (cpu, wall) in run_once().items():
+            old = best.get(way)
+            best[way] = (min(cpu, old[0]), min(wall, old[1])) if old else (cpu, wall)
+    return best
 
 
 def run_once(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
@@ -77,7 +91,7 @@ def run_once(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
                     continue
                 for m in warm:
                     store.put(TOPIC, 0, [m])
-                out[way] = _timed(make(store))
+                out[way] = timed(make(store))
         finally:
             shutil.rmtree(path, ignore_errors=True)
     return out
@@ -94,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    best: dict[str, tuple[float, float]] = {}
-    for _ in range(args.runs):
-        for way, (cpu, wall) in run_once(args).items():
-            old = best.get(way)
-            best[way] = (min(cpu, old[0]), min(wall, old[1])) if old else (cpu, wall)
+    best = best_of(args.runs, lambda: run_once(args))
     if args.json:
         print(json.dumps({w: {"cpu_us": c, "wall_us": t} for w, (c, t) in best.items()}))
         return 0

@@ -21,8 +21,10 @@ import argparse
 import cProfile
 import json
 import logging
+import os
 import pstats
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from put_many import best_of, timed  # bench/put_many.py: timing and best of runs
 
 from mqcore import Kernel, codec
 from mqcore.message import Message
@@ -68,14 +73,6 @@ def _ways(sends: list[tuple[Any, str, str]]) -> dict[str, Callable[[Any], list[C
     }
 
 
-def _timed(calls: list[Callable[[], Any]], per_call: int) -> tuple[float, float]:
-    cpu, wall = time.thread_time(), time.perf_counter()
-    for call in calls:
-        call()
-    n = len(calls) * per_call
-    return (time.thread_time() - cpu) / n * 1e6, (time.perf_counter() - wall) / n * 1e6
-
-
 def run_once(args: argparse.Namespace, only: str | None = None) -> dict[str, tuple[float, float]]:
     """One fresh store per way; returns {way: (CPU us, wall us) per record}."""
     sends = _records(args.messages + 512, args.size)
@@ -94,10 +91,10 @@ def run_once(args: argparse.Namespace, only: str | None = None) -> dict[str, tup
                 calls = make(store)
                 if only is not None:
                     prof = cProfile.Profile()
-                    prof.runcall(_timed, calls, 1)
+                    prof.runcall(timed, calls, 1)
                     pstats.Stats(prof).sort_stats("tottime").print_stats(20)
                     continue
-                out[way] = _timed(calls, GROUP if way == "group16" else 1)
+                out[way] = timed(calls, GROUP if way == "group16" else 1)
         finally:
             shutil.rmtree(path, ignore_errors=True)
     return out
@@ -118,11 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         run_once(args, args.profile)
         return 0
-    best: dict[str, tuple[float, float]] = {}
-    for _ in range(args.runs):
-        for way, (cpu, wall) in run_once(args).items():
-            old = best.get(way)
-            best[way] = (min(cpu, old[0]), min(wall, old[1])) if old else (cpu, wall)
+    best = best_of(args.runs, lambda: run_once(args))
     if args.json:
         print(json.dumps({w: {"cpu_us": c, "wall_us": t} for w, (c, t) in best.items()}))
         return 0
