@@ -33,6 +33,23 @@ item_at(PyObject *prepared, Py_ssize_t i)
     return item;
 }
 
+/* The consume-queue units of ``prepared``'s records from ``u`` on, the first record at
+ * commit-log offset ``at`` (as ConsumeQueue.append_units: tags code, then offset, then size
+ * last). */
+static void
+write_units(unsigned char *u, PyObject *prepared, long long at)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(prepared); i++, u += UNIT_SIZE) {
+        PyObject *item = PyTuple_GET_ITEM(prepared, i);
+        long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_SIZE));
+        long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_TAGS_CODE));
+        put_be64(u + UNIT_POS_TAGS_CODE, (uint64_t)code);
+        put_be64(u + UNIT_POS_OFFSET, (uint64_t)at);
+        put_be32(u + UNIT_POS_SIZE, (uint32_t)size);
+        at += size;
+    }
+}
+
 /* The key index file (indexfile.py): header, hash slots, entries. */
 #define INDEX_HEADER_SIZE_ 40
 #define SLOT_SIZE_ 4
@@ -226,18 +243,7 @@ write_all(PyObject *prepared, PyObject *seg_obj, Py_ssize_t wpos, int32_t queue_
         p += size;
         at += size;
     }
-    unsigned char *u = (unsigned char *)cq.buf + cq_pos;
-    at = phys;
-    for (Py_ssize_t i = 0; i < n; i++, u += UNIT_SIZE) {
-        PyObject *item = PyTuple_GET_ITEM(prepared, i);
-        long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_SIZE));
-        long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_TAGS_CODE));
-        /* As ConsumeQueue.append_units: tags code, then offset, then size last. */
-        put_be64(u + UNIT_POS_TAGS_CODE, (uint64_t)code);
-        put_be64(u + UNIT_POS_OFFSET, (uint64_t)at);
-        put_be32(u + UNIT_POS_SIZE, (uint32_t)size);
-        at += size;
-    }
+    write_units((unsigned char *)cq.buf + cq_pos, prepared, phys);
     /* Keys last, as the dispatcher writes them: recovery re-indexes what lags behind. */
     if (imap != NULL) {
         write_entries((unsigned char *)ix.buf, topic, keys, offsets, store_ts, slots,
@@ -665,18 +671,7 @@ put_append_group(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t k = 0; k < n; k++) {
         Job *j = &jobs[k];
-        unsigned char *u = (unsigned char *)j->cq.buf + j->qpos;
-        long long uat = j->phys;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(j->prepared); i++, u += UNIT_SIZE) {
-            PyObject *item = PyTuple_GET_ITEM(j->prepared, i);
-            long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_SIZE));
-            long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(item, P_TAGS_CODE));
-            /* As ConsumeQueue.append_units: tags code, then offset, then size last. */
-            put_be64(u + UNIT_POS_TAGS_CODE, (uint64_t)code);
-            put_be64(u + UNIT_POS_OFFSET, (uint64_t)uat);
-            put_be32(u + UNIT_POS_SIZE, (uint32_t)size);
-            uat += size;
-        }
+        write_units((unsigned char *)j->cq.buf + j->qpos, j->prepared, j->phys);
     }
     /* Keys last, as the dispatcher writes them: recovery re-indexes what lags behind. */
     if (entries > 0) {
